@@ -1,0 +1,33 @@
+# Ember: two commands that work on a fresh machine.
+#   make demo   - virtualenv + install + the Yahoo ad-campaign job for about a minute
+#   make test   - virtualenv + install + the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-all bench venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/yahoo_campaigns.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m ''
+
+bench: $(STAMP)
+	$(VENV)/bin/ember bench grep --duration 30 --rounds 3
+	$(VENV)/bin/ember bench grouping --duration 30 --rounds 3
+
+clean:
+	rm -rf $(VENV) ember-checkpoints .pytest_cache
