@@ -1,0 +1,47 @@
+"""Ember: exactly-once, event-time stream processing for Python, executed on Apache Spark.
+
+The names most pipelines need are importable from here::
+
+    from ember import StreamEnvironment, WatermarkStrategy, TumblingEventTimeWindows, Agg, CollectSink
+"""
+
+from ember.api import DataStream, JobResult, KeyedStream, StreamEnvironment, WindowedStream
+from ember.connectors import (
+    CollectSink,
+    ConsoleSink,
+    CountSink,
+    FileSink,
+    FileSource,
+    GrepSource,
+    GroupingSource,
+    NoopSink,
+    RateSource,
+    ScriptedSource,
+    StateMachineSource,
+    YahooSource,
+)
+from ember.errors import ConfigError, EmberError, JobFailedError, PipelineError, UserFunctionError
+from ember.time import TimeCharacteristic, WatermarkStrategy
+from ember.windowing import (
+    Agg,
+    EventTimeSessionWindows,
+    ProcessingTimeSessionWindows,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "StreamEnvironment", "JobResult", "DataStream", "KeyedStream", "WindowedStream",
+    "WatermarkStrategy", "TimeCharacteristic",
+    "TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSessionWindows",
+    "TumblingProcessingTimeWindows", "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows",
+    "Agg",
+    "YahooSource", "GrepSource", "GroupingSource", "StateMachineSource",
+    "FileSource", "RateSource", "ScriptedSource",
+    "CollectSink", "ConsoleSink", "CountSink", "FileSink", "NoopSink",
+    "EmberError", "ConfigError", "PipelineError", "UserFunctionError", "JobFailedError",
+]

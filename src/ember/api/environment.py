@@ -1,0 +1,230 @@
+"""StreamEnvironment: the job's configuration and the entry point to sources and execution."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable
+
+from ember.connectors.base import Source
+from ember.connectors.spark_sources import ScriptedSource
+from ember.errors import ConfigError, PipelineError
+from ember.graph.graph import Graph
+from ember.graph.nodes import SinkNode, SourceNode
+from ember.time.clock import Clock, SystemClock
+from ember.time.durations import to_ms
+from ember.time.watermarks import WatermarkStrategy
+
+__all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
+
+_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|yarn|k8s://.+)$")
+_STATE_BACKENDS = ("rocksdb", "hdfs")
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    """Validated environment settings (see :class:`StreamEnvironment`)."""
+
+    master: str = "local[*]"
+    checkpoint_dir: str = "ember-checkpoints"
+    parallelism: int | None = None
+    trigger_interval_ms: int = 0
+    max_events_per_batch: int = 2_000_000
+    state_backend: str = "rocksdb"
+    changelog_checkpointing: bool = True
+    spark_conf: tuple[tuple[str, str], ...] = field(default=())
+
+
+@dataclass
+class JobResult:
+    """What a finished ``execute`` reports."""
+
+    name: str
+    checkpoint_dir: str
+    batches: int
+    events: int
+    seconds: float
+    processing_seconds: float
+    progress: list[dict[str, Any]]
+    stopped_because: str
+    late_dropped: int = 0  # records Spark's windows dropped behind the watermark (reported, never silent)
+
+    @property
+    def events_per_second(self) -> float:
+        """Input events per second of wall time, start to stop."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        return (
+            f"job '{self.name}': {self.events:,} events in {self.batches} batches, "
+            f"{self.seconds:.1f} s ({self.events_per_second:,.0f} events/s); stopped: {self.stopped_because}"
+            + (f"; {self.late_dropped:,} late records dropped" if self.late_dropped else "")
+        )
+
+
+class StreamEnvironment:
+    """Configuration of a streaming job and the factory of its sources.
+
+    - ``master``: Spark master; default the embedded local mode on all cores.
+      ``spark://host:port`` runs the same pipeline on a standalone cluster.
+    - ``checkpoint_dir``: where each job keeps its checkpoint, as
+      ``<checkpoint_dir>/<job name>``; a job restarted with the same name resumes.
+    - ``parallelism``: number of state partitions (Spark shuffle partitions);
+      default = the number of cores. Fixed by a job's first run.
+    - ``trigger_interval``: time between micro-batch starts (0 = back to back).
+    - ``max_events_per_batch``: admission control: the most events a source
+      admits into one micro-batch. With ``trigger_interval`` this is Ember's
+      latency/throughput knob (Flink's buffer timeout).
+    - ``state_backend``: ``"rocksdb"`` (default, with changelog checkpointing)
+      or ``"hdfs"`` (Spark's in-memory store).
+    - ``spark``: an existing SparkSession to use instead of creating one.
+    - ``spark_conf``: extra Spark settings for the session Ember creates.
+    """
+
+    def __init__(
+        self,
+        master: str = "local[*]",
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        parallelism: int | None = None,
+        trigger_interval: timedelta | int = 0,
+        max_events_per_batch: int = 2_000_000,
+        state_backend: str = "rocksdb",
+        changelog_checkpointing: bool = True,
+        spark: Any = None,
+        spark_conf: dict[str, str] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(master, str) or not _MASTER.match(master):
+            raise ConfigError(
+                f"master must be local, local[N], local[*] or spark://host:port, got {master!r}"
+            )
+        if parallelism is not None and (not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism <= 0):
+            raise ConfigError(f"parallelism must be a positive int, got {parallelism!r}")
+        if not isinstance(max_events_per_batch, int) or isinstance(max_events_per_batch, bool) or max_events_per_batch <= 0:
+            raise ConfigError(f"max_events_per_batch must be a positive int, got {max_events_per_batch!r}")
+        if state_backend not in _STATE_BACKENDS:
+            raise ConfigError(f"state_backend must be one of {', '.join(_STATE_BACKENDS)}, got {state_backend!r}")
+        ckpt = os.fspath(checkpoint_dir) if checkpoint_dir is not None else os.path.join(os.getcwd(), "ember-checkpoints")
+        self.config = EnvironmentConfig(
+            master=master,
+            checkpoint_dir=os.path.abspath(ckpt),
+            parallelism=parallelism,
+            trigger_interval_ms=to_ms(trigger_interval, "trigger_interval", allow_zero=True),
+            max_events_per_batch=max_events_per_batch,
+            state_backend=state_backend,
+            changelog_checkpointing=bool(changelog_checkpointing),
+            spark_conf=tuple(sorted((spark_conf or {}).items())),
+        )
+        # Spark's Python workers must run this interpreter, which has Ember's dependencies.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        self._spark = spark
+        self.clock = clock or SystemClock()
+        self._sinks: list[SinkNode] = []
+        self._counters: dict[str, int] = {}
+        self._names: set[str] = set()
+
+    # -- graph building -----------------------------------------------------------------
+    def from_source(
+        self, source: Source, watermark: WatermarkStrategy | None = None, *, name: str | None = None
+    ) -> "DataStream":
+        """A stream reading ``source``. ``watermark`` chooses the stream's time:
+        event time from a field, ingestion time or processing time."""
+        from ember.api.datastream import DataStream
+
+        if not isinstance(source, Source):
+            raise PipelineError(f"from_source takes an Ember source (e.g. YahooSource()), got {source!r}", name or "source")
+        if watermark is not None and not isinstance(watermark, WatermarkStrategy):
+            raise PipelineError(f"watermark must be a WatermarkStrategy, got {watermark!r}", name or "source")
+        node = SourceNode(name=self._step_name(name, "source"), source=source, watermark=watermark)
+        return DataStream(self, node)
+
+    def from_collection(
+        self, rows: list[Any], schema: str, watermark: WatermarkStrategy | None = None, *, name: str | None = None
+    ) -> "DataStream":
+        """A bounded stream of ``rows`` (tuples or dicts) in one micro-batch."""
+        return self.from_source(ScriptedSource([rows], schema), watermark, name=name)
+
+    def _step_name(self, name: str | None, prefix: str) -> str:
+        if name is not None:
+            if not isinstance(name, str) or not name:
+                raise PipelineError(f"step names must be non-empty strings, got {name!r}")
+            if name in self._names:
+                raise PipelineError(f"two steps are named '{name}'; step names must be unique")
+            self._names.add(name)
+            return name
+        while True:
+            self._counters[prefix] = self._counters.get(prefix, 0) + 1
+            candidate = f"{prefix}_{self._counters[prefix]}"
+            if candidate not in self._names:
+                self._names.add(candidate)
+                return candidate
+
+    def _register_sink(self, node: SinkNode) -> None:
+        self._sinks.append(node)
+
+    def graph(self) -> Graph:
+        """The validated graph of every stream sent to a sink so far."""
+        return Graph(list(self._sinks)).validate()
+
+    # -- running -----------------------------------------------------------------------
+    @property
+    def spark(self) -> Any:
+        """The SparkSession (created on first use)."""
+        if self._spark is None:
+            from ember.runner.spark.session import get_or_create_session
+
+            self._spark = get_or_create_session(self.config)
+        return self._spark
+
+    def explain(self, spark_plan: bool = True) -> str:
+        """The Ember graph and, with ``spark_plan``, the Spark plan it compiles to."""
+        graph = self.graph()
+        text = "== Ember graph ==\n" + graph.explain()
+        if spark_plan:
+            from ember.runner.spark.compiler import compile_graph
+
+            job = compile_graph(graph, self.spark, self.config, job_name="explain", checkpoint=None)
+            text += "\n\n== Spark plan ==\n" + job.spark_plan()
+        return text
+
+    def execute(
+        self,
+        name: str = "ember-job",
+        *,
+        duration: timedelta | float | None = None,
+        max_events: int | None = None,
+        checkpoint: str | os.PathLike[str] | None = None,
+        progress: Callable[[dict[str, Any]], None] | bool = True,
+    ) -> JobResult:
+        """Compile the pipeline to one Spark Structured Streaming query and run it.
+
+        It runs until stopped (Ctrl-C), until every source has ended (bounded
+        sources), until ``duration`` (a timedelta or seconds) has passed, or until
+        at least ``max_events`` events were processed — whichever comes first.
+        ``progress``: True prints a line every few seconds to stderr; a callable
+        receives each Spark progress report; False is silent.
+        """
+        from ember.runner.spark.execution import run_job
+
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+            raise ConfigError(f"job name must be letters, digits, '_', '-' or '.', got {name!r}")
+        seconds = None
+        if duration is not None:
+            seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+            if seconds <= 0:
+                raise ConfigError(f"duration must be positive, got {duration!r}")
+        if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
+            raise ConfigError(f"max_events must be a positive int, got {max_events!r}")
+        graph = self.graph()
+        ckpt = os.fspath(checkpoint) if checkpoint is not None else os.path.join(self.config.checkpoint_dir, name)
+        try:
+            return run_job(
+                graph, self.spark, self.config, name=name, checkpoint=os.path.abspath(ckpt),
+                duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock,
+            )
+        finally:
+            self._sinks.clear()

@@ -1,0 +1,39 @@
+"""Ember's errors: one root class, a few meaningful subclasses.
+
+Every error raised for bad user input names the pipeline step (when there is
+one), the bad value and what would be valid.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EmberError",
+    "ConfigError",
+    "PipelineError",
+    "UserFunctionError",
+    "JobFailedError",
+]
+
+
+class EmberError(Exception):
+    """Root of every error Ember raises on purpose."""
+
+
+class ConfigError(EmberError, ValueError):
+    """A configuration value (environment, source, sink, window) is invalid."""
+
+
+class PipelineError(EmberError):
+    """The pipeline graph is invalid or cannot be compiled; raised before the job starts."""
+
+    def __init__(self, message: str, step: str | None = None) -> None:
+        self.step = step
+        super().__init__(f"step '{step}': {message}" if step else message)
+
+
+class UserFunctionError(EmberError):
+    """A user function raised while processing a record."""
+
+
+class JobFailedError(EmberError):
+    """The running Spark query failed; the message carries Spark's cause."""

@@ -1,0 +1,33 @@
+"""The pipeline graph: what the user declared, validated and explainable without Spark."""
+
+from ember.graph.nodes import (
+    FilterNode,
+    FlatMapNode,
+    KeyByNode,
+    LookupJoinNode,
+    MapBatchesNode,
+    MapNode,
+    Node,
+    SelectNode,
+    SinkNode,
+    SourceNode,
+    UnionNode,
+    WindowAggregateNode,
+)
+from ember.graph.graph import Graph
+
+__all__ = [
+    "Graph",
+    "Node",
+    "SourceNode",
+    "MapNode",
+    "FilterNode",
+    "FlatMapNode",
+    "MapBatchesNode",
+    "SelectNode",
+    "UnionNode",
+    "LookupJoinNode",
+    "KeyByNode",
+    "WindowAggregateNode",
+    "SinkNode",
+]

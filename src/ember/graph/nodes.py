@@ -1,0 +1,171 @@
+"""Graph nodes: immutable declarations of one pipeline step each.
+
+A node knows its inputs, a unique step name, and how to describe itself. It
+knows nothing about Spark; the runner's translation table maps each node type
+to a translator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ember.time.watermarks import WatermarkStrategy
+from ember.windowing.aggregates import Aggregate
+from ember.windowing.assigners import WindowAssigner
+
+__all__ = [
+    "Node",
+    "SourceNode",
+    "MapNode",
+    "FilterNode",
+    "FlatMapNode",
+    "MapBatchesNode",
+    "SelectNode",
+    "UnionNode",
+    "LookupJoinNode",
+    "KeyByNode",
+    "WindowAggregateNode",
+    "SinkNode",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One step. ``name`` is unique in its graph and appears in every error about it."""
+
+    name: str
+    inputs: tuple["Node", ...] = field(default=(), repr=False)
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__.removesuffix("Node").lower()
+
+    def describe(self) -> str:
+        return self.kind
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+@dataclass(frozen=True, eq=False)
+class SourceNode(Node):
+    source: Any = None
+    watermark: WatermarkStrategy | None = None
+
+    def describe(self) -> str:
+        time = f"; {self.watermark.describe()}" if self.watermark else ""
+        return f"source {self.source.describe()}{time}"
+
+
+@dataclass(frozen=True, eq=False)
+class MapNode(Node):
+    """A Python function applied to every record (run on Arrow batches)."""
+
+    fn: Callable[[dict], Any] | None = None
+    output_schema: Any = None  # Spark DDL string / StructType, None = same as input
+
+    def describe(self) -> str:
+        return f"map {_callable_name(self.fn)} (python, per record)"
+
+
+@dataclass(frozen=True, eq=False)
+class FilterNode(Node):
+    """Keeps records for which the predicate holds: a SQL string, a Spark Column or a Python callable."""
+
+    predicate: Any = None
+
+    @property
+    def is_python(self) -> bool:
+        return callable(self.predicate) and not _is_column(self.predicate)
+
+    def describe(self) -> str:
+        if self.is_python:
+            return f"filter {_callable_name(self.predicate)} (python, per record)"
+        return f"filter {self.predicate} (native SQL)"
+
+
+@dataclass(frozen=True, eq=False)
+class FlatMapNode(Node):
+    fn: Callable[[dict], Any] | None = None
+    output_schema: Any = None
+
+    def describe(self) -> str:
+        return f"flat_map {_callable_name(self.fn)} (python, per record)"
+
+
+@dataclass(frozen=True, eq=False)
+class MapBatchesNode(Node):
+    """A vectorised function over whole batches (pyarrow.RecordBatch or pandas.DataFrame)."""
+
+    fn: Callable[[Any], Any] | None = None
+    output_schema: Any = None
+    batch_format: str = "arrow"
+
+    def describe(self) -> str:
+        return f"map_batches {_callable_name(self.fn)} ({self.batch_format}, vectorised)"
+
+
+@dataclass(frozen=True, eq=False)
+class SelectNode(Node):
+    """Projection with SQL expression strings or Spark Columns (native)."""
+
+    exprs: tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        return "select " + ", ".join(str(e) for e in self.exprs) + " (native SQL)"
+
+
+@dataclass(frozen=True, eq=False)
+class UnionNode(Node):
+    def describe(self) -> str:
+        return "union of " + ", ".join(n.name for n in self.inputs)
+
+
+@dataclass(frozen=True, eq=False)
+class LookupJoinNode(Node):
+    """Join with a static table, broadcast to every task."""
+
+    table: Any = None
+    on: tuple[str, ...] = ()
+    how: str = "inner"
+
+    def describe(self) -> str:
+        return f"lookup join on {', '.join(self.on)} ({self.how}, broadcast static table)"
+
+
+@dataclass(frozen=True, eq=False)
+class KeyByNode(Node):
+    """Partition by key: records with equal keys go to the same state partition."""
+
+    keys: tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        return "key_by " + ", ".join(str(k) for k in self.keys)
+
+
+@dataclass(frozen=True, eq=False)
+class WindowAggregateNode(Node):
+    """Keyed (or global) window with built-in aggregates, compiled to Spark's native windows."""
+
+    keys: tuple[Any, ...] = ()
+    assigner: WindowAssigner | None = None
+    aggregates: tuple[tuple[str, Aggregate], ...] = ()
+
+    def describe(self) -> str:
+        aggs = ", ".join(f"{name}={a.describe()}" for name, a in self.aggregates)
+        keys = ", ".join(str(k) for k in self.keys) or "(all)"
+        return f"window {self.assigner.describe()} by {keys}: {aggs} (native)"
+
+
+@dataclass(frozen=True, eq=False)
+class SinkNode(Node):
+    sink: Any = None
+
+    def describe(self) -> str:
+        return f"sink {self.sink.describe()}"
+
+
+def _is_column(obj: Any) -> bool:
+    return type(obj).__name__ == "Column"

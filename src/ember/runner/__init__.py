@@ -1,0 +1,1 @@
+"""Runners turn the pipeline graph into execution. Ember has one: Spark Structured Streaming."""

@@ -1,0 +1,1 @@
+"""The Spark runner: the only package that drives Spark."""

@@ -1,0 +1,133 @@
+"""Compile a pipeline graph into one Spark Structured Streaming query.
+
+Each graph node type has exactly one translator in ``TRANSLATORS`` (filled by
+the modules of :mod:`ember.runner.spark.translators`). A node without a
+translator, or one Spark rejects while the plan is built, fails here — before
+the job starts — with the step's name in the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ember.api.environment import EnvironmentConfig
+from ember.errors import EmberError, PipelineError
+from ember.graph.graph import Graph
+from ember.graph.nodes import Node, SinkNode, SourceNode
+from ember.time.watermarks import WatermarkStrategy
+
+__all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "compile_graph"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A translated step: its Spark DataFrame and the stream's notion of time."""
+
+    df: Any
+    time: WatermarkStrategy | None = None
+    has_window: bool = False
+
+
+Translator = Callable[["Compilation", Node], Frame]
+TRANSLATORS: dict[type[Node], Translator] = {}
+
+
+def translates(node_type: type[Node]) -> Callable[[Translator], Translator]:
+    """Register the translator of one node type."""
+
+    def register(fn: Translator) -> Translator:
+        if node_type in TRANSLATORS:
+            raise RuntimeError(f"two translators for {node_type.__name__}")
+        TRANSLATORS[node_type] = fn
+        return fn
+
+    return register
+
+
+@dataclass
+class Compilation:
+    """State of one compilation: the session, settings and translated frames."""
+
+    graph: Graph
+    spark: Any
+    config: EnvironmentConfig
+    job_name: str
+    checkpoint: str | None
+    start_ms: dict[str, int] = field(default_factory=dict)
+    end_of_input_marker: str | None = None
+    frames: dict[int, Frame] = field(default_factory=dict)
+
+    @property
+    def parallelism(self) -> int:
+        return self.config.parallelism or self.spark.sparkContext.defaultParallelism
+
+    @property
+    def bounded(self) -> bool:
+        return all(s.source.bounded for s in self.graph.sources)
+
+    def frame(self, node: Node) -> Frame:
+        """The translated frame of ``node`` (translated once, then reused)."""
+        if id(node) in self.frames:
+            return self.frames[id(node)]
+        translator = TRANSLATORS.get(type(node))
+        if translator is None:
+            raise PipelineError(f"the Spark runner cannot run a {type(node).__name__} step", node.name)
+        try:
+            frame = translator(self, node)
+        except EmberError:
+            raise
+        except Exception as exc:  # Spark's analysis errors: unknown column, type mismatch...
+            raise PipelineError(_spark_message(exc), node.name) from exc
+        self.frames[id(node)] = frame
+        return frame
+
+
+@dataclass
+class CompiledJob:
+    sink: SinkNode
+    frame: Frame
+    compilation: Compilation
+
+    @property
+    def df(self) -> Any:
+        return self.frame.df
+
+    @property
+    def output_mode(self) -> str:
+        return "append"
+
+    def spark_plan(self) -> str:
+        df = self.frame.df
+        return df._sc._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "extended")
+
+
+def compile_graph(
+    graph: Graph,
+    spark: Any,
+    config: EnvironmentConfig,
+    *,
+    job_name: str,
+    checkpoint: str | None,
+    start_ms: dict[str, int] | None = None,
+    end_of_input_marker: str | None = None,
+) -> CompiledJob:
+    """Translate ``graph`` (validated) for ``spark``; nothing starts running."""
+    from ember.runner.spark import translators  # noqa: F401 - fills TRANSLATORS
+    from ember.runner.spark.datasources import register_sources
+
+    register_sources(spark)
+    comp = Compilation(graph, spark, config, job_name, checkpoint, dict(start_ms or {}), end_of_input_marker)
+    sink = graph.sinks[0]
+    frame = comp.frame(sink.inputs[0])
+    return CompiledJob(sink, frame, comp)
+
+
+def _spark_message(exc: Exception) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:800]
+
+
+def source_names(graph: Graph) -> list[str]:
+    return [n.name for n in graph.nodes if isinstance(n, SourceNode)]

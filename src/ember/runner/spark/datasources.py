@@ -1,0 +1,161 @@
+"""Ember's Python streaming sources for Spark (``pyspark.sql.datasource``).
+
+- ``ember_sequence``: the replayable generator driver. Its offset is the number
+  of events admitted so far, ``{"n": N, "done": bool}``; a micro-batch
+  ``[n0, n1)`` gives partition ``p`` the sequence numbers ``seq % P == p``.
+  Open loop: under a target rate, event ``seq`` is due at
+  ``start_ms + seq * 1000 / rate``; ``latestOffset`` admits what is due, at
+  most ``max_events_per_batch`` (admission control).
+- ``ember_scripted``: one scripted batch per micro-batch (tests).
+- ``ember_end_of_input``: emits one row once the driver marks the input as
+  ended, which moves the watermark to the end of time and flushes windows.
+
+Every reader is a pure function of its offsets, so Spark's replays are identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+__all__ = ["register_sources", "END_OF_TIME_MS"]
+
+END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
+_CHUNK = 1 << 16
+
+
+class _Range(InputPartition):
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        self.partition, self.start, self.end = partition, start, end
+
+
+# --------------------------------------------------------------------------- sequence
+class SequenceReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.spec = json.loads(options["spec"])
+        self.start_ms = int(options["start_ms"])
+
+    def initialOffset(self) -> dict:
+        return {"n": 0, "done": False}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(int(self.spec["max_events_per_batch"]))
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        n0 = int(start["n"])
+        rate, max_events = self.spec.get("rate"), self.spec.get("max_events")
+        due = max_events if max_events is not None else (1 << 62)
+        if rate is not None:
+            elapsed_ms = time.time_ns() // 1_000_000 - self.start_ms
+            due = min(due, max(0, int(elapsed_ms * float(rate) // 1000)))
+        if not isinstance(limit, ReadAllAvailable):
+            due = min(due, n0 + int(limit.max_rows))
+        n1 = max(n0, due)
+        return {"n": n1, "done": max_events is not None and n1 >= max_events}
+
+    def partitions(self, start: dict, end: dict) -> list[_Range]:
+        n0, n1 = int(start["n"]), int(end["n"])
+        if n1 <= n0:
+            return []
+        return [_Range(p, n0, n1) for p in range(int(self.spec["partitions"]))]
+
+    def read(self, part: _Range) -> Iterator[Any]:
+        from ember.runner.spark.generator_batches import sequence_batches
+
+        yield from sequence_batches(self.spec, part.partition, part.start, part.end, _CHUNK)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class SequenceSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "ember_sequence"
+
+    def schema(self) -> str:
+        return self.options["schema"]
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return SequenceReader(self.options)
+
+
+# --------------------------------------------------------------------------- scripted
+class ScriptedReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.batches = json.loads(options["batches"])
+
+    def initialOffset(self) -> dict:
+        return {"batch": 0, "done": len(self.batches) == 0}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        b = min(int(start["batch"]) + 1, len(self.batches))
+        return {"batch": b, "done": b >= len(self.batches)}
+
+    def partitions(self, start: dict, end: dict) -> list[_Range]:
+        s, e = int(start["batch"]), int(end["batch"])
+        return [_Range(0, s, e)] if e > s else []
+
+    def read(self, part: _Range) -> Iterator[tuple]:
+        for b in range(part.start, part.end):
+            for row in self.batches[b]:
+                yield tuple(row)
+
+
+class ScriptedSourceDS(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "ember_scripted"
+
+    def schema(self) -> str:
+        return self.options["schema"]
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return ScriptedReader(self.options)
+
+
+# --------------------------------------------------------------------------- end of input
+class EndOfInputReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.marker = options["marker"]
+
+    def initialOffset(self) -> dict:
+        return {"ended": 0}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return {"ended": 1 if os.path.exists(self.marker) else int(start["ended"])}
+
+    def partitions(self, start: dict, end: dict) -> list[_Range]:
+        return [_Range(0, 0, 1)] if int(end["ended"]) > int(start["ended"]) else []
+
+    def read(self, part: _Range) -> Iterator[tuple]:
+        yield (END_OF_TIME_MS,)
+
+
+class EndOfInputSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "ember_end_of_input"
+
+    def schema(self) -> str:
+        return "end_ms bigint"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return EndOfInputReader(self.options)
+
+
+_registered: set[int] = set()
+
+
+def register_sources(spark: Any) -> None:
+    """Register Ember's data sources with ``spark`` (once per session)."""
+    if id(spark) in _registered:
+        return
+    for ds in (SequenceSource, ScriptedSourceDS, EndOfInputSource):
+        spark.dataSource.register(ds)
+    _registered.add(id(spark))

@@ -1,0 +1,235 @@
+"""Running a compiled job: start the query, follow its progress, stop it on time.
+
+A job stops when the user interrupts it, when every (bounded) source has
+ended and the last windows were flushed, after a duration, or once a number
+of events was processed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any, Callable
+
+from ember.api.environment import EnvironmentConfig, JobResult
+from ember.errors import JobFailedError
+from ember.graph.graph import Graph
+from ember.graph.nodes import WindowAggregateNode
+from ember.runner.spark.compiler import compile_graph
+from ember.runner.spark.session import configure_for_query
+from ember.runner.spark.translators.sinks import sink_writer
+from ember.time.clock import Clock
+
+__all__ = ["run_job", "load_or_create_metadata"]
+
+POLL_S = 0.05
+PROGRESS_EVERY_S = 5.0
+
+
+def load_or_create_metadata(checkpoint: str, graph: Graph, clock: Clock) -> dict[str, Any]:
+    """Ember's own record in the checkpoint: each source's event-time origin,
+    fixed on the job's first start so that replays and restarts keep timestamps."""
+    path = os.path.join(checkpoint, "ember", "job.json")
+    meta: dict[str, Any] = {"start_ms": {}}
+    if os.path.exists(path):
+        with open(path) as f:
+            meta = json.load(f)
+    changed = False
+    for node in graph.sources:
+        if node.name not in meta["start_ms"]:
+            fixed = getattr(node.source, "start_ms", None)
+            meta["start_ms"][node.name] = int(fixed) if fixed is not None else clock.now_ms()
+            changed = True
+    if changed:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(meta, f)
+        os.replace(tmp, path)
+    return meta
+
+
+def run_job(
+    graph: Graph,
+    spark: Any,
+    config: EnvironmentConfig,
+    *,
+    name: str,
+    checkpoint: str,
+    duration_s: float | None,
+    max_events: int | None,
+    progress: Callable[[dict[str, Any]], None] | bool,
+    clock: Clock,
+) -> JobResult:
+    configure_for_query(spark, config)
+    meta = load_or_create_metadata(checkpoint, graph, clock)
+    bounded_sources = [n for n in graph.sources if n.source.bounded]
+    bounded = bool(bounded_sources) and len(bounded_sources) == len(graph.sources)
+    marker = os.path.join(checkpoint, "ember", "end-of-input")
+    job = compile_graph(
+        graph, spark, config, job_name=name, checkpoint=checkpoint,
+        start_ms=meta["start_ms"], end_of_input_marker=marker if bounded else None,
+    )
+    needs_flush = bounded and any(isinstance(n, WindowAggregateNode) for n in graph.nodes)
+    writer = (
+        sink_writer(job.sink, job.df)
+        .outputMode(job.output_mode)
+        .option("checkpointLocation", checkpoint)
+        .queryName(f"{name}-{os.getpid()}-{id(job)}")
+        .trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")
+    )
+    follower = _Follower(progress, name, clock)
+    start = clock.monotonic()
+    query = writer.start()
+    reason = "running"
+    flush_batch: int | None = None
+    idle_since = clock.monotonic()
+    try:
+        while True:
+            if query.exception() is not None or not query.isActive:
+                break
+            if follower.poll(query):
+                idle_since = clock.monotonic()
+            now = clock.monotonic()
+            if duration_s is not None and now - start >= duration_s:
+                reason = f"duration {duration_s:g} s reached"
+                break
+            if max_events is not None and follower.events >= max_events:
+                reason = f"{max_events:,} events processed"
+                break
+            if bounded:
+                if flush_batch is None and follower.sources_done(len(bounded_sources)):
+                    if not needs_flush:
+                        reason = "sources ended"
+                        break
+                    open(marker, "a").close()
+                    flush_batch = follower.last_batch
+                elif flush_batch is not None and follower.end_of_input_seen_before(follower.last_batch):
+                    reason = "sources ended, windows flushed"
+                    break
+                idle_limit = max(10.0, 10 * config.trigger_interval_ms / 1000)
+                status = query.status
+                if now - idle_since > idle_limit and not status["isDataAvailable"] and not status["isTriggerActive"]:
+                    reason = "sources idle"
+                    break
+            clock_sleep(POLL_S)
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    finally:
+        try:
+            query.stop()
+        finally:
+            follower.poll(query)
+    exc = query.exception()
+    if exc is not None:
+        raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
+    return JobResult(
+        name=name,
+        checkpoint_dir=checkpoint,
+        batches=len(follower.progress),
+        events=follower.events,
+        seconds=clock.monotonic() - start,
+        processing_seconds=follower.processing_ms / 1000,
+        progress=follower.progress,
+        stopped_because=reason,
+        late_dropped=follower.late_dropped,
+    )
+
+
+def clock_sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+class _Follower:
+    """Collects progress reports (each batch once) and shows progress."""
+
+    def __init__(self, progress: Callable[[dict[str, Any]], None] | bool, name: str, clock: Clock) -> None:
+        self.callback = progress if callable(progress) else None
+        self.verbose = progress is True
+        self.name = name
+        self.clock = clock
+        self.progress: list[dict[str, Any]] = []
+        self.seen: set[int] = set()
+        self.events = 0
+        self.late_dropped = 0
+        self.processing_ms = 0
+        self.last_batch = -1
+        self.eos_batch: int | None = None
+        self.last_print = clock.monotonic()
+        self.events_at_print = 0
+
+    def poll(self, query: Any) -> bool:
+        new = False
+        for p in query.recentProgress:
+            report = json.loads(p.json) if hasattr(p, "json") else dict(p)
+            bid = int(report["batchId"])
+            if bid in self.seen:
+                continue
+            self.seen.add(bid)
+            new = True
+            self.progress.append(report)
+            self.events += int(report.get("numInputRows") or 0)
+            self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
+            dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
+            if dropped:
+                self.late_dropped += dropped
+                print(
+                    f"[ember] {self.name}: batch {bid} dropped {dropped} late record(s) behind the watermark",
+                    file=sys.stderr, flush=True,
+                )
+            self.last_batch = max(self.last_batch, bid)
+            if self.eos_batch is None and any(_offset(s.get("endOffset")).get("ended") == 1 for s in report.get("sources", [])):
+                self.eos_batch = bid
+            if self.callback:
+                self.callback(report)
+        if self.verbose and self.clock.monotonic() - self.last_print >= PROGRESS_EVERY_S:
+            self._print()
+        return new
+
+    def _print(self) -> None:
+        now = self.clock.monotonic()
+        rate = (self.events - self.events_at_print) / max(1e-9, now - self.last_print)
+        last = self.progress[-1] if self.progress else {}
+        wm = last.get("eventTime", {}).get("watermark", "-")
+        took = last.get("durationMs", {}).get("triggerExecution", "-")
+        print(
+            f"[ember] {self.name}: {self.events:,} events, {rate:,.0f} events/s, "
+            f"batch {last.get('batchId', '-')} took {took} ms, watermark {wm}",
+            file=sys.stderr, flush=True,
+        )
+        self.last_print, self.events_at_print = now, self.events
+
+    def sources_done(self, expected: int) -> bool:
+        if not self.progress:
+            return False
+        offsets = [_offset(s.get("endOffset")) for s in self.progress[-1].get("sources", [])]
+        done = [o["done"] for o in offsets if "done" in o]
+        return len(done) >= expected and all(done)
+
+    def end_of_input_seen_before(self, batch: int) -> bool:
+        return self.eos_batch is not None and batch > self.eos_batch
+
+
+def _offset(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+    return {}
+
+
+def _cause(exc: Any) -> str:
+    text = str(getattr(exc, "desc", None) or exc)
+    match = re.search(r"(UserFunctionError|EmberError|PipelineError): (.*)", text)
+    if match:
+        return match.group(2).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[:6])

@@ -1,0 +1,58 @@
+"""Creating (or reusing) the SparkSession with Ember's defaults."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from ember.api.environment import EnvironmentConfig
+
+__all__ = ["get_or_create_session", "session_defaults", "configure_for_query"]
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+def session_defaults(config: EnvironmentConfig) -> dict[str, str]:
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB if config.state_backend == "rocksdb" else HDFS,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(config.changelog_checkpointing).lower(),
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
+        "spark.pyspark.python": sys.executable,
+        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+    }
+    conf.update(dict(config.spark_conf))
+    return conf
+
+
+def get_or_create_session(config: EnvironmentConfig) -> Any:
+    """The active SparkSession if there is one, else a new one for ``config.master``."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.master(config.master).appName("ember")
+    for key, value in session_defaults(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def configure_for_query(spark: Any, config: EnvironmentConfig) -> None:
+    """Session settings read when a query starts (a reused session gets them too)."""
+    parallelism = config.parallelism or spark.sparkContext.defaultParallelism
+    spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    provider = ROCKSDB if config.state_backend == "rocksdb" else HDFS
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+    spark.conf.set(
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+        str(config.changelog_checkpointing).lower(),
+    )

@@ -1,0 +1,9 @@
+"""Translators, one per graph node type; importing this package fills the table."""
+
+from ember.runner.spark.translators import (  # noqa: F401
+    python_ops,
+    sinks,
+    sources,
+    transforms,
+    windows,
+)

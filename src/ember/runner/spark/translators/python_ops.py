@@ -1,0 +1,169 @@
+"""Python steps: per-record map / flat_map / filter and vectorised map_batches.
+
+All run inside Spark's Python workers on Arrow batches (``mapInArrow`` /
+``mapInPandas``): one JVM<->Python exchange per batch, never per record. A
+user function that raises fails the job with the step's name, the function
+and the offending record in the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+
+from ember.errors import PipelineError, UserFunctionError
+from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
+from ember.runner.spark.compiler import Compilation, Frame, translates
+
+__all__ = ["python_filter"]
+
+
+def _struct(schema: Any, fallback: Any, step: str) -> Any:
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    if schema is None:
+        return fallback
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        try:
+            parsed = _parse_datatype_string(schema)
+        except Exception as exc:
+            raise PipelineError(f"output_schema {schema!r} is not a valid Spark DDL schema: {exc}", step) from exc
+        if isinstance(parsed, StructType):
+            return parsed
+    raise PipelineError(f"output_schema must be a Spark DDL string or StructType, got {schema!r}", step)
+
+
+def _arrow_schema(struct: Any) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(struct)
+
+
+def _fn_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", type(fn).__name__)
+
+
+def _fail(step: str, fn: Callable[..., Any], record: Any, exc: BaseException) -> UserFunctionError:
+    return UserFunctionError(
+        f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc} on record {record!r}"
+    )
+
+
+def _to_row(value: Any, names: list[str], step: str, fn: Callable[..., Any]) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, tuple) and len(value) == len(names):
+        return dict(zip(names, value))
+    if hasattr(value, "asDict"):
+        return value.asDict()
+    if len(names) == 1 and not isinstance(value, (tuple, list)):
+        return {names[0]: value}
+    raise UserFunctionError(
+        f"step '{step}': {_fn_name(fn)} returned {value!r}; expected a dict or a tuple of fields {names}"
+    )
+
+
+def _build(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.RecordBatch:
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise UserFunctionError(f"step '{step}': output does not match the output schema {schema}: {exc}") from exc
+
+
+@translates(MapNode)
+def _map(comp: Compilation, node: MapNode) -> Frame:
+    up = comp.frame(node.inputs[0])
+    out = _struct(node.output_schema, up.df.schema, node.name)
+    schema, names, fn, step = _arrow_schema(out), out.names, node.fn, node.name
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = []
+            for record in batch.to_pylist():
+                try:
+                    value = fn(record)
+                except Exception as exc:
+                    raise _fail(step, fn, record, exc) from exc
+                rows.append(_to_row(value, names, step, fn))
+            yield _build(rows, schema, step)
+
+    return Frame(up.df.mapInArrow(run, out), up.time, up.has_window)
+
+
+@translates(FlatMapNode)
+def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
+    up = comp.frame(node.inputs[0])
+    out = _struct(node.output_schema, up.df.schema, node.name)
+    schema, names, fn, step = _arrow_schema(out), out.names, node.fn, node.name
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = []
+            for record in batch.to_pylist():
+                try:
+                    values: Iterable[Any] = fn(record) or ()
+                    rows.extend(_to_row(v, names, step, fn) for v in values)
+                except UserFunctionError:
+                    raise
+                except Exception as exc:
+                    raise _fail(step, fn, record, exc) from exc
+            yield _build(rows, schema, step)
+
+    return Frame(up.df.mapInArrow(run, out), up.time, up.has_window)
+
+
+def python_filter(df: Any, node: Any) -> Any:
+    fn, step = node.predicate, node.name
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            keep = []
+            for record in batch.to_pylist():
+                try:
+                    keep.append(bool(fn(record)))
+                except Exception as exc:
+                    raise _fail(step, fn, record, exc) from exc
+            yield batch.filter(pa.array(keep, type=pa.bool_()))
+
+    return df.mapInArrow(run, df.schema)
+
+
+@translates(MapBatchesNode)
+def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
+    up = comp.frame(node.inputs[0])
+    out = _struct(node.output_schema, up.df.schema, node.name)
+    fn, step = node.fn, node.name
+    if node.batch_format == "pandas":
+
+        def run_pandas(frames: Iterator[Any]) -> Iterator[Any]:
+            for pdf in frames:
+                try:
+                    yield fn(pdf)
+                except Exception as exc:
+                    raise UserFunctionError(f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc}") from exc
+
+        return Frame(up.df.mapInPandas(run_pandas, out), up.time, up.has_window)
+
+    schema = _arrow_schema(out)
+
+    def run_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            try:
+                result = fn(batch)
+            except Exception as exc:
+                raise UserFunctionError(f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc}") from exc
+            if isinstance(result, pa.Table):
+                yield from result.cast(schema).to_batches()
+            elif isinstance(result, pa.RecordBatch) and result.schema.equals(schema):
+                yield result
+            elif isinstance(result, pa.RecordBatch):
+                yield from pa.Table.from_batches([result]).cast(schema).to_batches()
+            else:
+                raise UserFunctionError(
+                    f"step '{step}': {_fn_name(fn)} must return a pyarrow RecordBatch or Table, got {type(result).__name__}"
+                )
+
+    return Frame(up.df.mapInArrow(run_arrow, out), up.time, up.has_window)

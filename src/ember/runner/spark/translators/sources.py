@@ -1,0 +1,170 @@
+"""Source translators: one builder per source declaration type."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from pyspark.sql import functions as F
+
+from ember.connectors import generators as g
+from ember.connectors.base import Source
+from ember.connectors.spark_sources import FileSource, RateSource, ScriptedSource
+from ember.errors import PipelineError
+from ember.graph.nodes import SourceNode
+from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.generator_batches import source_spec
+
+__all__ = ["SOURCE_BUILDERS"]
+
+SourceBuilder = Callable[[Compilation, SourceNode, Any], Any]
+SOURCE_BUILDERS: dict[type[Source], SourceBuilder] = {}
+
+
+def builds(source_type: type[Source]) -> Callable[[SourceBuilder], SourceBuilder]:
+    def register(fn: SourceBuilder) -> SourceBuilder:
+        SOURCE_BUILDERS[source_type] = fn
+        return fn
+
+    return register
+
+
+@translates(SourceNode)
+def translate_source(comp: Compilation, node: SourceNode) -> Frame:
+    builder = next((b for t, b in SOURCE_BUILDERS.items() if type(node.source) is t), None)
+    if builder is None:
+        raise PipelineError(f"the Spark runner has no reader for {type(node.source).__name__}", node.name)
+    return Frame(builder(comp, node, node.source), time=node.watermark)
+
+
+# --------------------------------------------------------------------------- Spark's own
+@builds(FileSource)
+def _files(comp: Compilation, node: SourceNode, src: FileSource) -> Any:
+    reader = comp.spark.readStream.format(src.format)
+    if src.format != "text":
+        reader = reader.schema(src.schema)
+    if src.max_files_per_batch:
+        reader = reader.option("maxFilesPerTrigger", src.max_files_per_batch)
+    for k, v in src.options:
+        reader = reader.option(k, v)
+    return reader.load(src.path)
+
+
+@builds(RateSource)
+def _rate(comp: Compilation, node: SourceNode, src: RateSource) -> Any:
+    reader = comp.spark.readStream.format("rate").option("rowsPerSecond", src.rows_per_second)
+    if src.partitions:
+        reader = reader.option("numPartitions", src.partitions)
+    return reader.load()
+
+
+@builds(ScriptedSource)
+def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
+    from pyspark.sql.types import _parse_datatype_string
+
+    schema = _parse_datatype_string(src.schema)
+    names = schema.names
+    batches = []
+    for i, batch in enumerate(src.batches):
+        rows = []
+        for row in batch:
+            values = [row.get(n) for n in names] if isinstance(row, dict) else list(row)
+            if len(values) != len(names):
+                raise PipelineError(
+                    f"scripted batch {i} has row {row!r} with {len(values)} values; schema has {len(names)} fields",
+                    node.name,
+                )
+            rows.append(values)
+        batches.append(rows)
+    return (
+        comp.spark.readStream.format("ember_scripted")
+        .option("schema", src.schema)
+        .option("batches", json.dumps(batches))
+        .load()
+    )
+
+
+# --------------------------------------------------------------------------- generators
+def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schema: str) -> Any:
+    start_ms = comp.start_ms.get(node.name, src.start_ms or 0)
+    per_batch = src.max_events_per_batch or comp.config.max_events_per_batch
+    if src.needs_python_driver:
+        return (
+            comp.spark.readStream.format("ember_sequence")
+            .option("schema", schema)
+            .option("spec", json.dumps(source_spec(src, per_batch, start_ms)))
+            .option("start_ms", start_ms)
+            .load()
+        )
+    return (
+        comp.spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", per_batch)
+        .option("numPartitions", src.partitions)
+        .option("startTimestamp", start_ms)
+        .load()
+        .select(F.col("value").alias("seq"))
+    )
+
+
+def _event_time(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:
+    start_ms = comp.start_ms.get(node.name, src.start_ms or 0)
+    return F.lit(start_ms) + F.expr(f"seq * 1000 div {int(src.events_per_second)}")
+
+
+def _ingestion_ms(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:
+    """Open loop: the scheduled emission time; unbounded speed: the micro-batch start."""
+    if src.rate is not None:
+        return _event_time(comp, node, src)
+    return F.unix_millis(F.current_timestamp())
+
+
+def _pick(values: list[str], index: Any) -> Any:
+    return F.element_at(F.array(*[F.lit(v) for v in values]), (index + 1).cast("int"))
+
+
+def _hash(src: g.GeneratorSource) -> Any:
+    return F.xxhash64(F.col("seq"), F.lit(src.seed).cast("bigint"))
+
+
+@builds(g.YahooSource)
+def _yahoo(comp: Compilation, node: SourceNode, src: g.YahooSource) -> Any:
+    seq = _sequence(comp, node, src, "seq bigint")
+    h = _hash(src)
+    t = _event_time(comp, node, src)
+    if src.skew_ms:
+        t = t + F.pmod(F.shiftright(h, 48), F.lit(2 * src.skew_ms + 1)) - F.lit(src.skew_ms)
+    ids = src.ids
+    return seq.select(
+        _pick(ids["users"], F.pmod(F.shiftright(h, 20), F.lit(100))).alias("user_id"),
+        _pick(ids["pages"], F.pmod(F.shiftright(h, 30), F.lit(100))).alias("page_id"),
+        _pick(ids["ads"], F.pmod(h, F.lit(src.num_ads))).alias("ad_id"),
+        _pick(list(g.AD_TYPES), F.pmod(F.shiftright(h, 40), F.lit(5))).alias("ad_type"),
+        _pick(list(g.EVENT_TYPES), F.pmod(F.shiftright(h, 10), F.lit(3))).alias("event_type"),
+        t.cast("string").alias("event_time"),
+        F.lit("1.2.3.4").alias("ip_address"),
+    )
+
+
+@builds(g.GrepSource)
+def _grep(comp: Compilation, node: SourceNode, src: g.GrepSource) -> Any:
+    seq = _sequence(comp, node, src, "seq bigint")
+    p, s = src.partitions, src.sentences_per_partition
+    index = F.pmod(F.col("seq"), F.lit(p)) * s + F.pmod(F.expr(f"seq div {p}"), F.lit(s))
+    return seq.select(_pick(src.all_sentences(), index).alias("sentence"), _event_time(comp, node, src).alias("ts"))
+
+
+@builds(g.GroupingSource)
+def _grouping(comp: Compilation, node: SourceNode, src: g.GroupingSource) -> Any:
+    seq = _sequence(comp, node, src, "seq bigint")
+    sampled = F.pmod(F.col("seq"), F.lit(src.sample_every)) == 0
+    return seq.select(
+        F.col("seq").alias("seq_id"),
+        F.pmod(F.col("seq"), F.lit(src.hosts)).cast("int").alias("host_id"),
+        F.when(sampled, _ingestion_ms(comp, node, src)).otherwise(F.lit(0)).cast("bigint").alias("ts"),
+        F.lit(bytearray(b"ember-pay-12")).alias("payload"),
+    )
+
+
+@builds(g.StateMachineSource)
+def _statemachine(comp: Compilation, node: SourceNode, src: g.StateMachineSource) -> Any:
+    return _sequence(comp, node, src, src.schema_ddl)

@@ -1,0 +1,98 @@
+"""Native (JVM-only) transforms: select, SQL/Column filter, union, lookup join, key_by."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from ember.errors import PipelineError
+from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode, UnionNode
+from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.translators.python_ops import python_filter
+
+__all__ = ["column", "key_columns"]
+
+
+def column(expr: Any) -> Any:
+    """A Spark Column from a SQL string or a Column."""
+    return F.expr(expr) if isinstance(expr, str) else expr
+
+
+def key_columns(keys: tuple[Any, ...]) -> list[Any]:
+    return [F.col(k) if isinstance(k, str) else k for k in keys]
+
+
+@translates(SelectNode)
+def _select(comp: Compilation, node: SelectNode) -> Frame:
+    up = comp.frame(node.inputs[0])
+    return Frame(up.df.select(*[column(e) for e in node.exprs]), up.time, up.has_window)
+
+
+@translates(FilterNode)
+def _filter(comp: Compilation, node: FilterNode) -> Frame:
+    up = comp.frame(node.inputs[0])
+    if node.is_python:
+        return Frame(python_filter(up.df, node), up.time, up.has_window)
+    return Frame(up.df.filter(column(node.predicate)), up.time, up.has_window)
+
+
+@translates(UnionNode)
+def _union(comp: Compilation, node: UnionNode) -> Frame:
+    frames = [comp.frame(n) for n in node.inputs]
+    times = {f.time for f in frames}
+    if len(times) > 1:
+        described = "; ".join(f"{n.name}: {f.time.describe() if f.time else 'no watermark'}" for n, f in zip(node.inputs, frames))
+        raise PipelineError(f"union inputs must share one watermark strategy ({described})", node.name)
+    first = frames[0]
+    for other, parent in zip(frames[1:], node.inputs[1:]):
+        if sorted(first.df.columns) != sorted(other.df.columns):
+            raise PipelineError(
+                f"union inputs must have the same fields: {sorted(first.df.columns)} vs "
+                f"{sorted(other.df.columns)} (from '{parent.name}')",
+                node.name,
+            )
+    df = first.df
+    for other in frames[1:]:
+        df = df.unionByName(other.df)
+    return Frame(df, first.time, any(f.has_window for f in frames))
+
+
+@translates(LookupJoinNode)
+def _lookup_join(comp: Compilation, node: LookupJoinNode) -> Frame:
+    up = comp.frame(node.inputs[0])
+    table = _static_table(comp, node)
+    for key in node.on:
+        if key not in up.df.columns:
+            raise PipelineError(f"join field '{key}' is not in the stream (fields: {', '.join(up.df.columns)})", node.name)
+        if key not in table.columns:
+            raise PipelineError(f"join field '{key}' is not in the lookup table (fields: {', '.join(table.columns)})", node.name)
+    clash = (set(up.df.columns) & set(table.columns)) - set(node.on)
+    if clash:
+        raise PipelineError(f"stream and lookup table both have fields {sorted(clash)}; rename one side", node.name)
+    return Frame(up.df.join(F.broadcast(table), list(node.on), node.how), up.time, up.has_window)
+
+
+def _static_table(comp: Compilation, node: LookupJoinNode) -> Any:
+    table = node.table
+    if type(table).__name__ == "DataFrame" and hasattr(table, "sparkSession"):
+        return table
+    try:
+        import pandas as pd
+
+        if isinstance(table, pd.DataFrame):
+            return comp.spark.createDataFrame(table)
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        pass
+    if isinstance(table, list) and table and all(isinstance(r, dict) for r in table):
+        return comp.spark.createDataFrame(table)
+    raise PipelineError(
+        f"lookup table must be a pandas DataFrame, a Spark DataFrame or a non-empty list of dicts, got {type(table).__name__}",
+        node.name,
+    )
+
+
+@translates(KeyByNode)
+def _key_by(comp: Compilation, node: KeyByNode) -> Frame:
+    up = comp.frame(node.inputs[0])
+    return Frame(up.df.repartition(comp.parallelism, *key_columns(node.keys)), up.time, up.has_window)

@@ -1,0 +1,139 @@
+"""Window aggregates compiled to Spark's native ``window`` / ``session_window``.
+
+Event time: the stream's timestamp field becomes ``__ember_time``, the
+watermark (``withWatermark``) is set on it right before the aggregation, and
+results are emitted in append mode: once per window, when the watermark
+passes the window's end. Processing time (and ingestion time, which is the
+same instant in a micro-batch engine) is the micro-batch's timestamp.
+
+At the end of bounded input, an ``ember_end_of_input`` row moves the
+watermark to the end of time, so every open event-time window is emitted
+(Flink's final watermark). That row is dropped right after the watermark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ember.errors import PipelineError
+from ember.graph.nodes import KeyByNode, WindowAggregateNode
+from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.datasources import END_OF_TIME_MS
+from ember.runner.spark.translators.transforms import key_columns
+from ember.time.watermarks import TimeCharacteristic
+from ember.windowing.aggregates import Aggregate
+from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
+
+TIME = "__ember_time"
+
+
+@translates(WindowAggregateNode)
+def _window(comp: Compilation, node: WindowAggregateNode) -> Frame:
+    parent = node.inputs[0]
+    # A window groups by key itself: skip key_by's own repartition.
+    up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)
+    df, assigner = up.df, node.assigner
+    event_time = not assigner.processing_time and up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME
+    if not assigner.processing_time and up.time is None:
+        raise PipelineError(
+            "an event-time window needs the source's watermark strategy: pass "
+            "watermark=WatermarkStrategy.for_bounded_out_of_orderness(...) (or .ingestion_time()) "
+            "to from_source, or use a processing-time window",
+            node.name,
+        )
+    for key in node.keys:
+        if isinstance(key, str) and key not in df.columns:
+            raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(df.columns)})", node.name)
+    for out, agg in node.aggregates:
+        if agg.field is not None and agg.field not in df.columns:
+            raise PipelineError(
+                f"aggregate '{out}' reads field '{agg.field}', which is not in the stream (fields: {', '.join(df.columns)})",
+                node.name,
+            )
+    delay_ms = 0
+    if event_time:
+        field = up.time.timestamp_field
+        df = df.withColumn(TIME, _timestamp(df, field, node.name))
+        delay_ms = up.time.max_out_of_orderness_ms
+        if comp.bounded and comp.end_of_input_marker:
+            df = _with_end_of_input(comp, df)
+    else:
+        df = df.withColumn(TIME, F.current_timestamp())
+    df = df.withWatermark(TIME, f"{delay_ms} milliseconds")
+    if event_time and comp.bounded and comp.end_of_input_marker:
+        # Drop the end-of-input row after the watermark saw it. The predicate
+        # reads the event-time column, so Spark cannot push it below the watermark.
+        df = df.filter(F.col(TIME) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
+    win = _window_column(assigner)
+    grouped = df.groupBy(*key_columns(node.keys), win.alias("__ember_window"))
+    aggregated = grouped.agg(*[_aggregate(agg, out) for out, agg in node.aggregates])
+    key_names = [k if isinstance(k, str) else k for k in node.keys]
+    result = aggregated.select(
+        *[F.col(k) if isinstance(k, str) else k for k in key_names],
+        F.unix_millis(F.col("__ember_window.start")).alias("window_start"),
+        F.unix_millis(F.col("__ember_window.end")).alias("window_end"),
+        *[F.col(out) for out, _ in node.aggregates],
+    )
+    return Frame(result, None, True)
+
+
+def _timestamp(df: Any, field: str, step: str) -> Any:
+    if field not in df.columns:
+        raise PipelineError(
+            f"the event-time field '{field}' is not in the stream at this window (fields: {', '.join(df.columns)}); "
+            "keep it through select/map steps",
+            step,
+        )
+    dtype = df.schema[field].dataType
+    if isinstance(dtype, T.TimestampType | T.TimestampNTZType):
+        return F.col(field).cast("timestamp")
+    if isinstance(dtype, T.LongType | T.IntegerType):
+        return F.timestamp_millis(F.col(field).cast("bigint"))
+    if isinstance(dtype, T.StringType):
+        return F.timestamp_millis(F.col(field).cast("bigint"))
+    raise PipelineError(
+        f"the event-time field '{field}' has type {dtype.simpleString()}; it must be epoch milliseconds "
+        "(bigint/int, or digits in a string) or a timestamp",
+        step,
+    )
+
+
+def _with_end_of_input(comp: Compilation, df: Any) -> Any:
+    eos = (
+        comp.spark.readStream.format("ember_end_of_input")
+        .option("marker", comp.end_of_input_marker)
+        .load()
+    )
+    fields = [
+        (F.timestamp_millis(F.col("end_ms")) if f.name == TIME else F.lit(None).cast(f.dataType)).alias(f.name)
+        for f in df.schema.fields
+    ]
+    return df.unionByName(eos.select(*fields))
+
+
+def _window_column(assigner: Any) -> Any:
+    if isinstance(assigner, TumblingWindows):
+        return F.window(TIME, f"{assigner.size_ms} milliseconds", startTime=f"{assigner.offset_ms} milliseconds")
+    if isinstance(assigner, SlidingWindows):
+        return F.window(
+            TIME, f"{assigner.size_ms} milliseconds", f"{assigner.slide_ms} milliseconds", f"{assigner.offset_ms} milliseconds"
+        )
+    if isinstance(assigner, SessionWindows):
+        return F.session_window(TIME, f"{assigner.gap_ms} milliseconds")
+    raise PipelineError(f"the Spark runner has no native translation for {type(assigner).__name__}")
+
+
+def _aggregate(agg: Aggregate, out: str) -> Any:
+    field = F.col(agg.field) if agg.field else None
+    if agg.kind == "count":
+        expr = F.count(field) if field is not None else F.count(F.lit(1))
+    elif agg.kind == "first":
+        expr = F.min_by(field, F.col(TIME))
+    elif agg.kind == "last":
+        expr = F.max_by(field, F.col(TIME))
+    else:
+        expr = getattr(F, agg.kind)(field)
+    return expr.alias(out)
