@@ -51,6 +51,18 @@ class JobResult:
     progress: list[dict[str, Any]]
     stopped_because: str
     late_dropped: int = 0  # records Spark's windows dropped behind the watermark (reported, never silent)
+    start_ms: dict[str, int] = field(default_factory=dict)  # each source's event-time origin
+
+    @property
+    def final_watermark_ms(self) -> int | None:
+        """The last watermark Spark reported, as epoch ms (None without event time)."""
+        from datetime import datetime
+
+        for report in reversed(self.progress):
+            wm = report.get("eventTime", {}).get("watermark")
+            if wm:
+                return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
+        return None
 
     @property
     def events_per_second(self) -> float:

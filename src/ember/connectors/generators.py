@@ -193,11 +193,10 @@ class YahooSource(GeneratorSource):
             r = self.reference(a, min(end, a + chunk), start_ms)
             views = r["event_type"] == 0
             camp = r["ad"][views] // self.ads_per_campaign
-            win = (r["event_time"][views] // size_ms) * size_ms
-            key = camp * (1 << 40) + win  # window starts are < 2**40 ms (year 2004+ fits)
-            uniq, n = np.unique(key, return_counts=True)
+            win = r["event_time"][views] // size_ms  # window index, < 2**32 until year 2106 for 1 s windows
+            uniq, n = np.unique(camp * (1 << 32) + win, return_counts=True)
             for k, c in zip(uniq.tolist(), n.tolist()):
-                ck = (camps[k >> 40], k & ((1 << 40) - 1))
+                ck = (camps[k >> 32], (k & 0xFFFFFFFF) * size_ms)
                 counts[ck] = counts.get(ck, 0) + c
         return counts
 

@@ -56,6 +56,7 @@ class Compilation:
     checkpoint: str | None
     start_ms: dict[str, int] = field(default_factory=dict)
     end_of_input_marker: str | None = None
+    stop_marker: str | None = None
     frames: dict[int, Frame] = field(default_factory=dict)
 
     @property
@@ -111,13 +112,14 @@ def compile_graph(
     checkpoint: str | None,
     start_ms: dict[str, int] | None = None,
     end_of_input_marker: str | None = None,
+    stop_marker: str | None = None,
 ) -> CompiledJob:
     """Translate ``graph`` (validated) for ``spark``; nothing starts running."""
     from ember.runner.spark import translators  # noqa: F401 - fills TRANSLATORS
     from ember.runner.spark.datasources import register_sources
 
     register_sources(spark)
-    comp = Compilation(graph, spark, config, job_name, checkpoint, dict(start_ms or {}), end_of_input_marker)
+    comp = Compilation(graph, spark, config, job_name, checkpoint, dict(start_ms or {}), end_of_input_marker, stop_marker)
     sink = graph.sinks[0]
     frame = comp.frame(sink.inputs[0])
     return CompiledJob(sink, frame, comp)

@@ -30,44 +30,59 @@ _CHUNK = 1 << 16
 
 
 class _Range(InputPartition):
-    def __init__(self, partition: int, start: int, end: int) -> None:
-        self.partition, self.start, self.end = partition, start, end
+    def __init__(self, partition: int, start: int, end: int, origin_ms: int = 0) -> None:
+        self.partition, self.start, self.end, self.origin_ms = partition, start, end, origin_ms
+
+
+def _stopping(options: dict[str, str]) -> bool:
+    """The driver asked for a graceful stop: admit nothing new."""
+    marker = options.get("stop_marker")
+    return bool(marker) and os.path.exists(marker)
 
 
 # --------------------------------------------------------------------------- sequence
 class SequenceReader(DataSourceStreamReader):
+    """Offsets: ``{"n", "origin_ms", "source", "done"}``. ``origin_ms`` (event
+    time of sequence number 0) is fixed when the query first starts and then
+    travels in every offset, so Spark's offset log keeps it for replays."""
+
     def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
         self.spec = json.loads(options["spec"])
-        self.start_ms = int(options["start_ms"])
 
     def initialOffset(self) -> dict:
-        return {"n": 0, "done": False}
+        fixed = self.spec.get("start_ms")
+        origin = int(fixed) if fixed is not None else time.time_ns() // 1_000_000
+        return {"n": 0, "origin_ms": origin, "source": self.spec["node"], "done": False}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(int(self.spec["max_events_per_batch"]))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        n0 = int(start["n"])
+        n0, origin = int(start["n"]), int(start["origin_ms"])
+        if _stopping(self.options):
+            return start
         rate, max_events = self.spec.get("rate"), self.spec.get("max_events")
         due = max_events if max_events is not None else (1 << 62)
         if rate is not None:
-            elapsed_ms = time.time_ns() // 1_000_000 - self.start_ms
+            elapsed_ms = time.time_ns() // 1_000_000 - origin
             due = min(due, max(0, int(elapsed_ms * float(rate) // 1000)))
         if not isinstance(limit, ReadAllAvailable):
             due = min(due, n0 + int(limit.max_rows))
         n1 = max(n0, due)
-        return {"n": n1, "done": max_events is not None and n1 >= max_events}
+        done = max_events is not None and n1 >= max_events
+        return {"n": n1, "origin_ms": origin, "source": start["source"], "done": done}
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         n0, n1 = int(start["n"]), int(end["n"])
         if n1 <= n0:
             return []
-        return [_Range(p, n0, n1) for p in range(int(self.spec["partitions"]))]
+        return [_Range(p, n0, n1, int(start["origin_ms"])) for p in range(int(self.spec["partitions"]))]
 
     def read(self, part: _Range) -> Iterator[Any]:
         from ember.runner.spark.generator_batches import sequence_batches
 
-        yield from sequence_batches(self.spec, part.partition, part.start, part.end, _CHUNK)
+        yield from sequence_batches(self.spec, part.partition, part.start, part.end, part.origin_ms, _CHUNK)
 
     def commit(self, end: dict) -> None:
         pass
@@ -88,12 +103,15 @@ class SequenceSource(DataSource):
 # --------------------------------------------------------------------------- scripted
 class ScriptedReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
         self.batches = json.loads(options["batches"])
 
     def initialOffset(self) -> dict:
         return {"batch": 0, "done": len(self.batches) == 0}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if _stopping(self.options):
+            return start
         b = min(int(start["batch"]) + 1, len(self.batches))
         return {"batch": b, "done": b >= len(self.batches)}
 

@@ -68,9 +68,13 @@ def run_job(
     bounded_sources = [n for n in graph.sources if n.source.bounded]
     bounded = bool(bounded_sources) and len(bounded_sources) == len(graph.sources)
     marker = os.path.join(checkpoint, "ember", "end-of-input")
+    stop_marker = os.path.join(checkpoint, "ember", "stop")
+    if os.path.exists(stop_marker):
+        os.remove(stop_marker)  # left by a run that did not finish stopping
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         start_ms=meta["start_ms"], end_of_input_marker=marker if bounded else None,
+        stop_marker=stop_marker,
     )
     needs_flush = bounded and any(isinstance(n, WindowAggregateNode) for n in graph.nodes)
     writer = (
@@ -119,9 +123,11 @@ def run_job(
         reason = "interrupted"
     finally:
         try:
-            query.stop()
+            _stop_gracefully(query, stop_marker, follower, clock)
         finally:
             follower.poll(query)
+            if os.path.exists(stop_marker):
+                os.remove(stop_marker)
     exc = query.exception()
     if exc is not None:
         raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
@@ -135,7 +141,27 @@ def run_job(
         progress=follower.progress,
         stopped_because=reason,
         late_dropped=follower.late_dropped,
+        start_ms={**meta["start_ms"], **follower.origins},
     )
+
+
+def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock: Clock) -> None:
+    """Stop between micro-batches rather than interrupting one.
+
+    Ember's sources stop admitting input once the stop marker exists; the
+    runner then waits for the batch in flight (bounded by a few batch
+    durations) and stops the idle query. Interrupting a batch is safe for
+    exactly-once (it is replayed on restart) but makes Spark log errors.
+    """
+    if query.isActive and query.exception() is None:
+        open(stop_marker, "a").close()
+        last = follower.progress[-1]["durationMs"].get("triggerExecution", 1000) if follower.progress else 1000
+        deadline = clock.monotonic() + min(30.0, 2.0 + 3 * last / 1000)
+        idle_polls = 0
+        while clock.monotonic() < deadline and query.isActive and idle_polls < 3:
+            idle_polls = idle_polls + 1 if not query.status["isTriggerActive"] else 0
+            clock_sleep(0.01)
+    query.stop()
 
 
 def clock_sleep(seconds: float) -> None:
@@ -159,6 +185,7 @@ class _Follower:
         self.processing_ms = 0
         self.last_batch = -1
         self.eos_batch: int | None = None
+        self.origins: dict[str, int] = {}
         self.last_print = clock.monotonic()
         self.events_at_print = 0
 
@@ -182,8 +209,12 @@ class _Follower:
                     file=sys.stderr, flush=True,
                 )
             self.last_batch = max(self.last_batch, bid)
-            if self.eos_batch is None and any(_offset(s.get("endOffset")).get("ended") == 1 for s in report.get("sources", [])):
+            offsets = [_offset(s.get("endOffset")) for s in report.get("sources", [])]
+            if self.eos_batch is None and any(o.get("ended") == 1 for o in offsets):
                 self.eos_batch = bid
+            for o in offsets:
+                if "origin_ms" in o and "source" in o:
+                    self.origins[o["source"]] = int(o["origin_ms"])
             if self.callback:
                 self.callback(report)
         if self.verbose and self.clock.monotonic() - self.last_print >= PROGRESS_EVERY_S:

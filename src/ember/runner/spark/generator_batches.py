@@ -17,7 +17,7 @@ _KINDS: dict[str, type[g.GeneratorSource]] = {
 }
 
 
-def source_spec(source: g.GeneratorSource, max_events_per_batch: int, start_ms: int) -> dict[str, Any]:
+def source_spec(source: g.GeneratorSource, node: str, max_events_per_batch: int) -> dict[str, Any]:
     """The JSON-able description the Python reader rebuilds the source from."""
     fields = dataclasses.asdict(source)
     return {
@@ -27,7 +27,8 @@ def source_spec(source: g.GeneratorSource, max_events_per_batch: int, start_ms: 
         "max_events": source.max_events,
         "partitions": source.partitions,
         "max_events_per_batch": source.max_events_per_batch or max_events_per_batch,
-        "start_ms": start_ms,
+        "start_ms": source.start_ms,
+        "node": node,
     }
 
 
@@ -38,7 +39,10 @@ def partition_offsets(partition: int, partitions: int, n0: int, n1: int) -> tupl
     return a, b
 
 
-def sequence_batches(spec: dict[str, Any], partition: int, n0: int, n1: int, chunk: int) -> Iterator[pa.RecordBatch]:
+def sequence_batches(
+    spec: dict[str, Any], partition: int, n0: int, n1: int, origin_ms: int, chunk: int
+) -> Iterator[pa.RecordBatch]:
+    """Partition ``partition``'s records among sequence numbers ``[n0, n1)``."""
     parts = int(spec["partitions"])
     a, b = partition_offsets(partition, parts, n0, n1)
     if spec["kind"] == "StateMachineSource":
@@ -48,7 +52,7 @@ def sequence_batches(spec: dict[str, Any], partition: int, n0: int, n1: int, chu
             hi = min(b, lo + chunk)
             addr, types, _ = source.events(partition, lo, hi)
             seq = np.arange(lo, hi, dtype=np.int64) * parts + partition
-            ts = int(spec["start_ms"]) + (seq * 1000) // eps
+            ts = origin_ms + (seq * 1000) // eps
             yield pa.RecordBatch.from_arrays(
                 [pa.array(addr, pa.int32()), pa.array(types, pa.int8()), pa.array(ts, pa.int64())],
                 names=["address", "type", "ts"],
@@ -57,4 +61,5 @@ def sequence_batches(spec: dict[str, Any], partition: int, n0: int, n1: int, chu
     for lo in range(a, b, chunk):
         hi = min(b, lo + chunk)
         seq = np.arange(lo, hi, dtype=np.int64) * parts + partition
-        yield pa.RecordBatch.from_arrays([pa.array(seq)], names=["seq"])
+        origin = pa.array(np.full(hi - lo, origin_ms, dtype=np.int64))
+        yield pa.RecordBatch.from_arrays([pa.array(seq), origin], names=["seq", "origin_ms"])

@@ -80,35 +80,42 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
         comp.spark.readStream.format("ember_scripted")
         .option("schema", src.schema)
         .option("batches", json.dumps(batches))
+        .option("stop_marker", comp.stop_marker or "")
         .load()
     )
 
 
 # --------------------------------------------------------------------------- generators
 def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schema: str) -> Any:
-    start_ms = comp.start_ms.get(node.name, src.start_ms or 0)
+    """The sequence numbers (``seq``) and event-time origin (``origin_ms``) of a generator.
+
+    Rate-limited and bounded generators run on Ember's Python source, which
+    fixes the origin when the query first starts and logs it in its offsets.
+    Unbounded-speed ones run on Spark's native ``rate-micro-batch`` (faster),
+    with the origin Ember keeps in the checkpoint's metadata.
+    """
     per_batch = src.max_events_per_batch or comp.config.max_events_per_batch
     if src.needs_python_driver:
         return (
             comp.spark.readStream.format("ember_sequence")
             .option("schema", schema)
-            .option("spec", json.dumps(source_spec(src, per_batch, start_ms)))
-            .option("start_ms", start_ms)
+            .option("spec", json.dumps(source_spec(src, node.name, per_batch)))
+            .option("stop_marker", comp.stop_marker or "")
             .load()
         )
+    origin = comp.start_ms.get(node.name, src.start_ms or 0)
     return (
         comp.spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", per_batch)
         .option("numPartitions", src.partitions)
-        .option("startTimestamp", start_ms)
+        .option("startTimestamp", origin)
         .load()
-        .select(F.col("value").alias("seq"))
+        .select(F.col("value").alias("seq"), F.lit(origin).cast("bigint").alias("origin_ms"))
     )
 
 
 def _event_time(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:
-    start_ms = comp.start_ms.get(node.name, src.start_ms or 0)
-    return F.lit(start_ms) + F.expr(f"seq * 1000 div {int(src.events_per_second)}")
+    return F.col("origin_ms") + F.expr(f"seq * 1000 div {int(src.events_per_second)}")
 
 
 def _ingestion_ms(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:
@@ -128,7 +135,7 @@ def _hash(src: g.GeneratorSource) -> Any:
 
 @builds(g.YahooSource)
 def _yahoo(comp: Compilation, node: SourceNode, src: g.YahooSource) -> Any:
-    seq = _sequence(comp, node, src, "seq bigint")
+    seq = _sequence(comp, node, src, "seq bigint, origin_ms bigint")
     h = _hash(src)
     t = _event_time(comp, node, src)
     if src.skew_ms:
@@ -147,7 +154,7 @@ def _yahoo(comp: Compilation, node: SourceNode, src: g.YahooSource) -> Any:
 
 @builds(g.GrepSource)
 def _grep(comp: Compilation, node: SourceNode, src: g.GrepSource) -> Any:
-    seq = _sequence(comp, node, src, "seq bigint")
+    seq = _sequence(comp, node, src, "seq bigint, origin_ms bigint")
     p, s = src.partitions, src.sentences_per_partition
     index = F.pmod(F.col("seq"), F.lit(p)) * s + F.pmod(F.expr(f"seq div {p}"), F.lit(s))
     return seq.select(_pick(src.all_sentences(), index).alias("sentence"), _event_time(comp, node, src).alias("ts"))
@@ -155,7 +162,7 @@ def _grep(comp: Compilation, node: SourceNode, src: g.GrepSource) -> Any:
 
 @builds(g.GroupingSource)
 def _grouping(comp: Compilation, node: SourceNode, src: g.GroupingSource) -> Any:
-    seq = _sequence(comp, node, src, "seq bigint")
+    seq = _sequence(comp, node, src, "seq bigint, origin_ms bigint")
     sampled = F.pmod(F.col("seq"), F.lit(src.sample_every)) == 0
     return seq.select(
         F.col("seq").alias("seq_id"),

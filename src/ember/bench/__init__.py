@@ -1,0 +1,1 @@
+"""Benchmarks of the seed workloads (``ember bench``) and their verification."""
