@@ -24,6 +24,11 @@ def session_defaults(config: EnvironmentConfig) -> dict[str, str]:
         "spark.sql.execution.arrow.maxRecordsPerBatch": "65536",
         "spark.pyspark.python": sys.executable,
         "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        # Stopping a query during a Python foreachBatch makes Spark match a long
+        # Py4J message with a backtracking regex; a bigger stack lets it finish
+        # instead of killing the stream thread with StackOverflowError.
+        "spark.driver.extraJavaOptions": "-Xss64m",
     }
     conf.update(dict(config.spark_conf))
     return conf

@@ -1,0 +1,86 @@
+"""The same workloads hand-written in plain PySpark, for same-run overhead ratios.
+
+These pipelines use no Ember code on the data path: Spark's ``rate-micro-batch``
+source, the generator's fields as Spark SQL, and a ``foreachBatch`` sink doing
+the same counting as Ember's :class:`~ember.connectors.sinks.CountSink`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from typing import Any
+
+from pyspark.sql import functions as F
+
+__all__ = ["run_plain_query", "grep_baseline", "grouping_baseline"]
+
+
+def run_plain_query(writer: Any, duration_s: float) -> list[dict[str, Any]]:
+    """Start ``writer`` (a configured DataStreamWriter), run ``duration_s``, stop
+    between batches; return every batch's progress report."""
+    ckpt = tempfile.mkdtemp(prefix="ember-baseline-")
+    query = writer.option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start()
+    reports: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + duration_s
+    while time.monotonic() < deadline and query.isActive:
+        for p in query.recentProgress:
+            reports[int(p.batchId)] = json.loads(p.json)
+        time.sleep(0.05)
+    stop_by = time.monotonic() + 10
+    while time.monotonic() < stop_by and query.isActive and query.status["isTriggerActive"]:
+        time.sleep(0.005)
+    for p in query.recentProgress:
+        reports[int(p.batchId)] = json.loads(p.json)
+    query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"baseline query failed: {query.exception()}")
+    return [reports[k] for k in sorted(reports)]
+
+
+def _sequence(spark: Any, per_batch: int, partitions: int) -> Any:
+    return (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", per_batch)
+        .option("numPartitions", partitions)
+        .load()
+    )
+
+
+def grep_baseline(spark: Any, sentences: list[str], partitions: int, per_batch: int, pattern: str, duration_s: float) -> tuple[list[dict], int]:
+    """Plain PySpark grep: pick each record's sentence, ``rlike``, count matches."""
+    n = len(sentences) // partitions
+    v = F.col("value")
+    idx = F.pmod(v, F.lit(partitions)) * n + F.pmod(F.expr(f"value div {partitions}"), F.lit(n))
+    arr = F.array(*[F.lit(s) for s in sentences])
+    df = _sequence(spark, per_batch, partitions).select(
+        F.element_at(arr, (idx + 1).cast("int")).alias("sentence"), v.alias("ts")
+    ).filter(F.col("sentence").rlike(pattern))
+    matches = {}
+
+    def count(batch: Any, batch_id: int) -> None:
+        matches[batch_id] = batch.count()
+
+    reports = run_plain_query(df.writeStream.foreachBatch(count), duration_s)
+    return reports, sum(matches.values())
+
+
+def grouping_baseline(spark: Any, partitions: int, per_batch: int, hosts: int, sample_every: int, duration_s: float) -> tuple[list[dict], list[int]]:
+    """Plain PySpark grouping: records -> repartition by seq_id -> count, sampled latency."""
+    v = F.col("value")
+    df = _sequence(spark, per_batch, partitions).select(
+        v.alias("seq_id"),
+        F.pmod(v, F.lit(hosts)).cast("int").alias("host_id"),
+        F.when(F.pmod(v, F.lit(sample_every)) == 0, F.unix_millis(F.current_timestamp())).otherwise(0).alias("ts"),
+        F.lit(bytearray(b"ember-pay-12")).alias("payload"),
+    ).repartition(spark.sparkContext.defaultParallelism, "seq_id")
+    latencies: dict[int, list[int]] = {}
+
+    def count(batch: Any, batch_id: int) -> None:
+        row = batch.agg(F.count(F.lit(1)).alias("n"), F.collect_list(F.when(F.col("ts") > 0, F.col("ts"))).alias("s")).collect()[0]
+        now = time.time_ns() // 1_000_000
+        latencies[batch_id] = [now - int(t) for t in row["s"]]
+
+    reports = run_plain_query(df.writeStream.foreachBatch(count), duration_s)
+    return reports, [x for k in sorted(latencies) for x in latencies[k]]

@@ -1,0 +1,148 @@
+"""``ember bench``: run a workload with Ember, then the plain-PySpark baseline, alternately.
+
+Throughput of a run is its input events divided by the processing time of its
+micro-batches (Spark's ``triggerExecution``), after ``WARMUP_BATCHES``; with a
+target rate it is input events per wall-clock second. Rounds alternate Ember
+and baseline in one process and one SparkSession; medians are reported, and
+the ratio is median(Ember) / median(baseline).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ember.bench.stats import median, percentiles
+
+__all__ = ["BenchConfig", "RunOutcome", "WORKLOADS", "run_benchmark", "throughput"]
+
+WARMUP_BATCHES = 2
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    duration_s: float = 20.0
+    rate: float | None = None
+    rounds: int = 1
+    max_events_per_batch: int = 2_000_000
+    master: str = "local[*]"
+    baseline: bool = True
+    verbose: bool = True
+    warmup_s: float = 8.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunOutcome:
+    events: int
+    processing_seconds: float
+    events_per_second: float
+    verified: bool | None = None
+    latencies_ms: list[int] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def throughput(reports: list[dict[str, Any]], rate: float | None = None, wall_s: float | None = None) -> tuple[int, float, float]:
+    """``(events, processing seconds, events/s)`` of a run's progress reports."""
+    steady = reports[WARMUP_BATCHES:] if len(reports) > WARMUP_BATCHES + 2 else reports
+    events = sum(int(r.get("numInputRows") or 0) for r in steady)
+    seconds = sum(int(r.get("durationMs", {}).get("triggerExecution", 0)) for r in steady) / 1000
+    if rate is not None and wall_s:
+        total = sum(int(r.get("numInputRows") or 0) for r in reports)
+        return total, seconds, total / wall_s
+    return events, seconds, events / seconds if seconds > 0 else 0.0
+
+
+Workload = tuple[Callable[[Any, BenchConfig, str], RunOutcome], Callable[[Any, BenchConfig], RunOutcome] | None]
+WORKLOADS: dict[str, Workload] = {}
+
+
+def workload(name: str, baseline: Callable[[Any, BenchConfig], RunOutcome] | None = None) -> Callable:
+    def register(fn: Callable[[Any, BenchConfig, str], RunOutcome]) -> Callable:
+        WORKLOADS[name] = (fn, baseline)
+        return fn
+
+    return register
+
+
+def _log(cfg: BenchConfig, msg: str) -> None:
+    if cfg.verbose:
+        print(f"[ember bench] {msg}", file=sys.stderr, flush=True)
+
+
+def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, Any]:
+    """Run workload ``name`` and return the JSON-able report."""
+    from ember import bench  # noqa: F401
+    from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
+    from ember.api.environment import StreamEnvironment
+
+    if name not in WORKLOADS:
+        raise SystemExit(f"unknown workload {name!r}; available: {', '.join(sorted(WORKLOADS))}")
+    run, base = WORKLOADS[name]
+    env = StreamEnvironment(master=cfg.master)
+    spark = env.spark
+    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    ember_runs: list[RunOutcome] = []
+    base_runs: list[RunOutcome] = []
+    if cfg.warmup_s > 0:
+        # The JVM's JIT warms up on whichever pipeline runs first; give it a
+        # discarded run of each so neither side pays for it in the figures.
+        _log(cfg, f"warm-up: {cfg.warmup_s:g} s each, not recorded")
+        warm = BenchConfig(**{**cfg.__dict__, "duration_s": cfg.warmup_s, "verbose": False})
+        ckpt = tempfile.mkdtemp(prefix=f"ember-bench-{name}-")
+        try:
+            run(spark, warm, ckpt)
+        finally:
+            shutil.rmtree(ckpt, ignore_errors=True)
+        if base is not None and cfg.baseline:
+            base(spark, warm)
+    for i in range(cfg.rounds):
+        ckpt = tempfile.mkdtemp(prefix=f"ember-bench-{name}-")
+        try:
+            _log(cfg, f"round {i + 1}/{cfg.rounds}: Ember {name} for {cfg.duration_s:g} s")
+            out = run(spark, cfg, ckpt)
+            _log(cfg, f"  Ember: {out.events_per_second:,.0f} events/s, verified={out.verified}")
+            ember_runs.append(out)
+        finally:
+            shutil.rmtree(ckpt, ignore_errors=True)
+        if base is not None and cfg.baseline:
+            _log(cfg, f"round {i + 1}/{cfg.rounds}: plain PySpark {name} for {cfg.duration_s:g} s")
+            b = base(spark, cfg)
+            _log(cfg, f"  PySpark: {b.events_per_second:,.0f} events/s")
+            base_runs.append(b)
+    eps = median(r.events_per_second for r in ember_runs)
+    report: dict[str, Any] = {
+        "workload": name,
+        "events": sum(r.events for r in ember_runs),
+        "seconds": round(sum(r.processing_seconds for r in ember_runs), 3),
+        "events_per_second": round(eps),
+        "cores": spark.sparkContext.defaultParallelism,
+        "rate": cfg.rate,
+        "max_events_per_batch": cfg.max_events_per_batch,
+        "rounds": cfg.rounds,
+        "round_events_per_second": [round(r.events_per_second) for r in ember_runs],
+        "verified": all(r.verified for r in ember_runs) if all(r.verified is not None for r in ember_runs) else None,
+    }
+    lat = percentiles(x for r in ember_runs for x in r.latencies_ms)
+    if lat is not None:
+        report["latency_ms"] = lat
+    if base_runs:
+        beps = median(r.events_per_second for r in base_runs)
+        report["baseline_events_per_second"] = round(beps)
+        report["baseline_round_events_per_second"] = [round(r.events_per_second) for r in base_runs]
+        report["ratio_to_baseline"] = round(eps / beps, 3) if beps else None
+        blat = percentiles(x for r in base_runs for x in r.latencies_ms)
+        if blat is not None:
+            report["baseline_latency_ms"] = blat
+    for r in ember_runs[:1]:
+        report.update(r.detail)
+    report["command"] = command
+    report["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    report["machine"] = f"{platform.node()} {os.cpu_count()} cpus {platform.machine()} Python {platform.python_version()}"
+    return report

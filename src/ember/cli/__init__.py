@@ -1,0 +1,1 @@
+"""The ``ember`` command line."""
