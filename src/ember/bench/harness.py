@@ -4,7 +4,8 @@ Throughput of a run is its input events divided by the processing time of its
 micro-batches (Spark's ``triggerExecution``), after ``WARMUP_BATCHES``; with a
 target rate it is input events per wall-clock second. Rounds alternate Ember
 and baseline in one process and one SparkSession; medians are reported, and
-the ratio is median(Ember) / median(baseline).
+the ratio is median(Ember) / median(baseline). Rounds alternate which side
+goes first, so a drift during the run favours neither.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
             shutil.rmtree(ckpt, ignore_errors=True)
         if base is not None and cfg.baseline:
             base(spark, warm)
-    for i in range(cfg.rounds):
+    def ember_round(i: int) -> None:
         ckpt = tempfile.mkdtemp(prefix=f"ember-bench-{name}-")
         try:
             _log(cfg, f"round {i + 1}/{cfg.rounds}: Ember {name} for {cfg.duration_s:g} s")
@@ -111,11 +112,20 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
             ember_runs.append(out)
         finally:
             shutil.rmtree(ckpt, ignore_errors=True)
-        if base is not None and cfg.baseline:
-            _log(cfg, f"round {i + 1}/{cfg.rounds}: plain PySpark {name} for {cfg.duration_s:g} s")
-            b = base(spark, cfg)
-            _log(cfg, f"  PySpark: {b.events_per_second:,.0f} events/s")
-            base_runs.append(b)
+
+    def baseline_round(i: int) -> None:
+        _log(cfg, f"round {i + 1}/{cfg.rounds}: plain PySpark {name} for {cfg.duration_s:g} s")
+        b = base(spark, cfg)
+        _log(cfg, f"  PySpark: {b.events_per_second:,.0f} events/s")
+        base_runs.append(b)
+
+    for i in range(cfg.rounds):
+        # A-B, B-A, A-B...: a drift over the run (JIT, page cache) favours neither side.
+        order = [ember_round, baseline_round] if i % 2 == 0 else [baseline_round, ember_round]
+        for step in order:
+            if step is baseline_round and (base is None or not cfg.baseline):
+                continue
+            step(i)
     eps = median(r.events_per_second for r in ember_runs)
     report: dict[str, Any] = {
         "workload": name,

@@ -24,7 +24,7 @@ from ember.time.clock import Clock
 
 __all__ = ["run_job", "load_or_create_metadata"]
 
-POLL_S = 0.05
+POLL_S = 0.1
 PROGRESS_EVERY_S = 5.0
 
 
@@ -92,7 +92,7 @@ def run_job(
     idle_since = clock.monotonic()
     try:
         while True:
-            if query.exception() is not None or not query.isActive:
+            if not query.isActive:
                 break
             if follower.poll(query):
                 idle_since = clock.monotonic()
@@ -190,36 +190,47 @@ class _Follower:
         self.events_at_print = 0
 
     def poll(self, query: Any) -> bool:
-        new = False
-        for p in query.recentProgress:
-            report = json.loads(p.json) if hasattr(p, "json") else dict(p)
-            bid = int(report["batchId"])
-            if bid in self.seen:
-                continue
-            self.seen.add(bid)
-            new = True
-            self.progress.append(report)
-            self.events += int(report.get("numInputRows") or 0)
-            self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
-            dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
-            if dropped:
-                self.late_dropped += dropped
-                print(
-                    f"[ember] {self.name}: batch {bid} dropped {dropped} late record(s) behind the watermark",
-                    file=sys.stderr, flush=True,
-                )
-            self.last_batch = max(self.last_batch, bid)
-            offsets = [_offset(s.get("endOffset")) for s in report.get("sources", [])]
-            if self.eos_batch is None and any(o.get("ended") == 1 for o in offsets):
-                self.eos_batch = bid
-            for o in offsets:
-                if "origin_ms" in o and "source" in o:
-                    self.origins[o["source"]] = int(o["origin_ms"])
-            if self.callback:
-                self.callback(report)
+        """Record new progress reports; cheap when nothing changed (one JVM call)."""
+        last = query._jsq.lastProgress()  # the JVM object: reading batchId parses nothing
+        bid = None if last is None else int(last.batchId())
+        if bid is None or bid in self.seen:
+            new = False
+        elif self.last_batch < 0 or bid == self.last_batch + 1:
+            new = self._record(json.loads(last.json()))
+        else:  # batches went by between polls: take them from the recent history
+            new = False
+            for p in sorted(query.recentProgress, key=lambda r: int(r.batchId)):
+                if int(p.batchId) not in self.seen:
+                    new = self._record(json.loads(p.json)) or new
         if self.verbose and self.clock.monotonic() - self.last_print >= PROGRESS_EVERY_S:
             self._print()
         return new
+
+    def _record(self, report: dict[str, Any]) -> bool:
+        bid = int(report["batchId"])
+        if bid in self.seen:
+            return False
+        self.seen.add(bid)
+        self.progress.append(report)
+        self.events += int(report.get("numInputRows") or 0)
+        self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
+        self.last_batch = max(self.last_batch, bid)
+        dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
+        if dropped:
+            self.late_dropped += dropped
+            print(
+                f"[ember] {self.name}: batch {bid} dropped {dropped} late record(s) behind the watermark",
+                file=sys.stderr, flush=True,
+            )
+        offsets = [_offset(s.get("endOffset")) for s in report.get("sources", [])]
+        if self.eos_batch is None and any(o.get("ended") == 1 for o in offsets):
+            self.eos_batch = bid
+        for o in offsets:
+            if "origin_ms" in o and "source" in o:
+                self.origins[o["source"]] = int(o["origin_ms"])
+        if self.callback:
+            self.callback(report)
+        return True
 
     def _print(self) -> None:
         now = self.clock.monotonic()
