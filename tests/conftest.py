@@ -1,0 +1,29 @@
+"""Shared test fixtures: one SparkSession for every integration test."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ["PYSPARK_PYTHON"] = sys.executable
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one local SparkSession of the test run (local[2], Ember's defaults)."""
+    from ember import StreamEnvironment
+
+    env = StreamEnvironment(master="local[2]", parallelism=2)
+    session = env.spark
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def env(spark, tmp_path):
+    """A fresh environment on the shared session, with its own checkpoint root."""
+    from ember import StreamEnvironment
+
+    return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "ckpt", parallelism=2, spark=spark)

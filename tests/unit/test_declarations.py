@@ -1,0 +1,75 @@
+"""Declarations validate when defined, with messages that name the bad value."""
+
+from datetime import timedelta
+
+import pytest
+
+from ember import (
+    Agg,
+    ConfigError,
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WatermarkStrategy,
+)
+from ember.time import TimeCharacteristic, ManualClock, to_ms
+from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
+
+
+def test_to_ms_accepts_timedelta_and_int():
+    assert to_ms(timedelta(seconds=10), "size") == 10_000
+    assert to_ms(250, "size") == 250
+    assert to_ms(0, "delay", allow_zero=True) == 0
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "10s", None, True, timedelta(microseconds=500)])
+def test_to_ms_rejects_bad_values(bad):
+    with pytest.raises(ConfigError, match="size"):
+        to_ms(bad, "size")
+
+
+def test_tumbling_and_sliding_windows():
+    w = TumblingEventTimeWindows.of(timedelta(seconds=10))
+    assert isinstance(w, TumblingWindows) and w.size_ms == 10_000 and not w.processing_time
+    s = SlidingEventTimeWindows.of(timedelta(seconds=10), timedelta(seconds=5))
+    assert isinstance(s, SlidingWindows) and (s.size_ms, s.slide_ms) == (10_000, 5_000)
+    assert TumblingProcessingTimeWindows.of(1000).processing_time
+    g = EventTimeSessionWindows.with_gap(timedelta(minutes=1))
+    assert isinstance(g, SessionWindows) and g.gap_ms == 60_000
+
+
+def test_window_validation_messages():
+    with pytest.raises(ConfigError, match=r"slide \(20000 ms\) must not exceed the window size \(10000 ms\)"):
+        SlidingEventTimeWindows.of(10_000, 20_000)
+    with pytest.raises(ConfigError, match="offset"):
+        TumblingEventTimeWindows.of(1000, offset=1000)
+    with pytest.raises(ConfigError, match="session gap"):
+        EventTimeSessionWindows.with_gap(0)
+
+
+def test_aggregates():
+    assert Agg.count().default_name() == "count"
+    assert Agg.sum("price").describe() == "sum(price)"
+    with pytest.raises(ConfigError, match="needs a field"):
+        Agg.sum("")
+    with pytest.raises(ConfigError, match="unknown aggregate"):
+        from ember.windowing.aggregates import Aggregate
+
+        Aggregate("median", "x")
+
+
+def test_watermark_strategies():
+    w = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=2), "ts")
+    assert (w.characteristic, w.timestamp_field, w.max_out_of_orderness_ms) == (TimeCharacteristic.EVENT_TIME, "ts", 2000)
+    assert WatermarkStrategy.for_monotonous_timestamps("ts").max_out_of_orderness_ms == 0
+    assert WatermarkStrategy.ingestion_time().characteristic is TimeCharacteristic.INGESTION_TIME
+    assert WatermarkStrategy.processing_time().characteristic is TimeCharacteristic.PROCESSING_TIME
+    with pytest.raises(ConfigError, match="timestamp_field"):
+        WatermarkStrategy.for_bounded_out_of_orderness(1000, "")
+
+
+def test_manual_clock():
+    c = ManualClock(1000)
+    c.advance(500)
+    assert c.now_ms() == 1500

@@ -1,0 +1,124 @@
+"""The pipeline graph: building, validation and explain, without Spark."""
+
+import os
+import sys
+
+import pytest
+
+from ember import (
+    Agg,
+    CollectSink,
+    ConfigError,
+    PipelineError,
+    ScriptedSource,
+    StreamEnvironment,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+    YahooSource,
+)
+
+
+@pytest.fixture
+def env(tmp_path):
+    return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path)
+
+
+def _events(env):
+    return env.from_source(
+        ScriptedSource([[(1, "a")]], "ts bigint, k string"),
+        WatermarkStrategy.for_bounded_out_of_orderness(0, "ts"),
+        name="events",
+    )
+
+
+def test_environment_sets_pyspark_python(env):
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"master": "locale[2]"}, "master must be"),
+        ({"parallelism": 0}, "parallelism must be a positive int, got 0"),
+        ({"max_events_per_batch": -1}, "max_events_per_batch must be a positive int, got -1"),
+        ({"state_backend": "memory"}, "state_backend must be one of rocksdb, hdfs, got 'memory'"),
+        ({"trigger_interval": -10}, "trigger_interval must be >= 0"),
+    ],
+)
+def test_invalid_configuration_fails_before_start(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        StreamEnvironment(**kwargs)
+
+
+def test_explain_shows_every_step(env):
+    sink = CollectSink()
+    (
+        _events(env)
+        .filter("k = 'a'", name="only-a")
+        .key_by("k")
+        .window(TumblingEventTimeWindows.of(1000))
+        .aggregate(n=Agg.count(), name="per-second")
+        .sink_to(sink, name="out")
+    )
+    text = env.graph().explain()
+    lines = text.splitlines()
+    assert lines[0] == "out: sink collect (driver memory)"
+    assert "per-second: window tumbling 1000 ms (event time) by k: n=count(*) (native)" in text
+    assert "only-a: filter k = 'a' (native SQL)" in text
+    assert "events: source scripted 1 batches, 1 rows; event time from 'ts', out-of-orderness 0 ms" in text
+
+
+def test_graph_needs_exactly_one_sink(env):
+    _events(env)
+    with pytest.raises(PipelineError, match="no sink"):
+        env.graph()
+    s = _events(StreamEnvironment(master="local[2]"))
+    s.sink_to(CollectSink())
+    s.sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="2 sinks"):
+        s._env.graph()
+
+
+def test_step_names_are_unique(env):
+    _events(env)
+    with pytest.raises(PipelineError, match="two steps are named 'events'"):
+        _events(env)
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda s: s.map("not callable"), "step 'map': map takes a Python callable"),
+        (lambda s: s.filter(42), "step 'filter': filter takes a SQL string"),
+        (lambda s: s.select(), "select needs at least one expression"),
+        (lambda s: s.key_by(lambda r: r["k"]), "key_by takes field names or Spark Columns"),
+        (lambda s: s.map_batches(lambda b: b, batch_format="polars"), "batch_format must be one of arrow, pandas, got 'polars'"),
+        (lambda s: s.join_lookup([{"k": "a"}], on="k", how="outer"), "how must be one of inner, left"),
+        (lambda s: s.key_by("k").window("10s"), "window takes a window assigner"),
+        (lambda s: s.key_by("k").window(TumblingEventTimeWindows.of(10)).aggregate(), "at least one named aggregate"),
+        (lambda s: s.sink_to("console"), "sink_to takes an Ember sink"),
+        (lambda s: s.union(), "union needs at least one other stream"),
+    ],
+)
+def test_invalid_steps_name_the_step_and_value(env, build, message):
+    with pytest.raises(PipelineError, match=message):
+        build(_events(env))
+
+
+def test_window_after_window_is_refused(env):
+    w = TumblingEventTimeWindows.of(1000)
+    (
+        _events(env).key_by("k").window(w).count()
+        .key_by("k").window(w).count(name="second").sink_to(CollectSink())
+    )
+    with pytest.raises(PipelineError, match="window after window"):
+        env.graph()
+
+
+def test_source_validation():
+    with pytest.raises(ConfigError, match="rate must be a positive number"):
+        YahooSource(rate=-1)
+    with pytest.raises(ConfigError, match="partitions must be a positive int, got 0"):
+        YahooSource(partitions=0)
+    with pytest.raises(PipelineError, match="from_source takes an Ember source"):
+        StreamEnvironment().from_source("kafka://x")
