@@ -40,6 +40,27 @@ def _stopping(options: dict[str, str]) -> bool:
     return bool(marker) and os.path.exists(marker)
 
 
+def _fixed_origin(path: str) -> int:
+    """The epoch ms stored at ``path``; the first caller stores 'now' (atomically)."""
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(time.time_ns() // 1_000_000))
+    try:
+        os.link(tmp, path)  # fails if another caller stored it first
+    except FileExistsError:
+        pass
+    finally:
+        os.remove(tmp)
+    with open(path) as f:
+        return int(f.read())
+
+
 # --------------------------------------------------------------------------- sequence
 class SequenceReader(DataSourceStreamReader):
     """Offsets: ``{"n", "origin_ms", "source", "done"}``. ``origin_ms`` (event
@@ -51,8 +72,10 @@ class SequenceReader(DataSourceStreamReader):
         self.spec = json.loads(options["spec"])
 
     def initialOffset(self) -> dict:
+        # Spark may call this more than once (batch 0's start is not in its
+        # offset log), so the origin is fixed once, in the checkpoint.
         fixed = self.spec.get("start_ms")
-        origin = int(fixed) if fixed is not None else time.time_ns() // 1_000_000
+        origin = int(fixed) if fixed is not None else _fixed_origin(self.options["origin_file"])
         return {"n": 0, "origin_ms": origin, "source": self.spec["node"], "done": False}
 
     def getDefaultReadLimit(self) -> ReadLimit:

@@ -212,7 +212,12 @@ class _Follower:
             return False
         self.seen.add(bid)
         self.progress.append(report)
-        self.events += int(report.get("numInputRows") or 0)
+        sources = report.get("sources", [])
+        offsets = [_offset(s.get("endOffset")) for s in sources]
+        # The end-of-input row is Ember's, not the user's: it does not count as an event.
+        internal = sum(int(s.get("numInputRows") or 0) for s, o in zip(sources, offsets) if "ended" in o)
+        report["numInputRows"] = int(report.get("numInputRows") or 0) - internal
+        self.events += report["numInputRows"]
         self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
         self.last_batch = max(self.last_batch, bid)
         dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
@@ -222,7 +227,6 @@ class _Follower:
                 f"[ember] {self.name}: batch {bid} dropped {dropped} late record(s) behind the watermark",
                 file=sys.stderr, flush=True,
             )
-        offsets = [_offset(s.get("endOffset")) for s in report.get("sources", [])]
         if self.eos_batch is None and any(o.get("ended") == 1 for o in offsets):
             self.eos_batch = bid
         for o in offsets:

@@ -40,7 +40,15 @@ def _now_ms() -> int:
 
 @writes(ConsoleSink)
 def _console(sink: ConsoleSink, w: Any) -> Any:
-    return w.format("console").option("numRows", sink.num_rows).option("truncate", str(sink.truncate).lower())
+    # Printed from Python (not Spark's JVM console sink) so output goes where
+    # the user's Python output goes, notebooks and captured stdout included.
+    def show(batch: Any, batch_id: int) -> None:
+        rows = batch.count()
+        print(f"-------------------------------------------\nBatch: {batch_id} ({rows} rows)\n-------------------------------------------", flush=True)
+        if rows:
+            batch.show(sink.num_rows, truncate=sink.truncate)
+
+    return w.foreachBatch(show)
 
 
 @writes(NoopSink)

@@ -101,6 +101,7 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
             .option("schema", schema)
             .option("spec", json.dumps(source_spec(src, node.name, per_batch)))
             .option("stop_marker", comp.stop_marker or "")
+            .option("origin_file", _origin_file(comp, node))
             .load()
         )
     origin = comp.start_ms.get(node.name, src.start_ms or 0)
@@ -112,6 +113,14 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
         .load()
         .select(F.col("value").alias("seq"), F.lit(origin).cast("bigint").alias("origin_ms"))
     )
+
+
+def _origin_file(comp: Compilation, node: SourceNode) -> str:
+    import os
+    import tempfile
+
+    root = comp.checkpoint or tempfile.mkdtemp(prefix="ember-explain-")
+    return os.path.join(root, "ember", f"origin-{node.name}")
 
 
 def _event_time(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:
