@@ -1,0 +1,61 @@
+"""The command line, the demo job and a tiny smoke of every benchmark."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from ember.bench.harness import BenchConfig, run_benchmark
+from ember.cli.main import main
+
+pytestmark = pytest.mark.spark
+
+HERE = os.path.dirname(__file__)
+JOB = os.path.join(HERE, "jobs", "bounded_job.py")
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def test_ember_run_executes_a_job_module(spark, tmp_path, capsys):
+    code = main(["run", f"{JOB}:build", "--checkpoint-dir", str(tmp_path), "--name", "cli-job", "--master", "local[2]"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "job 'cli-job': 3 events" in out and "sources ended, windows flushed" in out
+    assert os.path.isdir(tmp_path / "cli-job" / "offsets")
+
+
+def test_ember_explain_graph_only(capsys):
+    assert main(["explain", JOB, "--graph-only"]) == 0
+    out = capsys.readouterr().out
+    assert "window tumbling 2000 ms (event time) by k: clicks=count(*)" in out
+    assert "clicks: source scripted 2 batches, 3 rows" in out
+
+
+def test_cli_errors_are_clear(capsys):
+    assert main(["run", "no/such/job.py"]) == 2
+    assert "ember: error: job file 'no/such/job.py' does not exist" in capsys.readouterr().err
+    assert main(["explain", f"{JOB}:nothing", "--graph-only"]) == 2
+    assert "has no function 'nothing'" in capsys.readouterr().err
+
+
+def test_demo_counts_are_exact(spark, capsys):
+    spec = importlib.util.spec_from_file_location("yahoo_demo", os.path.join(ROOT, "examples", "yahoo_campaigns.py"))
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    assert demo.main(["--seconds", "22", "--rate", "50000", "--master", "local[2]"]) == 0
+    out = capsys.readouterr().out
+    assert "RESULT                EXACT" in out
+    assert "window latency" in out and "events processed" in out
+
+
+@pytest.mark.parametrize("workload", ["grep", "grouping"])
+def test_benchmark_smoke(spark, workload):
+    cfg = BenchConfig(duration_s=4, rounds=1, warmup_s=0, max_events_per_batch=200_000, master="local[2]", verbose=False)
+    report = run_benchmark(workload, cfg, command=f"test {workload}")
+    for key in ("workload", "events", "seconds", "events_per_second", "cores", "verified",
+                "baseline_events_per_second", "ratio_to_baseline"):
+        assert key in report, key
+    assert report["verified"] is True and report["events"] > 0 and report["cores"] == 2
+    if workload == "grouping":
+        assert set(report["latency_ms"]) == {"p50", "p90", "p95", "p99"}
+    json.dumps(report)  # the --json output is serialisable
