@@ -26,8 +26,8 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''
 
 bench: $(STAMP)
-	$(VENV)/bin/ember bench grep --duration 30 --rounds 3
-	$(VENV)/bin/ember bench grouping --duration 30 --rounds 3
+	$(VENV)/bin/ember bench grep --duration 10 --rounds 6
+	$(VENV)/bin/ember bench grouping --duration 20 --rounds 3
 
 clean:
 	rm -rf $(VENV) ember-checkpoints .pytest_cache

@@ -142,3 +142,19 @@ def test_progress_callback_receives_every_batch(env):
     assert [r["batchId"] for r in reports] == list(range(result.batches))
     assert sum(r["numInputRows"] for r in reports) == 3 == result.events
     assert os.path.isdir(result.checkpoint_dir)
+
+
+def test_state_backend_and_parallelism_reach_the_checkpoint(spark, tmp_path):
+    """RocksDB with changelog checkpointing by default; parallelism = state partitions."""
+    for parallelism, backend, provider in [(3, "rocksdb", "RocksDBStateStoreProvider"), (2, "hdfs", "HDFSBackedStateStoreProvider")]:
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / backend, spark=spark, parallelism=parallelism, state_backend=backend)
+        src = env.from_source(ScriptedSource([[(1, "a")]], "ts bigint, k string"), WatermarkStrategy.for_monotonous_timestamps("ts"))
+        src.key_by("k").window(TumblingEventTimeWindows.of(10)).count().sink_to(CollectSink())
+        result = env.execute("state", progress=False)
+        with open(os.path.join(result.checkpoint_dir, "offsets", "0")) as f:
+            conf = json.loads(f.read().splitlines()[1])["conf"]
+        assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(provider)
+        assert conf["spark.sql.shuffle.partitions"] == str(parallelism)
+        state_parts = os.listdir(os.path.join(result.checkpoint_dir, "state", "0"))
+        assert len([p for p in state_parts if p.isdigit()]) == parallelism
+    assert spark.conf.get("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled") == "true"

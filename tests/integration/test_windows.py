@@ -115,6 +115,16 @@ def test_event_time_session_windows(env):
     assert got == sorted(expected)
 
 
+def test_window_keyed_by_a_column_expression(env):
+    from pyspark.sql import functions as F
+
+    sink, _ = _run(env, lambda s: s.key_by(F.upper("k")).window(TumblingEventTimeWindows.of(20_000)).count())
+    expected = defaultdict(int)
+    for ts, k, _ in _on_time():
+        expected[(k.upper(), ts // 20_000 * 20_000)] += 1
+    assert {(r["upper(k)"], r["window_start"]): r["count"] for r in sink.rows()} == dict(expected)
+
+
 def test_global_window_all(env):
     sink, _ = _run(env, lambda s: s.window_all(TumblingEventTimeWindows.of(20_000)).count())
     expected = defaultdict(int)

@@ -7,9 +7,7 @@ from datetime import timedelta
 
 from ember.errors import ConfigError
 
-__all__ = ["to_ms", "Duration"]
-
-Duration = "timedelta | int"
+__all__ = ["to_ms"]
 
 
 def to_ms(value: timedelta | int, what: str, *, allow_zero: bool = False) -> int:

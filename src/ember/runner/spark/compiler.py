@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ember.api.environment import EnvironmentConfig
 from ember.errors import EmberError, PipelineError
 from ember.graph.graph import Graph
-from ember.graph.nodes import Node, SinkNode, SourceNode
+from ember.graph.nodes import Node, SinkNode
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "compile_graph"]
@@ -26,7 +26,6 @@ class Frame:
 
     df: Any
     time: WatermarkStrategy | None = None
-    has_window: bool = False
 
 
 Translator = Callable[["Compilation", Node], Frame]
@@ -130,6 +129,3 @@ def _spark_message(exc: Exception) -> str:
     first = text.splitlines()[0] if text else type(exc).__name__
     return first[:800]
 
-
-def source_names(graph: Graph) -> list[str]:
-    return [n.name for n in graph.nodes if isinstance(n, SourceNode)]

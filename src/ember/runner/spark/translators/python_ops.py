@@ -90,7 +90,7 @@ def _map(comp: Compilation, node: MapNode) -> Frame:
                 rows.append(_to_row(value, names, step, fn))
             yield _build(rows, schema, step)
 
-    return Frame(up.df.mapInArrow(run, out), up.time, up.has_window)
+    return Frame(up.df.mapInArrow(run, out), up.time)
 
 
 @translates(FlatMapNode)
@@ -112,7 +112,7 @@ def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
                     raise _fail(step, fn, record, exc) from exc
             yield _build(rows, schema, step)
 
-    return Frame(up.df.mapInArrow(run, out), up.time, up.has_window)
+    return Frame(up.df.mapInArrow(run, out), up.time)
 
 
 def python_filter(df: Any, node: Any) -> Any:
@@ -145,7 +145,7 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
                 except Exception as exc:
                     raise UserFunctionError(f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc}") from exc
 
-        return Frame(up.df.mapInPandas(run_pandas, out), up.time, up.has_window)
+        return Frame(up.df.mapInPandas(run_pandas, out), up.time)
 
     schema = _arrow_schema(out)
 
@@ -166,4 +166,4 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
                     f"step '{step}': {_fn_name(fn)} must return a pyarrow RecordBatch or Table, got {type(result).__name__}"
                 )
 
-    return Frame(up.df.mapInArrow(run_arrow, out), up.time, up.has_window)
+    return Frame(up.df.mapInArrow(run_arrow, out), up.time)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -23,18 +24,27 @@ def key_columns(keys: tuple[Any, ...]) -> list[Any]:
     return [F.col(k) if isinstance(k, str) else k for k in keys]
 
 
+def key_name(key: Any) -> str:
+    """The output name of a key: the field name, or a Column's SQL text."""
+    if isinstance(key, str):
+        return key
+    text = str(key)
+    match = re.fullmatch(r"Column<'(.*)'>", text, flags=re.S)
+    return match.group(1) if match else text
+
+
 @translates(SelectNode)
 def _select(comp: Compilation, node: SelectNode) -> Frame:
     up = comp.frame(node.inputs[0])
-    return Frame(up.df.select(*[column(e) for e in node.exprs]), up.time, up.has_window)
+    return Frame(up.df.select(*[column(e) for e in node.exprs]), up.time)
 
 
 @translates(FilterNode)
 def _filter(comp: Compilation, node: FilterNode) -> Frame:
     up = comp.frame(node.inputs[0])
     if node.is_python:
-        return Frame(python_filter(up.df, node), up.time, up.has_window)
-    return Frame(up.df.filter(column(node.predicate)), up.time, up.has_window)
+        return Frame(python_filter(up.df, node), up.time)
+    return Frame(up.df.filter(column(node.predicate)), up.time)
 
 
 @translates(UnionNode)
@@ -55,7 +65,7 @@ def _union(comp: Compilation, node: UnionNode) -> Frame:
     df = first.df
     for other in frames[1:]:
         df = df.unionByName(other.df)
-    return Frame(df, first.time, any(f.has_window for f in frames))
+    return Frame(df, first.time)
 
 
 @translates(LookupJoinNode)
@@ -70,7 +80,7 @@ def _lookup_join(comp: Compilation, node: LookupJoinNode) -> Frame:
     clash = (set(up.df.columns) & set(table.columns)) - set(node.on)
     if clash:
         raise PipelineError(f"stream and lookup table both have fields {sorted(clash)}; rename one side", node.name)
-    return Frame(up.df.join(F.broadcast(table), list(node.on), node.how), up.time, up.has_window)
+    return Frame(up.df.join(F.broadcast(table), list(node.on), node.how), up.time)
 
 
 def _static_table(comp: Compilation, node: LookupJoinNode) -> Any:
@@ -95,4 +105,4 @@ def _static_table(comp: Compilation, node: LookupJoinNode) -> Any:
 @translates(KeyByNode)
 def _key_by(comp: Compilation, node: KeyByNode) -> Frame:
     up = comp.frame(node.inputs[0])
-    return Frame(up.df.repartition(comp.parallelism, *key_columns(node.keys)), up.time, up.has_window)
+    return Frame(up.df.repartition(comp.parallelism, *key_columns(node.keys)), up.time)

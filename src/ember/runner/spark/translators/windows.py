@@ -22,7 +22,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, WindowAggregateNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.datasources import END_OF_TIME_MS
-from ember.runner.spark.translators.transforms import key_columns
+from ember.runner.spark.translators.transforms import key_columns, key_name
 from ember.time.watermarks import TimeCharacteristic
 from ember.windowing.aggregates import Aggregate
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
@@ -68,16 +68,17 @@ def _window(comp: Compilation, node: WindowAggregateNode) -> Frame:
         # reads the event-time column, so Spark cannot push it below the watermark.
         df = df.filter(F.col(TIME) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
     win = _window_column(assigner)
-    grouped = df.groupBy(*key_columns(node.keys), win.alias("__ember_window"))
+    names = [key_name(k) for k in node.keys]
+    keys = [c if isinstance(k, str) else c.alias(n) for k, c, n in zip(node.keys, key_columns(node.keys), names)]
+    grouped = df.groupBy(*keys, win.alias("__ember_window"))
     aggregated = grouped.agg(*[_aggregate(agg, out) for out, agg in node.aggregates])
-    key_names = [k if isinstance(k, str) else k for k in node.keys]
     result = aggregated.select(
-        *[F.col(k) if isinstance(k, str) else k for k in key_names],
+        *[F.col(f"`{n}`") for n in names],
         F.unix_millis(F.col("__ember_window.start")).alias("window_start"),
         F.unix_millis(F.col("__ember_window.end")).alias("window_end"),
         *[F.col(out) for out, _ in node.aggregates],
     )
-    return Frame(result, None, True)
+    return Frame(result, None)
 
 
 def _timestamp(df: Any, field: str, step: str) -> Any:
