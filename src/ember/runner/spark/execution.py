@@ -88,7 +88,7 @@ def run_job(
     start = clock.monotonic()
     query = writer.start()
     reason = "running"
-    flush_batch: int | None = None
+    flushing = False  # end of input marked; waiting for the batch after the end-of-input row
     idle_since = clock.monotonic()
     try:
         while True:
@@ -104,13 +104,13 @@ def run_job(
                 reason = f"{max_events:,} events processed"
                 break
             if bounded:
-                if flush_batch is None and follower.sources_done(len(bounded_sources)):
+                if not flushing and follower.sources_done(len(bounded_sources)):
                     if not needs_flush:
                         reason = "sources ended"
                         break
                     open(marker, "a").close()
-                    flush_batch = follower.last_batch
-                elif flush_batch is not None and follower.end_of_input_seen_before(follower.last_batch):
+                    flushing = True
+                elif flushing and follower.end_of_input_seen_before(follower.last_batch):
                     reason = "sources ended, windows flushed"
                     break
                 idle_limit = max(10.0, 10 * config.trigger_interval_ms / 1000)

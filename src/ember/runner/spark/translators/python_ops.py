@@ -73,8 +73,8 @@ def _build(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.Recor
         raise UserFunctionError(f"step '{step}': output does not match the output schema {schema}: {exc}") from exc
 
 
-@translates(MapNode)
-def _map(comp: Compilation, node: MapNode) -> Frame:
+def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> Frame:
+    """``map`` (one output per record) and ``flat_map`` (an iterable per record)."""
     up = comp.frame(node.inputs[0])
     out = _struct(node.output_schema, up.df.schema, node.name)
     schema, names, fn, step = _arrow_schema(out), out.names, node.fn, node.name
@@ -84,27 +84,7 @@ def _map(comp: Compilation, node: MapNode) -> Frame:
             rows = []
             for record in batch.to_pylist():
                 try:
-                    value = fn(record)
-                except Exception as exc:
-                    raise _fail(step, fn, record, exc) from exc
-                rows.append(_to_row(value, names, step, fn))
-            yield _build(rows, schema, step)
-
-    return Frame(up.df.mapInArrow(run, out), up.time)
-
-
-@translates(FlatMapNode)
-def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
-    up = comp.frame(node.inputs[0])
-    out = _struct(node.output_schema, up.df.schema, node.name)
-    schema, names, fn, step = _arrow_schema(out), out.names, node.fn, node.name
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            rows = []
-            for record in batch.to_pylist():
-                try:
-                    values: Iterable[Any] = fn(record) or ()
+                    values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
                     rows.extend(_to_row(v, names, step, fn) for v in values)
                 except UserFunctionError:
                     raise
@@ -113,6 +93,16 @@ def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
             yield _build(rows, schema, step)
 
     return Frame(up.df.mapInArrow(run, out), up.time)
+
+
+@translates(MapNode)
+def _map(comp: Compilation, node: MapNode) -> Frame:
+    return _per_record(comp, node, many=False)
+
+
+@translates(FlatMapNode)
+def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
+    return _per_record(comp, node, many=True)
 
 
 def python_filter(df: Any, node: Any) -> Any:
