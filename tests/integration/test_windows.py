@@ -167,3 +167,21 @@ def test_processing_and_ingestion_time_windows(env, strategy, assigner):
     assert all(r["count"] == 1 and r["window_end"] - r["window_start"] == 200 for r in rows)
     assert len(rows) >= len(ONE_ROW_BATCHES) - 2  # the last window(s) wait for later processing time
     assert len({r["window_start"] for r in rows}) == len(rows)
+
+
+@pytest.mark.parametrize(
+    "assigner, spark_function",
+    [
+        (__import__("ember").SlidingProcessingTimeWindows.of(1_000, 500), "window"),
+        (__import__("ember").ProcessingTimeSessionWindows.with_gap(1_000), "session_window"),
+        (SlidingEventTimeWindows.of(1_000, 250), "window"),
+    ],
+)
+def test_every_assigner_compiles_to_native_spark_windows(env, assigner, spark_function):
+    src = env.from_source(ScriptedSource(BATCHES, SCHEMA), BOUND, name="events")
+    src.key_by("k").window(assigner).aggregate(n=Agg.count()).sink_to(CollectSink())
+    plan = env.explain()
+    assert f" {spark_function}#" in plan  # Spark's own window expression
+    physical = plan.split("== Physical Plan ==")[1]
+    assert "EventTimeWatermark" in physical
+    assert not any(op in physical for op in ("MapInArrow", "MapInPandas", "ArrowEvalPython", "FlatMapGroupsIn"))
