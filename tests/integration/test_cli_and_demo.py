@@ -59,3 +59,9 @@ def test_benchmark_smoke(spark, workload):
     if workload == "grouping":
         assert set(report["latency_ms"]) == {"p50", "p90", "p95", "p99"}
     json.dumps(report)  # the --json output is serialisable
+
+
+def test_ember_run_ships_module_level_functions_to_workers(spark, tmp_path, capsys):
+    job = os.path.join(HERE, "jobs", "module_function_job.py")
+    assert main(["run", job, "--checkpoint-dir", str(tmp_path), "--master", "local[2]"]) == 0
+    assert "job 'module_function_job': 2 events" in capsys.readouterr().out

@@ -180,6 +180,25 @@ class KeyedStream(DataStream):
         in event time or processing time."""
         return WindowedStream(self, self.keys, assigner)
 
+    def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
+        """Run ``fn`` (a :class:`~ember.api.functions.KeyedProcessFunction`) on every
+        record with managed keyed state; ``output_schema`` (Spark DDL) types what it yields.
+
+        Within a micro-batch each key's records are processed in timestamp order
+        when the stream has event time, else in arrival order.
+        """
+        from ember.api.functions import KeyedProcessFunction
+
+        step = name or "process"
+        if not isinstance(fn, KeyedProcessFunction):
+            raise PipelineError(f"process takes a KeyedProcessFunction instance, got {fn!r}", step)
+        if not output_schema:
+            raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
+        if not all(isinstance(k, str) for k in self.keys):
+            raise PipelineError("process needs key_by with field names (not Columns)", step)
+        node = self._add(n.KeyedProcessNode, name, "process", keys=self.keys, fn=fn, output_schema=output_schema)
+        return DataStream(self._env, node)
+
 
 class WindowedStream:
     """Windows of a (keyed) stream awaiting their aggregate."""

@@ -4,6 +4,7 @@ from ember.graph.nodes import (
     FilterNode,
     FlatMapNode,
     KeyByNode,
+    KeyedProcessNode,
     LookupJoinNode,
     MapBatchesNode,
     MapNode,
@@ -28,6 +29,7 @@ __all__ = [
     "UnionNode",
     "LookupJoinNode",
     "KeyByNode",
+    "KeyedProcessNode",
     "WindowAggregateNode",
     "SinkNode",
 ]

@@ -26,6 +26,7 @@ __all__ = [
     "LookupJoinNode",
     "KeyByNode",
     "WindowAggregateNode",
+    "KeyedProcessNode",
     "SinkNode",
 ]
 
@@ -157,6 +158,18 @@ class WindowAggregateNode(Node):
         aggs = ", ".join(f"{name}={a.describe()}" for name, a in self.aggregates)
         keys = ", ".join(str(k) for k in self.keys) or "(all)"
         return f"window {self.assigner.describe()} by {keys}: {aggs} (native)"
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedProcessNode(Node):
+    """A KeyedProcessFunction with managed keyed state, run per record."""
+
+    keys: tuple[str, ...] = ()
+    fn: Any = None
+    output_schema: Any = None
+
+    def describe(self) -> str:
+        return f"process {type(self.fn).__name__} by {', '.join(self.keys)} (python, keyed state)"
 
 
 @dataclass(frozen=True, eq=False)

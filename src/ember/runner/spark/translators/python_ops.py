@@ -15,6 +15,7 @@ import pyarrow as pa
 from ember.errors import PipelineError, UserFunctionError
 from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.pickling import ship_by_value
 
 __all__ = ["python_filter"]
 
@@ -78,6 +79,7 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
     up = comp.frame(node.inputs[0])
     out = _struct(node.output_schema, up.df.schema, node.name)
     schema, names, fn, step = _arrow_schema(out), out.names, node.fn, node.name
+    ship_by_value(fn)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -107,6 +109,7 @@ def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
 
 def python_filter(df: Any, node: Any) -> Any:
     fn, step = node.predicate, node.name
+    ship_by_value(fn)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -126,6 +129,7 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
     up = comp.frame(node.inputs[0])
     out = _struct(node.output_schema, up.df.schema, node.name)
     fn, step = node.fn, node.name
+    ship_by_value(fn)
     if node.batch_format == "pandas":
 
         def run_pandas(frames: Iterator[Any]) -> Iterator[Any]:

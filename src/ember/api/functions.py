@@ -1,0 +1,53 @@
+"""User function interfaces: ``KeyedProcessFunction`` and the context it receives."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ember.state.descriptors import ValueStateDescriptor
+
+__all__ = ["KeyedProcessFunction", "RuntimeContext", "Context", "ValueState"]
+
+
+class ValueState:
+    """The current key's value (provided by the runner)."""
+
+    def value(self) -> Any:
+        raise NotImplementedError
+
+    def update(self, value: Any) -> None:
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+
+class RuntimeContext:
+    """Given to :meth:`KeyedProcessFunction.open`: declares state."""
+
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+        raise NotImplementedError
+
+
+class Context:
+    """Given with every element: the current key and the element's timestamp."""
+
+    current_key: Any
+    timestamp: int | None
+
+
+class KeyedProcessFunction:
+    """Per-record logic with managed keyed state.
+
+    Override :meth:`process_element`; it receives each record (a dict) and a
+    :class:`Context`, and yields (or returns an iterable of) output records —
+    dicts or tuples in the output schema's order. Declare state in
+    :meth:`open` with ``ctx.get_state(ValueStateDescriptor(...))``; the state
+    objects always refer to the key of the record being processed.
+    """
+
+    def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first element."""
+
+    def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError

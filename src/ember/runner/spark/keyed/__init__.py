@@ -1,0 +1,1 @@
+"""Keyed execution: many keys and their state per Spark call, in bulk."""
