@@ -17,31 +17,8 @@ import sys
 import tempfile
 
 from ember import CollectSink, StreamEnvironment, WatermarkStrategy
-from ember.api.functions import KeyedProcessFunction
-from ember.connectors.generators import STATE_NAMES, TRANSITIONS, StateMachineSource
-from ember.state import ValueStateDescriptor
-
-TERMINAL = 5
-
-
-class StateMachine(KeyedProcessFunction):
-    """Flink's state-machine example: one state per address, an alert per invalid event."""
-
-    def open(self, ctx):
-        self.state = ctx.get_state(ValueStateDescriptor("state", default=0))
-
-    def process_element(self, event, ctx):
-        current = self.state.value()
-        following = TRANSITIONS.get(current, {}).get(event["type"])
-        if following is None:
-            yield (event["address"], STATE_NAMES[current], event["type"])
-        elif following == TERMINAL:
-            self.state.clear()
-        else:
-            self.state.update(following)
-
-
-ALERT_SCHEMA = "address int, state string, type int"
+from ember.bench.jobs import ALERT_SCHEMA, StateMachine  # the KeyedProcessFunction: state in a ValueState
+from ember.connectors.generators import StateMachineSource
 
 
 def build(env: StreamEnvironment, source: StateMachineSource | None = None, sink=None) -> CollectSink:

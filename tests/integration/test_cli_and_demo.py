@@ -48,9 +48,9 @@ def test_demo_counts_are_exact(spark, capsys):
     assert "window latency" in out and "events processed" in out
 
 
-@pytest.mark.parametrize("workload", ["grep", "grouping"])
+@pytest.mark.parametrize("workload", ["grep", "grouping", "statemachine"])
 def test_benchmark_smoke(spark, workload):
-    cfg = BenchConfig(duration_s=4, rounds=1, warmup_s=0, max_events_per_batch=200_000, master="local[2]", verbose=False)
+    cfg = BenchConfig(duration_s=5, rounds=1, warmup_s=0, max_events_per_batch=100_000, master="local[2]", verbose=False)
     report = run_benchmark(workload, cfg, command=f"test {workload}")
     for key in ("workload", "events", "seconds", "events_per_second", "cores", "verified",
                 "baseline_events_per_second", "ratio_to_baseline"):
@@ -58,6 +58,8 @@ def test_benchmark_smoke(spark, workload):
     assert report["verified"] is True and report["events"] > 0 and report["cores"] == 2
     if workload == "grouping":
         assert set(report["latency_ms"]) == {"p50", "p90", "p95", "p99"}
+    if workload == "statemachine":
+        assert report["alerts"] == report["injected"]
     json.dumps(report)  # the --json output is serialisable
 
 

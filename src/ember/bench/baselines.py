@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-__all__ = ["run_plain_query", "grep_baseline", "grouping_baseline"]
+__all__ = ["run_plain_query", "grep_baseline", "grouping_baseline", "statemachine_tws_baseline"]
 
 
 def run_plain_query(writer: Any, duration_s: float) -> list[dict[str, Any]]:
@@ -84,3 +84,49 @@ def grouping_baseline(spark: Any, partitions: int, per_batch: int, hosts: int, s
 
     reports = run_plain_query(df.writeStream.foreachBatch(count), duration_s)
     return reports, [x for k in sorted(latencies) for x in latencies[k]]
+
+
+def statemachine_tws_baseline(spark: Any, events: Any, duration_s: float) -> tuple[list[dict], list[tuple]]:
+    """Spark's own keyed state: ``transformWithStateInPandas`` with a per-address
+    ``ValueState``, the E4 state machine over the same event stream ``events``."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    from ember.connectors.generators import STATE_NAMES, TRANSITIONS
+
+    class StateMachineProcessor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("state", StructType([StructField("s", IntegerType())]))
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            current = self.state.get()[0] if self.state.exists() else 0
+            alerts = []
+            for pdf in rows:
+                for t in pdf["type"].tolist():
+                    following = TRANSITIONS.get(current, {}).get(t)
+                    if following is None:
+                        alerts.append((key[0], STATE_NAMES[current], t))
+                    else:
+                        current = 0 if following == 5 else following
+            if current == 0:
+                self.state.clear()
+            else:
+                self.state.update((current,))
+            if alerts:
+                yield pd.DataFrame(alerts, columns=["address", "state", "type"])
+
+        def close(self) -> None:
+            pass
+
+    out = StructType([StructField("address", IntegerType()), StructField("state", StringType()), StructField("type", IntegerType())])
+    alerts: list[tuple] = []
+
+    def collect(batch: Any, batch_id: int) -> None:
+        alerts.extend(tuple(r) for r in batch.collect())
+
+    df = events.groupBy("address").transformWithStateInPandas(
+        statefulProcessor=StateMachineProcessor(), outputStructType=out, outputMode="Append", timeMode="None"
+    )
+    reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
+    return reports, alerts
