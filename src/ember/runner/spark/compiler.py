@@ -17,7 +17,7 @@ from ember.graph.graph import Graph
 from ember.graph.nodes import Node, SinkNode
 from ember.time.watermarks import WatermarkStrategy
 
-__all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "compile_graph"]
+__all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "registry", "compile_graph"]
 
 
 @dataclass(frozen=True)
@@ -28,20 +28,24 @@ class Frame:
     time: WatermarkStrategy | None = None
 
 
+def registry(table: dict[type, Callable[..., Any]]) -> Callable[[type], Callable[[Callable[..., Any]], Callable[..., Any]]]:
+    """A decorator factory filling ``table`` with one function per declaration type."""
+
+    def for_type(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if kind in table:
+                raise RuntimeError(f"two functions registered for {kind.__name__}")
+            table[kind] = fn
+            return fn
+
+        return register
+
+    return for_type
+
+
 Translator = Callable[["Compilation", Node], Frame]
 TRANSLATORS: dict[type[Node], Translator] = {}
-
-
-def translates(node_type: type[Node]) -> Callable[[Translator], Translator]:
-    """Register the translator of one node type."""
-
-    def register(fn: Translator) -> Translator:
-        if node_type in TRANSLATORS:
-            raise RuntimeError(f"two translators for {node_type.__name__}")
-        TRANSLATORS[node_type] = fn
-        return fn
-
-    return register
+translates = registry(TRANSLATORS)  # @translates(NodeType): the translator of one node type
 
 
 @dataclass

@@ -11,19 +11,13 @@ from ember.connectors.base import Sink
 from ember.connectors.sinks import CollectSink, ConsoleSink, CountSink, FileSink, NoopSink
 from ember.errors import PipelineError
 from ember.graph.nodes import SinkNode
+from ember.runner.spark.compiler import registry
 
 __all__ = ["SINK_WRITERS", "sink_writer"]
 
 SinkWriter = Callable[[Any, Any], Any]
 SINK_WRITERS: dict[type[Sink], SinkWriter] = {}
-
-
-def writes(sink_type: type[Sink]) -> Callable[[SinkWriter], SinkWriter]:
-    def register(fn: SinkWriter) -> SinkWriter:
-        SINK_WRITERS[sink_type] = fn
-        return fn
-
-    return register
+writes = registry(SINK_WRITERS)  # @writes(SinkType): how one sink type configures writeStream
 
 
 def sink_writer(node: SinkNode, df: Any) -> Any:

@@ -12,26 +12,19 @@ from ember.connectors.base import Source
 from ember.connectors.spark_sources import FileSource, RateSource, ScriptedSource
 from ember.errors import PipelineError
 from ember.graph.nodes import SourceNode
-from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.compiler import Compilation, Frame, registry, translates
 from ember.runner.spark.generator_batches import source_spec
 
 __all__ = ["SOURCE_BUILDERS"]
 
 SourceBuilder = Callable[[Compilation, SourceNode, Any], Any]
 SOURCE_BUILDERS: dict[type[Source], SourceBuilder] = {}
-
-
-def builds(source_type: type[Source]) -> Callable[[SourceBuilder], SourceBuilder]:
-    def register(fn: SourceBuilder) -> SourceBuilder:
-        SOURCE_BUILDERS[source_type] = fn
-        return fn
-
-    return register
+builds = registry(SOURCE_BUILDERS)  # @builds(SourceType): the DataFrame builder of one source type
 
 
 @translates(SourceNode)
 def translate_source(comp: Compilation, node: SourceNode) -> Frame:
-    builder = next((b for t, b in SOURCE_BUILDERS.items() if type(node.source) is t), None)
+    builder = SOURCE_BUILDERS.get(type(node.source))
     if builder is None:
         raise PipelineError(f"the Spark runner has no reader for {type(node.source).__name__}", node.name)
     return Frame(builder(comp, node, node.source), time=node.watermark)
