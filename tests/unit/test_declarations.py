@@ -73,3 +73,26 @@ def test_manual_clock():
     c = ManualClock(1000)
     c.advance(500)
     assert c.now_ms() == 1500
+
+
+def test_state_descriptors_validate():
+    from ember.api.functions import AggregateFunction
+    from ember.state import (
+        AggregatingStateDescriptor,
+        ReducingStateDescriptor,
+        StateTtlConfig,
+        ValueStateDescriptor,
+    )
+
+    assert StateTtlConfig.of(timedelta(minutes=1)).ttl_ms == 60_000
+    with pytest.raises(ConfigError, match="update_on must be one of"):
+        StateTtlConfig.of(1000, update_on="never")
+    with pytest.raises(ConfigError, match="state name must be a non-empty string"):
+        ValueStateDescriptor("")
+    with pytest.raises(ConfigError, match="reduce_fn must be callable"):
+        ReducingStateDescriptor("r")
+    with pytest.raises(ConfigError, match="aggregate_fn must be an AggregateFunction"):
+        AggregatingStateDescriptor("a", aggregate_fn=sum)
+    assert AggregatingStateDescriptor("a", aggregate_fn=AggregateFunction()).name == "a"
+    with pytest.raises(ConfigError, match="ttl must be a StateTtlConfig"):
+        ValueStateDescriptor("v", ttl=1000)

@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ember.state.descriptors import ValueStateDescriptor
+from ember.state.descriptors import StateDescriptor
 
-__all__ = ["KeyedProcessFunction", "RuntimeContext", "Context", "ValueState"]
+__all__ = ["KeyedProcessFunction", "AggregateFunction", "RuntimeContext", "Context", "ValueState"]
+
+
+class AggregateFunction:
+    """Incremental aggregation: ``create_accumulator``, ``add``, ``merge``, ``get_result``."""
+
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def get_result(self, accumulator: Any) -> Any:
+        raise NotImplementedError
 
 
 class ValueState:
@@ -23,17 +39,23 @@ class ValueState:
 
 
 class RuntimeContext:
-    """Given to :meth:`KeyedProcessFunction.open`: declares state."""
+    """Given to :meth:`KeyedProcessFunction.open`: declares state.
 
-    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+    ``get_state`` returns the state object matching the descriptor: a value,
+    list, map, reducing or aggregating state (see :mod:`ember.state`).
+    """
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
         raise NotImplementedError
 
 
 class Context:
-    """Given with every element: the current key and the element's timestamp."""
+    """Given with every element: the current key, the element's timestamp and the
+    current processing time (the micro-batch's timestamp, epoch ms)."""
 
     current_key: Any
     timestamp: int | None
+    current_processing_time: int
 
 
 class KeyedProcessFunction:

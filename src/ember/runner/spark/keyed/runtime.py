@@ -20,28 +20,159 @@ import pandas as pd
 
 from ember.api.functions import Context, KeyedProcessFunction, RuntimeContext, ValueState
 from ember.errors import UserFunctionError
-from ember.state.descriptors import ValueStateDescriptor
+from ember.state.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
 
-__all__ = ["STATE_BUCKETS", "make_bucket_function"]
+__all__ = ["STATE_BUCKETS", "NOW", "make_bucket_function"]
 
 STATE_BUCKETS = 128
+NOW = "__ember_now"  # the micro-batch timestamp (ms), added to every input row
 _ABSENT = object()
 
 
-class _Value(ValueState):
-    __slots__ = ("_rt", "_name", "_default")
+class _State:
+    """One named state of the current key. With a TTL, the stored value is
+    ``(value, last written or read ms)`` and expired values read as absent."""
 
-    def __init__(self, rt: "_Runtime", name: str, default: Any) -> None:
-        self._rt, self._name, self._default = rt, name, default
+    __slots__ = ("_rt", "_name", "_ttl_ms", "_touch_on_read")
 
-    def value(self) -> Any:
-        return self._rt.current.get(self._name, self._default)
+    def __init__(self, rt: "_Runtime", d: StateDescriptor) -> None:
+        self._rt, self._name = rt, d.name
+        self._ttl_ms = d.ttl.ttl_ms if d.ttl else None
+        self._touch_on_read = bool(d.ttl and d.ttl.update_on == "read_and_write")
 
-    def update(self, value: Any) -> None:
-        self._rt.current[self._name] = value
+    def _get(self) -> Any:
+        slot = self._rt.current
+        stored = slot.get(self._name, _ABSENT)
+        if stored is _ABSENT or self._ttl_ms is None:
+            return stored
+        value, touched = stored
+        if self._rt.now - touched >= self._ttl_ms:
+            del slot[self._name]
+            return _ABSENT
+        if self._touch_on_read:
+            slot[self._name] = (value, self._rt.now)
+        return value
+
+    def _set(self, value: Any) -> None:
+        self._rt.current[self._name] = value if self._ttl_ms is None else (value, self._rt.now)
 
     def clear(self) -> None:
         self._rt.current.pop(self._name, None)
+
+
+class _Value(_State, ValueState):
+    __slots__ = ("_default",)
+
+    def __init__(self, rt: "_Runtime", d: ValueStateDescriptor) -> None:
+        super().__init__(rt, d)
+        self._default = d.default
+
+    def value(self) -> Any:
+        v = self._get()
+        return self._default if v is _ABSENT else v
+
+    def update(self, value: Any) -> None:
+        self._set(value)
+
+
+class _List(_State):
+    def get(self) -> list[Any]:
+        v = self._get()
+        return [] if v is _ABSENT else list(v)
+
+    def add(self, value: Any) -> None:
+        v = self._get()
+        self._set([value] if v is _ABSENT else [*v, value])
+
+    def add_all(self, values: Any) -> None:
+        v = self._get()
+        self._set(list(values) if v is _ABSENT else [*v, *values])
+
+    def update(self, values: Any) -> None:
+        values = list(values)
+        self._set(values) if values else self.clear()
+
+
+class _Map(_State):
+    def _map(self) -> dict[Any, Any]:
+        v = self._get()
+        return {} if v is _ABSENT else v
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._map().get(key, default)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._set({**self._map(), key: value})
+
+    def put_all(self, entries: dict[Any, Any]) -> None:
+        self._set({**self._map(), **entries})
+
+    def remove(self, key: Any) -> None:
+        m = {k: v for k, v in self._map().items() if k != key}
+        self._set(m) if m else self.clear()
+
+    def contains(self, key: Any) -> bool:
+        return key in self._map()
+
+    def keys(self) -> list[Any]:
+        return list(self._map().keys())
+
+    def values(self) -> list[Any]:
+        return list(self._map().values())
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self._map().items())
+
+    def is_empty(self) -> bool:
+        return not self._map()
+
+
+class _Reducing(_State):
+    __slots__ = ("_fn",)
+
+    def __init__(self, rt: "_Runtime", d: ReducingStateDescriptor) -> None:
+        super().__init__(rt, d)
+        self._fn = d.reduce_fn
+
+    def get(self) -> Any:
+        v = self._get()
+        return None if v is _ABSENT else v
+
+    def add(self, value: Any) -> None:
+        v = self._get()
+        self._set(value if v is _ABSENT else self._fn(v, value))
+
+
+class _Aggregating(_State):
+    __slots__ = ("_fn",)
+
+    def __init__(self, rt: "_Runtime", d: AggregatingStateDescriptor) -> None:
+        super().__init__(rt, d)
+        self._fn = d.aggregate_fn
+
+    def get(self) -> Any:
+        v = self._get()
+        return None if v is _ABSENT else self._fn.get_result(v)
+
+    def add(self, value: Any) -> None:
+        v = self._get()
+        self._set(self._fn.add(value, self._fn.create_accumulator() if v is _ABSENT else v))
+
+
+_STATE_KINDS: dict[type, type[_State]] = {
+    ValueStateDescriptor: _Value,
+    ListStateDescriptor: _List,
+    MapStateDescriptor: _Map,
+    ReducingStateDescriptor: _Reducing,
+    AggregatingStateDescriptor: _Aggregating,
+}
 
 
 class _Runtime(RuntimeContext, Context):
@@ -51,15 +182,37 @@ class _Runtime(RuntimeContext, Context):
         self.current: dict[str, Any] = {}
         self.current_key: Any = None
         self.timestamp: int | None = None
+        self.now = 0
+        self.ttl_ms: dict[str, int] = {}
         self._names: set[str] = set()
 
-    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
-        if not isinstance(descriptor, ValueStateDescriptor):
-            raise UserFunctionError(f"get_state takes a ValueStateDescriptor, got {descriptor!r}")
+    @property
+    def current_processing_time(self) -> int:
+        return self.now
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        kind = _STATE_KINDS.get(type(descriptor))
+        if kind is None:
+            raise UserFunctionError(f"get_state takes a state descriptor from ember.state, got {descriptor!r}")
         if descriptor.name in self._names:
             raise UserFunctionError(f"state '{descriptor.name}' is declared twice")
         self._names.add(descriptor.name)
-        return _Value(self, descriptor.name, descriptor.default)
+        if descriptor.ttl is not None:
+            self.ttl_ms[descriptor.name] = descriptor.ttl.ttl_ms
+        return kind(self, descriptor)
+
+    def expire(self, table: dict[Any, dict[str, Any]]) -> None:
+        """Drop expired entries of every key in ``table`` (before it is written)."""
+        if not self.ttl_ms:
+            return
+        for key in list(table):
+            slot = table[key]
+            for name, ttl in self.ttl_ms.items():
+                stored = slot.get(name)
+                if stored is not None and self.now - stored[1] >= ttl:
+                    del slot[name]
+            if not slot:
+                del table[key]
 
 
 def make_bucket_function(
@@ -82,6 +235,7 @@ def make_bucket_function(
         for pdf in frames:
             if time_field is not None:
                 pdf = pdf.iloc[np.argsort(pdf[time_field].to_numpy(), kind="stable")]
+            rt.now = int(pdf[NOW].iloc[0]) if len(pdf) else rt.now
             columns = [pdf[f].tolist() for f in fields]
             key_cols = [pdf[k].tolist() for k in keys]
             times = pdf[time_field].tolist() if time_field is not None else None
@@ -106,6 +260,7 @@ def make_bucket_function(
                     table[key] = rt.current
                 elif current is not None:
                     del table[key]
+        rt.expire(table)
         state.update((pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),))
         if out:
             first = out[0]

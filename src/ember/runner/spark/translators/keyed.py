@@ -9,7 +9,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS, make_bucket_function
+from ember.runner.spark.keyed.runtime import NOW, STATE_BUCKETS, make_bucket_function
 from ember.runner.spark.translators.python_ops import _struct
 from ember.time.watermarks import TimeCharacteristic
 
@@ -31,7 +31,9 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     fields = list(df.columns)
     ship_by_value(node.fn)
     fn = make_bucket_function(node.fn, node.name, list(node.keys), fields, out.names, time_field)
-    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in node.keys]), F.lit(STATE_BUCKETS)))
+    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in node.keys]), F.lit(STATE_BUCKETS))).withColumn(
+        NOW, F.unix_millis(F.current_timestamp())  # the batch timestamp: logged by Spark, same on replay
+    )
     result = bucketed.groupBy(BUCKET).applyInPandasWithState(
         fn, out, "blob binary", "append", GroupStateTimeout.NoTimeout
     )
