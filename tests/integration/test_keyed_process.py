@@ -33,11 +33,11 @@ BATCHES = [
 ]
 
 
-def _counts(env, batches, name="counts"):
+def _counts(env, batches, name="counts", **execute):
     src = env.from_source(ScriptedSource(batches, SCHEMA), WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
     sink = CollectSink()
     src.key_by("k").process(RunningCount(), "k string, n bigint, ts bigint").sink_to(sink)
-    env.execute(name, progress=False)
+    env.execute(name, progress=False, **execute)
     return sink
 
 
@@ -57,12 +57,13 @@ def test_records_of_a_key_are_processed_in_timestamp_order_within_a_batch(env):
 
 
 def test_state_survives_a_restart_from_the_checkpoint(spark, tmp_path):
-    def env():
-        return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark)
+    def env():  # batches 1.5 s apart, so the run stops between batch 1 and batch 2
+        return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, trigger_interval=1_500)
 
-    first = _counts(env(), BATCHES[:2], name="restart")
+    # The first run stops (not ends) after 5 events, i.e. after batch 1...
+    first = _counts(env(), BATCHES, name="restart", max_events=5)
     assert max(r["n"] for r in first.rows() if r["k"] == "a") == 3
-    # the restarted job reads the same source; its offsets resume after batch 2
+    # ...and the restarted job resumes at batch 2 with the counts it had.
     second = _counts(env(), BATCHES, name="restart")
     assert sorted((r["k"], r["n"]) for r in second.rows()) == [("a", 4), ("b", 2)]
 
@@ -156,21 +157,86 @@ class Remember(KeyedProcessFunction):
 
 
 def test_state_ttl_expires_by_processing_time(spark, tmp_path):
-    # Batches start >= 2 s apart; the TTL is 3 s: a value written in batch 0 is still
-    # there in batch 1, and gone in batch 2 unless batch 1 rewrote it.
-    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, trigger_interval=2_000)
+    # Batches start on 1 s boundaries; the TTL is 2.5 s. Reads 1 batch after a write
+    # (<= ~1 s) find the value; a read 4 batches after the write (>= 3 s) does not.
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, trigger_interval=1_000)
     batches = [
         [(1, "a", "a0"), (2, "b", "b0")],
-        [(3, "a", "a1"), (4, "b", "read-only")],
-        [(5, "a", "read-only"), (6, "b", "read-only")],
+        [(3, "a", "read-only"), (4, "b", "read-only")],
+        [],
+        [(5, "c", "c0")],
+        [(6, "c", "read-only"), (7, "b", "read-only")],
     ]
     src = env.from_source(ScriptedSource(batches, "ts bigint, k string, v string"), WatermarkStrategy.for_monotonous_timestamps("ts"))
     sink = CollectSink()
-    src.key_by("k").process(Remember(3_000), "k string, ts bigint, last string, now bigint").sink_to(sink)
+    src.key_by("k").process(Remember(2_500), "k string, ts bigint, last string, now bigint").sink_to(sink)
     env.execute("ttl", progress=False)
     rows = {r["ts"]: r for r in sink.rows()}
     now = {ts: rows[ts]["now"] for ts in rows}
-    assert now[3] - now[1] < 3_000 <= now[5] - now[1]  # the premise: batch timing as scripted
-    assert [rows[ts]["last"] for ts in (1, 2, 3, 4)] == ["(none)", "(none)", "a0", "b0"]
-    assert rows[5]["last"] == "a1"  # rewritten in batch 1: alive
-    assert rows[6]["last"] == "(none)"  # written in batch 0 only, read (not refreshed) in batch 1: expired
+    assert now[3] - now[1] < 2_500 and now[6] - now[5] < 2_500 <= now[7] - now[2]  # the premise
+    assert [rows[ts]["last"] for ts in (1, 2, 3, 4, 5)] == ["(none)", "(none)", "a0", "b0", "(none)"]
+    assert rows[6]["last"] == "c0"  # written one batch earlier: alive
+    assert rows[7]["last"] == "(none)"  # written in batch 0, only read since (no refresh): expired
+
+
+class SessionEnd(KeyedProcessFunction):
+    """An event-time timer 1 s after each element; a timer reports when it fires."""
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+    def process_element(self, value, ctx):
+        self.count.update(self.count.value() + 1)
+        ctx.register_event_time_timer(value["ts"] + 1_000)
+        if value["k"] == "x":
+            ctx.register_event_time_timer(value["ts"] + 50)  # deleted again: must never fire
+            ctx.delete_event_time_timer(value["ts"] + 50)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        yield (ctx.current_key, timestamp, ctx.current_watermark, self.count.value())
+
+
+def test_event_time_timers_fire_after_the_watermark_passes(env):
+    batches = [[(1_000, "a"), (1_500, "x")], [(1_200, "a"), (4_000, "b")], [(9_000, "a")], []]
+    src = env.from_source(
+        ScriptedSource(batches, SCHEMA), WatermarkStrategy.for_bounded_out_of_orderness(500, "ts"), name="events"
+    )
+    sink = CollectSink()
+    src.key_by("k").process(SessionEnd(), "k string, ts bigint, wm bigint, count bigint").sink_to(sink)
+    result = env.execute("timers", progress=False)
+    assert result.stopped_because == "sources ended, windows flushed"
+    rows = sink.rows()
+    fired = sorted((r["k"], r["ts"]) for r in rows)
+    expected = sorted({(k, ts + 1_000) for b in batches for ts, k in b})
+    assert fired == expected  # every timer once, deleted ones never
+    for r in rows:
+        assert r["wm"] >= r["ts"], r  # fired only once the watermark passed it
+    by_ts = {(r["k"], r["ts"]): r for r in rows}
+    # (a, 2_000) is due at watermark 2_000, reached after batch 1 (max 4_000 - 500): by then a has 2 elements
+    assert by_ts[("a", 2_000)]["count"] == 2
+    # (a, 10_000) fires only at the end of input (final watermark), with all three elements counted
+    assert by_ts[("a", 10_000)]["count"] == 3
+
+
+class Reminder(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        ctx.register_processing_time_timer(ctx.current_processing_time + 1_000)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        yield (ctx.current_key, timestamp, ctx.current_processing_time)
+
+
+def test_processing_time_timers_fire_in_a_later_batch(spark, tmp_path):
+    from ember import RateSource
+
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, trigger_interval=500)
+    src = env.from_source(RateSource(rows_per_second=2), name="ticks").select("value % 2 AS k")
+    sink = CollectSink()
+    src.key_by("k").process(Reminder(), "k bigint, ts bigint, now bigint").sink_to(sink)
+    env.execute("pt-timers", duration=9, progress=False)
+    rows = sink.rows()
+    assert rows, "no processing-time timer fired in 9 s"
+    assert all(r["now"] >= r["ts"] for r in rows)
+    assert {r["k"] for r in rows} <= {0, 1}

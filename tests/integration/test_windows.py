@@ -139,7 +139,7 @@ def test_event_time_window_needs_a_watermark(env):
 
 
 def test_event_time_field_must_survive_to_the_window(env):
-    with pytest.raises(PipelineError, match="the event-time field 'ts' is not in the stream at this window"):
+    with pytest.raises(PipelineError, match="step 'window_1': the event-time field 'ts' is not in the stream at this step"):
         _run(env, lambda s: s.select("k", "v").key_by("k").window(TumblingEventTimeWindows.of(1000)).count())
 
 

@@ -50,12 +50,28 @@ class RuntimeContext:
 
 
 class Context:
-    """Given with every element: the current key, the element's timestamp and the
-    current processing time (the micro-batch's timestamp, epoch ms)."""
+    """Given with every element and timer: the current key, the element's (or
+    timer's) timestamp, the current watermark and processing time (epoch ms),
+    and the timer service of the current key."""
 
     current_key: Any
     timestamp: int | None
     current_processing_time: int
+    current_watermark: int | None
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer`` once the watermark passes ``timestamp`` (ms)."""
+        raise NotImplementedError
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer`` at the first micro-batch whose time is >= ``timestamp`` (ms)."""
+        raise NotImplementedError
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        raise NotImplementedError
 
 
 class KeyedProcessFunction:
@@ -73,3 +89,7 @@ class KeyedProcessFunction:
 
     def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
         raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        """Called for a timer of ``ctx.current_key``; yields output records like ``process_element``."""
+        return None

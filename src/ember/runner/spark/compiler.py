@@ -60,6 +60,7 @@ class Compilation:
     start_ms: dict[str, int] = field(default_factory=dict)
     end_of_input_marker: str | None = None
     stop_marker: str | None = None
+    uses_end_of_input: bool = False  # an end-of-input row was compiled in: flush it when sources end
     frames: dict[int, Frame] = field(default_factory=dict)
 
     @property

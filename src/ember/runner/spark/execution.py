@@ -16,7 +16,6 @@ from typing import Any, Callable
 from ember.api.environment import EnvironmentConfig, JobResult
 from ember.errors import JobFailedError
 from ember.graph.graph import Graph
-from ember.graph.nodes import WindowAggregateNode
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.session import configure_for_query
 from ember.runner.spark.translators.sinks import sink_writer
@@ -76,7 +75,7 @@ def run_job(
         start_ms=meta["start_ms"], end_of_input_marker=marker if bounded else None,
         stop_marker=stop_marker,
     )
-    needs_flush = bounded and any(isinstance(n, WindowAggregateNode) for n in graph.nodes)
+    needs_flush = job.compilation.uses_end_of_input
     writer = (
         sink_writer(job.sink, job.df)
         .outputMode(job.output_mode)

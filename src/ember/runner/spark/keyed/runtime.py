@@ -12,6 +12,7 @@ per-record call of its own.
 
 from __future__ import annotations
 
+import heapq
 import pickle
 from typing import Any, Callable, Iterator
 
@@ -29,11 +30,17 @@ from ember.state.descriptors import (
     ValueStateDescriptor,
 )
 
-__all__ = ["STATE_BUCKETS", "NOW", "make_bucket_function"]
+__all__ = ["STATE_BUCKETS", "make_bucket_function"]
 
 STATE_BUCKETS = 128
-NOW = "__ember_now"  # the micro-batch timestamp (ms), added to every input row
 _ABSENT = object()
+_ET, _PT = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
+
+
+def _empty_blob() -> dict[str, Any]:
+    """A bucket's state: each key's slot, and the bucket's timer queues (heaps of
+    ``(timestamp, sequence, key)``; an entry whose timer was deleted is skipped)."""
+    return {"keys": {}, _ET: [], _PT: [], "n": 0}
 
 
 class _State:
@@ -178,17 +185,47 @@ _STATE_KINDS: dict[type, type[_State]] = {
 class _Runtime(RuntimeContext, Context):
     """Both the open() context and the per-element context; state objects read ``current``."""
 
-    def __init__(self) -> None:
+    def __init__(self, event_time: bool) -> None:
         self.current: dict[str, Any] = {}
         self.current_key: Any = None
         self.timestamp: int | None = None
         self.now = 0
+        self.watermark: int | None = None
+        self.event_time = event_time
+        self.blob: dict[str, Any] = _empty_blob()
         self.ttl_ms: dict[str, int] = {}
         self._names: set[str] = set()
 
     @property
     def current_processing_time(self) -> int:
         return self.now
+
+    @property
+    def current_watermark(self) -> int | None:
+        return self.watermark
+
+    def _register(self, kind: str, timestamp: int) -> None:
+        timers = self.current.setdefault(kind, set())
+        if timestamp not in timers:
+            timers.add(timestamp)
+            self.blob["n"] += 1
+            heapq.heappush(self.blob[kind], (int(timestamp), self.blob["n"], self.current_key))
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        if not self.event_time:
+            raise UserFunctionError(
+                "event-time timers need event time: give the source a WatermarkStrategy.for_bounded_out_of_orderness(...)"
+            )
+        self._register(_ET, timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._register(_PT, timestamp)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self.current.get(_ET, set()).discard(timestamp)  # its queue entry is skipped when due
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self.current.get(_PT, set()).discard(timestamp)
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         kind = _STATE_KINDS.get(type(descriptor))
@@ -216,26 +253,83 @@ class _Runtime(RuntimeContext, Context):
 
 
 def make_bucket_function(
-    fn: KeyedProcessFunction, step: str, keys: list[str], fields: list[str], out_fields: list[str], time_field: str | None
+    fn: KeyedProcessFunction,
+    step: str,
+    keys: list[str],
+    fields: list[str],
+    out_fields: list[str],
+    time_field: str | None,
+    event_time: bool,
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The ``applyInPandasWithState`` function of one keyed process step."""
+    """The ``applyInPandasWithState`` function of one keyed process step.
+
+    Per call (one bucket, one micro-batch): fire the timers that are due, process
+    the bucket's records (per key in timestamp order), fire timers that became due
+    meanwhile, store the bucket, and ask Spark to call again when the earliest
+    remaining timer is due (``setTimeoutTimestamp`` / ``setTimeoutDuration``).
+    """
     holder: dict[str, Any] = {}
 
     def runtime() -> _Runtime:
         rt = holder.get("rt")
         if rt is None:  # once per deserialised function, i.e. per task
-            rt = holder["rt"] = _Runtime()
+            rt = holder["rt"] = _Runtime(event_time)
             fn.open(rt)
         return rt
 
+    def call(rt: _Runtime, what: str, record: Any, invoke: Callable[[], Any], out: list[Any]) -> None:
+        try:
+            result = invoke()
+            if result is not None:
+                out.extend(result)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(
+                f"step '{step}': {type(fn).__name__}.{what} raised {type(exc).__name__}: {exc} on {record!r}"
+            ) from exc
+
+    def select(rt: _Runtime, key: Any) -> dict[str, Any] | None:
+        found = rt.blob["keys"].get(key)
+        rt.current = found if found is not None else {}
+        rt.current_key = key
+        return found
+
+    def store(rt: _Runtime, key: Any, found: dict[str, Any] | None) -> None:
+        if rt.current:
+            rt.blob["keys"][key] = rt.current
+        elif found is not None:
+            del rt.blob["keys"][key]
+
+    def fire(rt: _Runtime, kind: str, until: int | None, out: list[Any]) -> None:
+        queue = rt.blob[kind]
+        while until is not None and queue and queue[0][0] <= until:
+            ts, _, key = heapq.heappop(queue)
+            found = select(rt, key)
+            timers = rt.current.get(kind)
+            if not timers or ts not in timers:
+                continue  # deleted, or already fired
+            timers.discard(ts)
+            if not timers:
+                del rt.current[kind]
+            rt.timestamp = ts
+            call(rt, "on_timer", {"key": key, "timestamp": ts}, lambda: fn.on_timer(ts, rt), out)
+            store(rt, key, found)
+
+    def fire_due(rt: _Runtime, out: list[Any]) -> None:
+        fire(rt, _ET, rt.watermark, out)
+        fire(rt, _PT, rt.now, out)
+
     def run(bucket: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         rt = runtime()
-        table: dict[Any, dict[str, Any]] = pickle.loads(state.get[0]) if state.exists else {}
+        rt.blob = pickle.loads(state.get[0]) if state.exists else _empty_blob()
+        rt.watermark = state.getCurrentWatermarkMs() if event_time else None
+        rt.now = state.getCurrentProcessingTimeMs()
         out: list[Any] = []
+        fire_due(rt, out)
         for pdf in frames:
             if time_field is not None:
                 pdf = pdf.iloc[np.argsort(pdf[time_field].to_numpy(), kind="stable")]
-            rt.now = int(pdf[NOW].iloc[0]) if len(pdf) else rt.now
             columns = [pdf[f].tolist() for f in fields]
             key_cols = [pdf[k].tolist() for k in keys]
             times = pdf[time_field].tolist() if time_field is not None else None
@@ -243,30 +337,19 @@ def make_bucket_function(
             for i, values in enumerate(zip(*columns)):
                 record = dict(zip(fields, values))
                 key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)
-                current = table.get(key)
-                rt.current = current if current is not None else {}
-                rt.current_key = key
+                found = select(rt, key)
                 rt.timestamp = times[i] if times is not None else None
-                try:
-                    result = fn.process_element(record, rt)
-                    if result is not None:
-                        out.extend(result)
-                except Exception as exc:
-                    raise UserFunctionError(
-                        f"step '{step}': {type(fn).__name__}.process_element raised {type(exc).__name__}: {exc} "
-                        f"on record {record!r}"
-                    ) from exc
-                if rt.current:
-                    table[key] = rt.current
-                elif current is not None:
-                    del table[key]
-        rt.expire(table)
-        state.update((pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),))
+                call(rt, "process_element", record, lambda: fn.process_element(record, rt), out)
+                store(rt, key, found)
+        fire_due(rt, out)
+        rt.expire(rt.blob["keys"])
+        state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
+        if event_time and rt.blob[_ET]:
+            state.setTimeoutTimestamp(max(rt.blob[_ET][0][0], (rt.watermark or 0) + 1))
+        elif not event_time and rt.blob[_PT]:
+            state.setTimeoutDuration(max(1, rt.blob[_PT][0][0] - rt.now))
         if out:
-            first = out[0]
-            if isinstance(first, dict):
-                yield pd.DataFrame(out, columns=out_fields)
-            else:
-                yield pd.DataFrame([tuple(r) for r in out], columns=out_fields)
+            rows = out if isinstance(out[0], dict) else [tuple(r) for r in out]
+            yield pd.DataFrame(rows, columns=out_fields)
 
     return run

@@ -1,4 +1,9 @@
-"""Keyed process steps: ``groupBy(state bucket).applyInPandasWithState``."""
+"""Keyed process steps: ``groupBy(state bucket).applyInPandasWithState``.
+
+With event time, the bucket function runs under Spark's event-time timeout, so
+Spark calls it for a bucket whose earliest timer the watermark has passed even
+when no record arrives; otherwise under the processing-time timeout.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,9 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS, make_bucket_function
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.keyed.runtime import NOW, STATE_BUCKETS, make_bucket_function
+from ember.runner.spark.translators.eventtime import with_event_time
 from ember.runner.spark.translators.python_ops import _struct
 from ember.time.watermarks import TimeCharacteristic
 
@@ -25,16 +31,14 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
         if key not in df.columns:
             raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(df.columns)})", node.name)
     out = _struct(node.output_schema, None, node.name)
-    time_field = None
-    if up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME and up.time.timestamp_field in df.columns:
-        time_field = up.time.timestamp_field
     fields = list(df.columns)
+    event_time = up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME
+    time_field = up.time.timestamp_field if event_time else None
     ship_by_value(node.fn)
-    fn = make_bucket_function(node.fn, node.name, list(node.keys), fields, out.names, time_field)
-    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in node.keys]), F.lit(STATE_BUCKETS))).withColumn(
-        NOW, F.unix_millis(F.current_timestamp())  # the batch timestamp: logged by Spark, same on replay
-    )
-    result = bucketed.groupBy(BUCKET).applyInPandasWithState(
-        fn, out, "blob binary", "append", GroupStateTimeout.NoTimeout
-    )
+    fn = make_bucket_function(node.fn, node.name, list(node.keys), fields, out.names, time_field, event_time)
+    if event_time:
+        df = with_event_time(comp, df, up.time, node.name)
+    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in node.keys]), F.lit(STATE_BUCKETS)))
+    timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
+    result = bucketed.groupBy(BUCKET).applyInPandasWithState(fn, out, "blob binary", "append", timeout)
     return Frame(result, up.time)

@@ -1,14 +1,9 @@
 """Window aggregates compiled to Spark's native ``window`` / ``session_window``.
 
-Event time: the stream's timestamp field becomes ``__ember_time``, the
-watermark (``withWatermark``) is set on it right before the aggregation, and
-results are emitted in append mode: once per window, when the watermark
-passes the window's end. Processing time (and ingestion time, which is the
-same instant in a micro-batch engine) is the micro-batch's timestamp.
-
-At the end of bounded input, an ``ember_end_of_input`` row moves the
-watermark to the end of time, so every open event-time window is emitted
-(Flink's final watermark). That row is dropped right after the watermark.
+Results are emitted in append mode: once per window, when the watermark passes
+the window's end (event time: see :mod:`.eventtime`). Processing time (and
+ingestion time, which is the same instant in a micro-batch engine) is the
+micro-batch's timestamp.
 """
 
 from __future__ import annotations
@@ -16,18 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, WindowAggregateNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
-from ember.runner.spark.datasources import END_OF_TIME_MS
+from ember.runner.spark.translators.eventtime import TIME, with_event_time, with_processing_time
 from ember.runner.spark.translators.transforms import key_columns, key_name
 from ember.time.watermarks import TimeCharacteristic
 from ember.windowing.aggregates import Aggregate
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
 
-TIME = "__ember_time"
 
 
 @translates(WindowAggregateNode)
@@ -53,20 +46,7 @@ def _window(comp: Compilation, node: WindowAggregateNode) -> Frame:
                 f"aggregate '{out}' reads field '{agg.field}', which is not in the stream (fields: {', '.join(df.columns)})",
                 node.name,
             )
-    delay_ms = 0
-    if event_time:
-        field = up.time.timestamp_field
-        df = df.withColumn(TIME, _timestamp(df, field, node.name))
-        delay_ms = up.time.max_out_of_orderness_ms
-        if comp.bounded and comp.end_of_input_marker:
-            df = _with_end_of_input(comp, df)
-    else:
-        df = df.withColumn(TIME, F.current_timestamp())
-    df = df.withWatermark(TIME, f"{delay_ms} milliseconds")
-    if event_time and comp.bounded and comp.end_of_input_marker:
-        # Drop the end-of-input row after the watermark saw it. The predicate
-        # reads the event-time column, so Spark cannot push it below the watermark.
-        df = df.filter(F.col(TIME) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
+    df = with_event_time(comp, df, up.time, node.name) if event_time else with_processing_time(df)
     win = _window_column(assigner)
     names = [key_name(k) for k in node.keys]
     keys = [c if isinstance(k, str) else c.alias(n) for k, c, n in zip(node.keys, key_columns(node.keys), names)]
@@ -79,40 +59,6 @@ def _window(comp: Compilation, node: WindowAggregateNode) -> Frame:
         *[F.col(out) for out, _ in node.aggregates],
     )
     return Frame(result, None)
-
-
-def _timestamp(df: Any, field: str, step: str) -> Any:
-    if field not in df.columns:
-        raise PipelineError(
-            f"the event-time field '{field}' is not in the stream at this window (fields: {', '.join(df.columns)}); "
-            "keep it through select/map steps",
-            step,
-        )
-    dtype = df.schema[field].dataType
-    if isinstance(dtype, T.TimestampType | T.TimestampNTZType):
-        return F.col(field).cast("timestamp")
-    if isinstance(dtype, T.LongType | T.IntegerType):
-        return F.timestamp_millis(F.col(field).cast("bigint"))
-    if isinstance(dtype, T.StringType):
-        return F.timestamp_millis(F.col(field).cast("bigint"))
-    raise PipelineError(
-        f"the event-time field '{field}' has type {dtype.simpleString()}; it must be epoch milliseconds "
-        "(bigint/int, or digits in a string) or a timestamp",
-        step,
-    )
-
-
-def _with_end_of_input(comp: Compilation, df: Any) -> Any:
-    eos = (
-        comp.spark.readStream.format("ember_end_of_input")
-        .option("marker", comp.end_of_input_marker)
-        .load()
-    )
-    fields = [
-        (F.timestamp_millis(F.col("end_ms")) if f.name == TIME else F.lit(None).cast(f.dataType)).alias(f.name)
-        for f in df.schema.fields
-    ]
-    return df.unionByName(eos.select(*fields))
 
 
 def _window_column(assigner: Any) -> Any:

@@ -1,0 +1,72 @@
+"""Event time for stateful steps: the timestamp column, the watermark, the end of input.
+
+The stream's timestamp field becomes ``__ember_time`` and ``withWatermark`` is
+set on it right before the stateful step (a Python step upstream would drop
+Spark's watermark metadata). When every source is bounded, an
+``ember_end_of_input`` row is unioned in: once the sources have ended it moves
+the watermark to the end of time, so every window closes and every event-time
+timer fires (Flink's final watermark); a filter on the event-time column, which
+Spark cannot push below the watermark, drops the row right after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ember.errors import PipelineError
+from ember.runner.spark.compiler import Compilation
+from ember.runner.spark.datasources import END_OF_TIME_MS
+from ember.time.watermarks import WatermarkStrategy
+
+__all__ = ["TIME", "with_event_time", "with_processing_time"]
+
+TIME = "__ember_time"
+
+
+def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str) -> Any:
+    """``df`` with ``__ember_time`` from the strategy's field and the watermark set on it."""
+    df = df.withColumn(TIME, _timestamp(df, time.timestamp_field, step))
+    flush = comp.bounded and comp.end_of_input_marker
+    if flush:
+        df = _with_end_of_input(comp, df)
+        comp.uses_end_of_input = True
+    df = df.withWatermark(TIME, f"{time.max_out_of_orderness_ms} milliseconds")
+    if flush:
+        df = df.filter(F.col(TIME) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
+    return df
+
+
+def with_processing_time(df: Any) -> Any:
+    """``df`` with ``__ember_time`` = the micro-batch time and a zero-delay watermark on it."""
+    return df.withColumn(TIME, F.current_timestamp()).withWatermark(TIME, "0 milliseconds")
+
+
+def _timestamp(df: Any, field: str, step: str) -> Any:
+    if field not in df.columns:
+        raise PipelineError(
+            f"the event-time field '{field}' is not in the stream at this step (fields: {', '.join(df.columns)}); "
+            "keep it through select/map steps",
+            step,
+        )
+    dtype = df.schema[field].dataType
+    if isinstance(dtype, T.TimestampType | T.TimestampNTZType):
+        return F.col(field).cast("timestamp")
+    if isinstance(dtype, T.LongType | T.IntegerType | T.StringType):
+        return F.timestamp_millis(F.col(field).cast("bigint"))
+    raise PipelineError(
+        f"the event-time field '{field}' has type {dtype.simpleString()}; it must be epoch milliseconds "
+        "(bigint/int, or digits in a string) or a timestamp",
+        step,
+    )
+
+
+def _with_end_of_input(comp: Compilation, df: Any) -> Any:
+    eos = comp.spark.readStream.format("ember_end_of_input").option("marker", comp.end_of_input_marker).load()
+    fields = [
+        (F.timestamp_millis(F.col("end_ms")) if f.name == TIME else F.lit(None).cast(f.dataType)).alias(f.name)
+        for f in df.schema.fields
+    ]
+    return df.unionByName(eos.select(*fields))
