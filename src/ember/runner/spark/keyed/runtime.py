@@ -334,13 +334,30 @@ def make_bucket_function(
             key_cols = [pdf[k].tolist() for k in keys]
             times = pdf[time_field].tolist() if time_field is not None else None
             single = len(keys) == 1
+            table, process, append = rt.blob["keys"], fn.process_element, out.extend
+            # The hot loop: one user call per record and nothing else per record.
             for i, values in enumerate(zip(*columns)):
                 record = dict(zip(fields, values))
                 key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)
-                found = select(rt, key)
-                rt.timestamp = times[i] if times is not None else None
-                call(rt, "process_element", record, lambda: fn.process_element(record, rt), out)
-                store(rt, key, found)
+                found = table.get(key)
+                rt.current = slot = found if found is not None else {}
+                rt.current_key = key
+                if times is not None:
+                    rt.timestamp = times[i]
+                try:
+                    result = process(record, rt)
+                    if result is not None:
+                        append(result)
+                except Exception as exc:
+                    raise UserFunctionError(
+                        f"step '{step}': {type(fn).__name__}.process_element raised {type(exc).__name__}: {exc} "
+                        f"on record {record!r}"
+                    ) from exc
+                if slot:  # state objects change the slot in place
+                    if found is None:
+                        table[key] = slot
+                elif found is not None:
+                    del table[key]
         fire_due(rt, out)
         rt.expire(rt.blob["keys"])
         state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
