@@ -258,7 +258,7 @@ def make_bucket_function(
     keys: list[str],
     fields: list[str],
     out_fields: list[str],
-    time_field: str | None,
+    time_column: str | None,
     event_time: bool,
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
     """The ``applyInPandasWithState`` function of one keyed process step.
@@ -328,11 +328,13 @@ def make_bucket_function(
         out: list[Any] = []
         fire_due(rt, out)
         for pdf in frames:
-            if time_field is not None:
-                pdf = pdf.iloc[np.argsort(pdf[time_field].to_numpy(), kind="stable")]
+            times = None
+            if time_column is not None:  # a timestamp whatever the field's type: sort and report as epoch ms
+                millis = pdf[time_column].to_numpy().astype("datetime64[ms]").astype(np.int64)
+                order = np.argsort(millis, kind="stable")
+                pdf, times = pdf.iloc[order], millis[order].tolist()
             columns = [pdf[f].tolist() for f in fields]
             key_cols = [pdf[k].tolist() for k in keys]
-            times = pdf[time_field].tolist() if time_field is not None else None
             single = len(keys) == 1
             table, process, append = rt.blob["keys"], fn.process_element, out.extend
             # The hot loop: one user call per record and nothing else per record.

@@ -15,7 +15,7 @@ from ember.graph.nodes import KeyByNode, KeyedProcessNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import STATE_BUCKETS, make_bucket_function
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.translators.eventtime import with_event_time
+from ember.runner.spark.translators.eventtime import TIME, with_event_time
 from ember.runner.spark.translators.python_ops import _struct
 from ember.time.watermarks import TimeCharacteristic
 
@@ -33,9 +33,8 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     out = _struct(node.output_schema, None, node.name)
     fields = list(df.columns)
     event_time = up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME
-    time_field = up.time.timestamp_field if event_time else None
     ship_by_value(node.fn)
-    fn = make_bucket_function(node.fn, node.name, list(node.keys), fields, out.names, time_field, event_time)
+    fn = make_bucket_function(node.fn, node.name, list(node.keys), fields, out.names, TIME if event_time else None, event_time)
     if event_time:
         df = with_event_time(comp, df, up.time, node.name)
     bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in node.keys]), F.lit(STATE_BUCKETS)))
