@@ -158,3 +158,21 @@ def test_state_backend_and_parallelism_reach_the_checkpoint(spark, tmp_path):
         state_parts = os.listdir(os.path.join(result.checkpoint_dir, "state", "0"))
         assert len([p for p in state_parts if p.isdigit()]) == parallelism
     assert spark.conf.get("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled") == "true"
+
+
+def test_ctrl_c_stops_the_job_gracefully(env):
+    """An interrupt (Ctrl-C) stops between batches; the result says so and keeps what was done."""
+    import signal
+    import threading
+
+    sink = CountSink()
+    env.from_source(RateSource(rows_per_second=200)).sink_to(sink)
+    timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        result = env.execute("interrupted", duration=60, progress=False)
+    finally:
+        timer.cancel()
+    assert result.stopped_because == "interrupted"
+    assert result.seconds < 30
+    assert sink.count == result.events > 0
