@@ -115,7 +115,7 @@ def test_sequence_partitioning_covers_each_seq_once():
 
 def test_python_driver_batches_match_the_reference():
     src = StateMachineSource(partitions=2, active_addresses=20, frames_per_epoch=5)
-    spec = source_spec(src, "sm", 1000)
+    spec = source_spec(src, 1000)
     batches = list(sequence_batches(spec, 1, 100, 400, origin_ms=5000, chunk=64))
     got_addr = np.concatenate([b.column("address").to_numpy() for b in batches])
     a, b = partition_offsets(1, 2, 100, 400)

@@ -7,7 +7,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ember.connectors.base import Source
 from ember.connectors.spark_sources import ScriptedSource
@@ -17,6 +17,9 @@ from ember.graph.nodes import SinkNode, SourceNode
 from ember.time.clock import Clock, SystemClock
 from ember.time.durations import to_ms
 from ember.time.watermarks import WatermarkStrategy
+
+if TYPE_CHECKING:
+    from ember.api.datastream import DataStream
 
 __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
 

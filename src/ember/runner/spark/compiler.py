@@ -57,7 +57,6 @@ class Compilation:
     config: EnvironmentConfig
     job_name: str
     checkpoint: str | None
-    start_ms: dict[str, int] = field(default_factory=dict)
     end_of_input_marker: str | None = None
     stop_marker: str | None = None
     uses_end_of_input: bool = False  # an end-of-input row was compiled in: flush it when sources end
@@ -114,7 +113,6 @@ def compile_graph(
     *,
     job_name: str,
     checkpoint: str | None,
-    start_ms: dict[str, int] | None = None,
     end_of_input_marker: str | None = None,
     stop_marker: str | None = None,
 ) -> CompiledJob:
@@ -123,7 +121,7 @@ def compile_graph(
     from ember.runner.spark.datasources import register_sources
 
     register_sources(spark)
-    comp = Compilation(graph, spark, config, job_name, checkpoint, dict(start_ms or {}), end_of_input_marker, stop_marker)
+    comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker)
     sink = graph.sinks[0]
     frame = comp.frame(sink.inputs[0])
     return CompiledJob(sink, frame, comp)

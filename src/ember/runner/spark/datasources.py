@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-__all__ = ["register_sources", "END_OF_TIME_MS"]
+__all__ = ["register_sources", "END_OF_TIME_MS", "origin_file", "fixed_origin"]
 
 END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
@@ -40,8 +40,16 @@ def _stopping(options: dict[str, str]) -> bool:
     return bool(marker) and os.path.exists(marker)
 
 
-def _fixed_origin(path: str) -> int:
-    """The epoch ms stored at ``path``; the first caller stores 'now' (atomically)."""
+def origin_file(checkpoint: str | None, step: str) -> str:
+    """Where a generator's event-time origin is kept: in the job's checkpoint."""
+    import tempfile
+
+    return os.path.join(checkpoint or tempfile.mkdtemp(prefix="ember-explain-"), "ember", f"origin-{step}")
+
+
+def fixed_origin(path: str) -> int:
+    """The epoch ms stored at ``path``; the first caller (the runner for Spark's
+    native source, the Python reader otherwise) stores 'now', atomically."""
     try:
         with open(path) as f:
             return int(f.read())
@@ -63,9 +71,9 @@ def _fixed_origin(path: str) -> int:
 
 # --------------------------------------------------------------------------- sequence
 class SequenceReader(DataSourceStreamReader):
-    """Offsets: ``{"n", "origin_ms", "source", "done"}``. ``origin_ms`` (event
-    time of sequence number 0) is fixed when the query first starts and then
-    travels in every offset, so Spark's offset log keeps it for replays."""
+    """Offsets: ``{"n", "origin_ms", "done"}``. ``origin_ms`` (event time of
+    sequence number 0) is fixed when the query first starts (see
+    :func:`fixed_origin`) and travels in every offset to the readers."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -75,8 +83,8 @@ class SequenceReader(DataSourceStreamReader):
         # Spark may call this more than once (batch 0's start is not in its
         # offset log), so the origin is fixed once, in the checkpoint.
         fixed = self.spec.get("start_ms")
-        origin = int(fixed) if fixed is not None else _fixed_origin(self.options["origin_file"])
-        return {"n": 0, "origin_ms": origin, "source": self.spec["node"], "done": False}
+        origin = int(fixed) if fixed is not None else fixed_origin(self.options["origin_file"])
+        return {"n": 0, "origin_ms": origin, "done": False}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(int(self.spec["max_events_per_batch"]))
@@ -94,7 +102,7 @@ class SequenceReader(DataSourceStreamReader):
             due = min(due, n0 + int(limit.max_rows))
         n1 = max(n0, due)
         done = max_events is not None and n1 >= max_events
-        return {"n": n1, "origin_ms": origin, "source": start["source"], "done": done}
+        return {"n": n1, "origin_ms": origin, "done": done}
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         n0, n1 = int(start["n"]), int(end["n"])

@@ -17,37 +17,28 @@ from ember.api.environment import EnvironmentConfig, JobResult
 from ember.errors import JobFailedError
 from ember.graph.graph import Graph
 from ember.runner.spark.compiler import compile_graph
+from ember.runner.spark.datasources import fixed_origin, origin_file
 from ember.runner.spark.session import configure_for_query
 from ember.runner.spark.translators.sinks import sink_writer
 from ember.time.clock import Clock
 
-__all__ = ["run_job", "load_or_create_metadata"]
+__all__ = ["run_job", "source_origins"]
 
 POLL_S = 0.1
 PROGRESS_EVERY_S = 5.0
 
 
-def load_or_create_metadata(checkpoint: str, graph: Graph, clock: Clock) -> dict[str, Any]:
-    """Ember's own record in the checkpoint: each source's event-time origin,
-    fixed on the job's first start so that replays and restarts keep timestamps."""
-    path = os.path.join(checkpoint, "ember", "job.json")
-    meta: dict[str, Any] = {"start_ms": {}}
-    if os.path.exists(path):
-        with open(path) as f:
-            meta = json.load(f)
-    changed = False
+def source_origins(checkpoint: str, graph: Graph) -> dict[str, int]:
+    """Each generator source's event-time origin (epoch ms), as fixed in the checkpoint."""
+    out = {}
     for node in graph.sources:
-        if node.name not in meta["start_ms"]:
-            fixed = getattr(node.source, "start_ms", None)
-            meta["start_ms"][node.name] = int(fixed) if fixed is not None else clock.now_ms()
-            changed = True
-    if changed:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(meta, f)
-        os.replace(tmp, path)
-    return meta
+        fixed = getattr(node.source, "start_ms", None)
+        path = origin_file(checkpoint, node.name)
+        if fixed is not None:
+            out[node.name] = int(fixed)
+        elif os.path.exists(path):
+            out[node.name] = fixed_origin(path)
+    return out
 
 
 def run_job(
@@ -63,16 +54,16 @@ def run_job(
     clock: Clock,
 ) -> JobResult:
     configure_for_query(spark, config)
-    meta = load_or_create_metadata(checkpoint, graph, clock)
     bounded_sources = [n for n in graph.sources if n.source.bounded]
     bounded = bool(bounded_sources) and len(bounded_sources) == len(graph.sources)
+    os.makedirs(os.path.join(checkpoint, "ember"), exist_ok=True)  # Ember's own files: origins, markers
     marker = os.path.join(checkpoint, "ember", "end-of-input")
     stop_marker = os.path.join(checkpoint, "ember", "stop")
     if os.path.exists(stop_marker):
         os.remove(stop_marker)  # left by a run that did not finish stopping
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
-        start_ms=meta["start_ms"], end_of_input_marker=marker if bounded else None,
+        end_of_input_marker=marker if bounded else None,
         stop_marker=stop_marker,
     )
     needs_flush = job.compilation.uses_end_of_input
@@ -140,7 +131,7 @@ def run_job(
         progress=follower.progress,
         stopped_because=reason,
         late_dropped=follower.late_dropped,
-        start_ms={**meta["start_ms"], **follower.origins},
+        start_ms=source_origins(checkpoint, graph),
     )
 
 
@@ -184,7 +175,6 @@ class _Follower:
         self.processing_ms = 0
         self.last_batch = -1
         self.eos_batch: int | None = None
-        self.origins: dict[str, int] = {}
         self.last_print = clock.monotonic()
         self.events_at_print = 0
 
@@ -228,9 +218,6 @@ class _Follower:
             )
         if self.eos_batch is None and any(o.get("ended") == 1 for o in offsets):
             self.eos_batch = bid
-        for o in offsets:
-            if "origin_ms" in o and "source" in o:
-                self.origins[o["source"]] = int(o["origin_ms"])
         if self.callback:
             self.callback(report)
         return True

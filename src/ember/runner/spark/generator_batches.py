@@ -17,7 +17,7 @@ _KINDS: dict[str, type[g.GeneratorSource]] = {
 }
 
 
-def source_spec(source: g.GeneratorSource, node: str, max_events_per_batch: int) -> dict[str, Any]:
+def source_spec(source: g.GeneratorSource, max_events_per_batch: int) -> dict[str, Any]:
     """The JSON-able description the Python reader rebuilds the source from."""
     fields = dataclasses.asdict(source)
     return {
@@ -28,7 +28,6 @@ def source_spec(source: g.GeneratorSource, node: str, max_events_per_batch: int)
         "partitions": source.partitions,
         "max_events_per_batch": source.max_events_per_batch or max_events_per_batch,
         "start_ms": source.start_ms,
-        "node": node,
     }
 
 

@@ -277,9 +277,9 @@ def make_bucket_function(
             fn.open(rt)
         return rt
 
-    def call(rt: _Runtime, what: str, record: Any, invoke: Callable[[], Any], out: list[Any]) -> None:
+    def call(what: str, record: Any, invoke: Callable[..., Any], args: tuple[Any, ...], out: list[Any]) -> None:
         try:
-            result = invoke()
+            result = invoke(*args)
             if result is not None:
                 out.extend(result)
         except UserFunctionError:
@@ -313,7 +313,7 @@ def make_bucket_function(
             if not timers:
                 del rt.current[kind]
             rt.timestamp = ts
-            call(rt, "on_timer", {"key": key, "timestamp": ts}, lambda: fn.on_timer(ts, rt), out)
+            call("on_timer", {"key": key, "timestamp": ts}, fn.on_timer, (ts, rt), out)
             store(rt, key, found)
 
     def fire_due(rt: _Runtime, out: list[Any]) -> None:

@@ -16,7 +16,7 @@ from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import STATE_BUCKETS, make_bucket_function
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, with_event_time
-from ember.runner.spark.translators.python_ops import _struct
+from ember.runner.spark.translators.python_ops import output_struct
 from ember.time.watermarks import TimeCharacteristic
 
 BUCKET = "__ember_bucket"
@@ -30,7 +30,7 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     for key in node.keys:
         if key not in df.columns:
             raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(df.columns)})", node.name)
-    out = _struct(node.output_schema, None, node.name)
+    out = output_struct(node.output_schema, None, node.name)
     fields = list(df.columns)
     event_time = up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME
     ship_by_value(node.fn)

@@ -17,10 +17,10 @@ from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["python_filter"]
+__all__ = ["python_filter", "output_struct"]
 
 
-def _struct(schema: Any, fallback: Any, step: str) -> Any:
+def output_struct(schema: Any, fallback: Any, step: str) -> Any:
     from pyspark.sql.types import StructType, _parse_datatype_string
 
     if schema is None:
@@ -77,7 +77,7 @@ def _build(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.Recor
 def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> Frame:
     """``map`` (one output per record) and ``flat_map`` (an iterable per record)."""
     up = comp.frame(node.inputs[0])
-    out = _struct(node.output_schema, up.df.schema, node.name)
+    out = output_struct(node.output_schema, up.df.schema, node.name)
     schema, names, fn, step = _arrow_schema(out), out.names, node.fn, node.name
     ship_by_value(fn)
 
@@ -127,7 +127,7 @@ def python_filter(df: Any, node: Any) -> Any:
 @translates(MapBatchesNode)
 def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
     up = comp.frame(node.inputs[0])
-    out = _struct(node.output_schema, up.df.schema, node.name)
+    out = output_struct(node.output_schema, up.df.schema, node.name)
     fn, step = node.fn, node.name
     ship_by_value(fn)
     if node.batch_format == "pandas":

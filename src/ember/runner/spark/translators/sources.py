@@ -13,6 +13,7 @@ from ember.connectors.spark_sources import FileSource, RateSource, ScriptedSourc
 from ember.errors import PipelineError
 from ember.graph.nodes import SourceNode
 from ember.runner.spark.compiler import Compilation, Frame, registry, translates
+from ember.runner.spark.datasources import fixed_origin, origin_file
 from ember.runner.spark.generator_batches import source_spec
 
 __all__ = ["SOURCE_BUILDERS"]
@@ -85,19 +86,19 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
     Rate-limited and bounded generators run on Ember's Python source, which
     fixes the origin when the query first starts and logs it in its offsets.
     Unbounded-speed ones run on Spark's native ``rate-micro-batch`` (faster),
-    with the origin Ember keeps in the checkpoint's metadata.
+    with the origin fixed once in the checkpoint (``ember/origin-<step>``, see ``fixed_origin``).
     """
     per_batch = src.max_events_per_batch or comp.config.max_events_per_batch
     if src.needs_python_driver:
         return (
             comp.spark.readStream.format("ember_sequence")
             .option("schema", schema)
-            .option("spec", json.dumps(source_spec(src, node.name, per_batch)))
+            .option("spec", json.dumps(source_spec(src, per_batch)))
             .option("stop_marker", comp.stop_marker or "")
-            .option("origin_file", _origin_file(comp, node))
+            .option("origin_file", origin_file(comp.checkpoint, node.name))
             .load()
         )
-    origin = comp.start_ms.get(node.name, src.start_ms or 0)
+    origin = src.start_ms if src.start_ms is not None else fixed_origin(origin_file(comp.checkpoint, node.name))
     return (
         comp.spark.readStream.format("rate-micro-batch")
         .option("rowsPerBatch", per_batch)
@@ -106,14 +107,6 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
         .load()
         .select(F.col("value").alias("seq"), F.lit(origin).cast("bigint").alias("origin_ms"))
     )
-
-
-def _origin_file(comp: Compilation, node: SourceNode) -> str:
-    import os
-    import tempfile
-
-    root = comp.checkpoint or tempfile.mkdtemp(prefix="ember-explain-")
-    return os.path.join(root, "ember", f"origin-{node.name}")
 
 
 def _event_time(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:
