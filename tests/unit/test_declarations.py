@@ -96,3 +96,16 @@ def test_state_descriptors_validate():
     assert AggregatingStateDescriptor("a", aggregate_fn=AggregateFunction()).name == "a"
     with pytest.raises(ConfigError, match="ttl must be a StateTtlConfig"):
         ValueStateDescriptor("v", ttl=1000)
+
+
+def test_driver_side_sinks_forget_uncommitted_batches():
+    from ember import CollectSink, CountSink
+
+    collect, count = CollectSink(), CountSink(latency_field="ts")
+    for b in range(4):
+        collect._accept(b, 0, [{"b": b}])
+        count._accept(b, 10, [b])
+    collect._forget_after(1)
+    count._forget_after(1)
+    assert collect.rows() == [{"b": 0}, {"b": 1}]
+    assert count.count == 20 and count.latencies_ms == [0, 1]

@@ -2,7 +2,8 @@
 
 Collect and count sinks keep results on the driver, keyed by Spark's batch
 id: a micro-batch that Spark re-runs after a failure replaces its earlier
-output instead of adding to it, so what they hold is exactly-once.
+output instead of adding to it, and when a job stops, output of a batch Spark
+did not commit is dropped (``_forget_after``), so what they hold is exactly-once.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ class CollectSink(Sink):
         with self._lock:
             self._batches.clear()
 
+    def _forget_after(self, batch_id: int) -> None:
+        with self._lock:
+            for k in [k for k in self._batches if k > batch_id]:
+                del self._batches[k]
+
 
 class CountSink(Sink):
     """Counts records; optionally measures latency as arrival time minus ``latency_field`` (ms)
@@ -88,6 +94,12 @@ class CountSink(Sink):
         with self._lock:
             self._counts[batch_id] = count
             self._latencies[batch_id] = latencies_ms
+
+    def _forget_after(self, batch_id: int) -> None:
+        with self._lock:
+            for table in (self._counts, self._latencies):
+                for k in [k for k in table if k > batch_id]:
+                    del table[k]
 
     @property
     def count(self) -> int:

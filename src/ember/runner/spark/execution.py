@@ -28,6 +28,13 @@ POLL_S = 0.1
 PROGRESS_EVERY_S = 5.0
 
 
+def last_committed_batch(checkpoint: str) -> int:
+    """The newest batch id in Spark's commit log (-1 when none)."""
+    commits = os.path.join(checkpoint, "commits")
+    ids = [int(f) for f in os.listdir(commits) if f.isdigit()] if os.path.isdir(commits) else []
+    return max(ids, default=-1)
+
+
 def source_origins(checkpoint: str, graph: Graph) -> dict[str, int]:
     """Each generator source's event-time origin (epoch ms), as fixed in the checkpoint."""
     out = {}
@@ -118,6 +125,9 @@ def run_job(
             follower.poll(query)
             if os.path.exists(stop_marker):
                 os.remove(stop_marker)
+    forget = getattr(job.sink.sink, "_forget_after", None)
+    if forget is not None:  # a batch stopped after its sink ran but before Spark committed it
+        forget(last_committed_batch(checkpoint))
     exc = query.exception()
     if exc is not None:
         raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
