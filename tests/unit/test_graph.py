@@ -68,15 +68,32 @@ def test_explain_shows_every_step(env):
     assert "events: source scripted 1 batches, 1 rows; event time from 'ts', out-of-orderness 0 ms" in text
 
 
-def test_graph_needs_exactly_one_sink(env):
+def test_graph_needs_a_sink(env):
     _events(env)
     with pytest.raises(PipelineError, match="no sink"):
         env.graph()
-    s = _events(StreamEnvironment(master="local[2]"))
-    s.sink_to(CollectSink())
-    s.sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="2 sinks"):
-        s._env.graph()
+
+
+def test_several_sinks_split_after_their_last_shared_step(env):
+    s = _events(env).filter("k = 'a'", name="only-a")
+    s.sink_to(CollectSink(), name="all")
+    s.select("k", name="keys").sink_to(CollectSink(), name="keys-out")
+    assert env.graph().fork().name == "only-a"
+
+
+def test_a_stateful_step_after_the_split_is_refused(env):
+    s = _events(env)
+    s.sink_to(CollectSink(), name="raw")
+    s.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
+    with pytest.raises(PipelineError, match="'counts' .* comes after the point where the job's sinks .* split at 'events'"):
+        env.graph()
+
+
+def test_sinks_of_unrelated_pipelines_are_refused(env):
+    _events(env).sink_to(CollectSink(), name="one")
+    env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").sink_to(CollectSink(), name="two")
+    with pytest.raises(PipelineError, match="unrelated pipelines"):
+        env.graph()
 
 
 def test_step_names_are_unique(env):

@@ -7,7 +7,7 @@ from ember.connectors import generators, sinks, spark_sources
 from ember.connectors.base import Sink, Source
 from ember.graph import nodes
 from ember.runner.spark.compiler import TRANSLATORS, registry
-from ember.runner.spark.translators.sinks import SINK_WRITERS
+from ember.runner.spark.translators.sinks import BATCH_WRITERS
 from ember.runner.spark.translators.sources import SOURCE_BUILDERS
 
 
@@ -24,7 +24,7 @@ def test_every_source_and_sink_has_a_spark_implementation():
     sources = [c for c in _subclasses(Source, generators) + _subclasses(Source, spark_sources) if c is not generators.GeneratorSource]
     assert sources and all(s in SOURCE_BUILDERS for s in sources)
     sink_types = _subclasses(Sink, sinks)
-    assert sink_types and all(s in SINK_WRITERS for s in sink_types)
+    assert sink_types and all(s in BATCH_WRITERS for s in sink_types)
 
 
 def test_registering_twice_is_refused():

@@ -159,6 +159,27 @@ class DataStream:
         """Print results to the console."""
         return self.sink_to(ConsoleSink(num_rows=num_rows))
 
+    def get_side_output(self, tag: Any, *, name: str | None = None) -> "DataStream":
+        """The side output ``tag`` of this step: records a process function sent with
+        ``ctx.output(tag, ...)``, or a window's late records (``side_output_late_data``)."""
+        from ember.api.functions import OutputTag
+
+        if not isinstance(tag, OutputTag):
+            raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
+        if not isinstance(self._node, n.KeyedProcessNode | n.WindowNode):
+            raise PipelineError(
+                f"step '{self._node.name}' ({self._node.kind}) has no side outputs; "
+                "side outputs come from process functions and windows",
+                name or "side_output",
+            )
+        if isinstance(self._node, n.WindowNode) and tag != self._node.late_tag and self._node.window_fn is None:
+            raise PipelineError(
+                f"window '{self._node.name}' emits no side output '{tag.name}' (its late-data tag is "
+                f"{self._node.late_tag!r})",
+                name or "side_output",
+            )
+        return DataStream(self._env, self._add(n.SideOutputNode, name, f"{tag.name}", tag=tag))
+
     def explain(self) -> str:
         """The graph up to this stream, one step per line."""
         from ember.graph.graph import Graph
@@ -177,8 +198,32 @@ class KeyedStream(DataStream):
 
     def window(self, assigner: WindowAssigner) -> "WindowedStream":
         """Group each key's records into windows: tumbling, sliding or session,
-        in event time or processing time."""
+        in event time or processing time, or ``GlobalWindows.create()`` with a trigger."""
         return WindowedStream(self, self.keys, assigner)
+
+    def count_window(self, size: int, slide: int | None = None) -> "WindowedStream":
+        """Windows of ``size`` records per key: tumbling (fires and clears every
+        ``size`` records), or sliding (every ``slide`` records, over the last ``size``).
+
+        Records of a key are counted in timestamp order within a micro-batch when
+        the stream has event time, else in arrival order.
+        """
+        from ember.windowing.assigners import GlobalWindows
+        from ember.windowing.evictors import CountEvictor
+        from ember.windowing.triggers import CountTrigger, PurgingTrigger
+
+        for what, v in (("size", size), ("slide", slide)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise PipelineError(f"count_window {what} must be a positive int, got {v!r}", "window")
+        if slide is None:
+            return WindowedStream(
+                self, self.keys, GlobalWindows.create(),
+                trigger=PurgingTrigger.of(CountTrigger.of(size)), label=f"count window {size}",
+            )
+        return WindowedStream(
+            self, self.keys, GlobalWindows.create(), trigger=CountTrigger.of(slide),
+            evictor=CountEvictor.of(size), label=f"count window {size} every {slide}",
+        )
 
     def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
         """Run ``fn`` (a :class:`~ember.api.functions.KeyedProcessFunction`) on every
@@ -201,9 +246,28 @@ class KeyedStream(DataStream):
 
 
 class WindowedStream:
-    """Windows of a (keyed) stream awaiting their aggregate."""
+    """Windows of a keyed stream awaiting their function.
 
-    def __init__(self, stream: DataStream, keys: tuple[Any, ...], assigner: WindowAssigner) -> None:
+    ``trigger``, ``evictor``, ``allowed_lateness`` and ``side_output_late_data``
+    refine the windows (each returns a new WindowedStream); ``aggregate``,
+    ``reduce``, ``process`` and the built-in shortcuts (``count``, ``sum``...)
+    finish them. Built-in aggregates on plain time and session windows compile
+    to Spark's native windowing; everything else runs on Ember's window
+    operator over managed keyed state (docs/windows.md).
+    """
+
+    def __init__(
+        self,
+        stream: DataStream,
+        keys: tuple[Any, ...],
+        assigner: WindowAssigner,
+        *,
+        trigger: Any = None,
+        evictor: Any = None,
+        allowed_lateness_ms: int = 0,
+        late_tag: Any = None,
+        label: str = "",
+    ) -> None:
         if not isinstance(assigner, WindowAssigner):
             raise PipelineError(
                 f"window takes a window assigner such as TumblingEventTimeWindows.of(...), got {assigner!r}", "window"
@@ -211,25 +275,138 @@ class WindowedStream:
         self._stream = stream
         self._keys = keys
         self._assigner = assigner
+        self._trigger = trigger
+        self._evictor = evictor
+        self._lateness = allowed_lateness_ms
+        self._late_tag = late_tag
+        self._label = label
 
-    def aggregate(self, *, name: str | None = None, **aggregates: Aggregate) -> DataStream:
-        """Named built-in aggregates: ``aggregate(views=Agg.count(), spent=Agg.sum("price"))``.
+    def _with(self, **changes: Any) -> "WindowedStream":
+        fields = dict(
+            trigger=self._trigger, evictor=self._evictor, allowed_lateness_ms=self._lateness,
+            late_tag=self._late_tag, label=self._label,
+        )
+        fields.update(changes)
+        return WindowedStream(self._stream, self._keys, self._assigner, **fields)
 
-        The result has the key fields, ``window_start`` and ``window_end`` (epoch
-        ms) and one field per aggregate, emitted once per window when the
-        watermark passes its end.
+    # -- refinements -----------------------------------------------------------------
+    def trigger(self, trigger: Any) -> "WindowedStream":
+        """Replace the assigner's default trigger (e.g. ``CountTrigger.of(100)``, a custom Trigger)."""
+        from ember.windowing.triggers import Trigger
+
+        if not isinstance(trigger, Trigger):
+            raise PipelineError(f"trigger takes an ember.windowing.triggers.Trigger, got {trigger!r}", "window")
+        return self._with(trigger=trigger)
+
+    def evictor(self, evictor: Any) -> "WindowedStream":
+        """Remove elements before/after the window function runs (``CountEvictor.of(10)``...)."""
+        from ember.windowing.evictors import Evictor
+
+        if not isinstance(evictor, Evictor):
+            raise PipelineError(f"evictor takes an ember.windowing.evictors.Evictor, got {evictor!r}", "window")
+        return self._with(evictor=evictor)
+
+    def allowed_lateness(self, lateness: Any) -> "WindowedStream":
+        """Keep windows open this long after the watermark passed their end; an element
+        arriving then fires the window again with the updated result."""
+        from ember.time.durations import to_ms
+
+        if self._assigner.processing_time:
+            raise PipelineError("allowed lateness applies to event-time windows only", "window")
+        return self._with(allowed_lateness_ms=to_ms(lateness, "allowed lateness", allow_zero=True))
+
+    def side_output_late_data(self, tag: Any) -> "WindowedStream":
+        """Send elements that arrive after their windows closed (end + allowed lateness)
+        to the side output ``tag`` instead of dropping them: read them with
+        ``result.get_side_output(tag)``; they keep the input's fields."""
+        from ember.api.functions import OutputTag
+
+        if not isinstance(tag, OutputTag):
+            raise PipelineError(f"side_output_late_data takes an OutputTag, got {tag!r}", "window")
+        return self._with(late_tag=tag)
+
+    # -- finishing ---------------------------------------------------------------------
+    @property
+    def _native(self) -> bool:
+        from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
+
+        plain = self._trigger is None and self._evictor is None and not self._lateness and self._late_tag is None
+        return plain and isinstance(self._assigner, TumblingWindows | SlidingWindows | SessionWindows)
+
+    def _python_window(self, name: str | None, **fields: Any) -> DataStream:
+        if not all(isinstance(k, str) for k in self._keys):
+            raise PipelineError("this window needs key_by with field names (not Columns)", name or "window")
+        stream = self._stream
+        node = stream._add(
+            n.WindowNode, name, "window",
+            keys=self._keys, assigner=self._assigner, trigger=self._trigger, evictor=self._evictor,
+            allowed_lateness_ms=self._lateness, late_tag=self._late_tag, label=self._label, **fields,
+        )
+        return DataStream(stream._env, node)
+
+    def aggregate(
+        self,
+        fn: Any = None,
+        window_function: Any = None,
+        *,
+        output_schema: Any = None,
+        name: str | None = None,
+        **aggregates: Aggregate,
+    ) -> DataStream:
+        """Aggregate each window.
+
+        Either named built-ins — ``aggregate(views=Agg.count(), spent=Agg.sum("price"))`` —
+        or a Python :class:`~ember.api.functions.AggregateFunction` with the
+        ``output_schema`` of its ``get_result`` (a dict, a tuple, or a bare value
+        for one field). The result has the key fields, ``window_start`` and
+        ``window_end`` (epoch ms; null for global windows) and the aggregate's
+        fields. With a ``window_function`` (a ProcessWindowFunction receiving the
+        one aggregated result), ``output_schema`` is that function's output.
         """
+        from ember.api.functions import AggregateFunction, ProcessWindowFunction
+
+        step = name or "window"
+        if fn is not None:
+            if aggregates:
+                raise PipelineError("aggregate takes an AggregateFunction or named built-ins, not both", step)
+            if not isinstance(fn, AggregateFunction):
+                raise PipelineError(f"aggregate takes an AggregateFunction instance, got {fn!r}", step)
+            if window_function is not None and not isinstance(window_function, ProcessWindowFunction):
+                raise PipelineError(f"window_function must be a ProcessWindowFunction, got {window_function!r}", step)
+            if not output_schema:
+                raise PipelineError("aggregate with an AggregateFunction needs output_schema (Spark DDL)", step)
+            return self._python_window(name, aggregate_fn=fn, window_fn=window_function, output_schema=output_schema)
         if not aggregates:
-            raise PipelineError("aggregate needs at least one named aggregate, e.g. count=Agg.count()", name or "window")
+            raise PipelineError("aggregate needs at least one named aggregate, e.g. count=Agg.count()", step)
         for out, agg in aggregates.items():
             if not isinstance(agg, Aggregate):
-                raise PipelineError(f"aggregate '{out}' must be an Agg.*(...) value, got {agg!r}", name or "window")
+                raise PipelineError(f"aggregate '{out}' must be an Agg.*(...) value, got {agg!r}", step)
+        if not self._native:
+            return self._python_window(name, aggregates=tuple(aggregates.items()))
         stream = self._stream
         node = stream._add(
             n.WindowAggregateNode, name, "window",
             keys=self._keys, assigner=self._assigner, aggregates=tuple(aggregates.items()),
         )
         return DataStream(stream._env, node)
+
+    def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> DataStream:
+        """Combine each window's records pairwise with ``fn(a, b) -> record``; the
+        output is the reduced record (the input's fields)."""
+        _require_callable(fn, "reduce", name)
+        return self._python_window(name, reduce_fn=fn)
+
+    def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
+        """Run a :class:`~ember.api.functions.ProcessWindowFunction` on all of a
+        window's elements when it fires; ``output_schema`` types what it yields."""
+        from ember.api.functions import ProcessWindowFunction
+
+        step = name or "window"
+        if not isinstance(fn, ProcessWindowFunction):
+            raise PipelineError(f"process takes a ProcessWindowFunction instance, got {fn!r}", step)
+        if not output_schema:
+            raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
+        return self._python_window(name, window_fn=fn, output_schema=output_schema)
 
     def count(self, *, name: str | None = None) -> DataStream:
         return self.aggregate(name=name, count=Agg.count())

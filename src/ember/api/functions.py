@@ -4,9 +4,40 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ember.errors import ConfigError
 from ember.state.descriptors import StateDescriptor
 
-__all__ = ["KeyedProcessFunction", "AggregateFunction", "RuntimeContext", "Context", "ValueState"]
+__all__ = [
+    "KeyedProcessFunction",
+    "AggregateFunction",
+    "ProcessWindowFunction",
+    "WindowContext",
+    "OutputTag",
+    "RuntimeContext",
+    "Context",
+    "ValueState",
+]
+
+
+class OutputTag:
+    """Names a side output: a secondary stream a function writes with
+    ``ctx.output(tag, record)`` and a pipeline reads with
+    ``stream.get_side_output(tag)``. ``schema`` (Spark DDL) types its records;
+    a window's late-data tag may leave it out (it carries the input records)."""
+
+    def __init__(self, name: str, schema: Any = None) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"OutputTag: name must be an identifier (letters, digits, _), got {name!r}")
+        self.name, self.schema = name, schema
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OutputTag) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("OutputTag", self.name))
 
 
 class AggregateFunction:
@@ -71,6 +102,33 @@ class Context:
         raise NotImplementedError
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def output(self, tag: OutputTag, record: Any) -> None:
+        """Emit ``record`` (a dict or tuple in the tag's schema) to the side output ``tag``.
+        Records for a tag no pipeline reads with ``get_side_output`` are discarded."""
+        raise NotImplementedError
+
+
+class WindowContext:
+    """Given to :meth:`ProcessWindowFunction.process`: the window being emitted
+    (``window.start`` / ``window.end``, epoch ms), the current watermark and
+    processing time, and side outputs."""
+
+    window: Any
+    current_watermark: int | None
+    current_processing_time: int
+
+    def output(self, tag: OutputTag, record: Any) -> None:
+        raise NotImplementedError
+
+
+class ProcessWindowFunction:
+    """Whole-window logic: ``process(key, context, elements)`` gets every element
+    of a window when it fires (or, after ``aggregate(fn, window_function=...)``,
+    the one aggregated result) and yields output records in its output schema."""
+
+    def process(self, key: Any, context: WindowContext, elements: list[Any]) -> Iterable[Any] | None:
         raise NotImplementedError
 
 

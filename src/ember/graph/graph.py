@@ -5,7 +5,19 @@ from __future__ import annotations
 from typing import Iterator
 
 from ember.errors import PipelineError
-from ember.graph.nodes import KeyByNode, Node, SinkNode, SourceNode, UnionNode, WindowAggregateNode
+from ember.graph.nodes import (
+    KeyByNode,
+    KeyedProcessNode,
+    Node,
+    SinkNode,
+    SourceNode,
+    UnionNode,
+    WindowAggregateNode,
+    WindowNode,
+)
+
+_STATEFUL = (WindowAggregateNode, WindowNode, KeyedProcessNode)
+_WINDOWS = (WindowAggregateNode, WindowNode)
 
 __all__ = ["Graph"]
 
@@ -30,12 +42,6 @@ class Graph:
             raise PipelineError(
                 "the pipeline has no sink; end it with .sink_to(...) (e.g. CollectSink() or ConsoleSink())"
             )
-        if len(self.sinks) > 1:
-            names = ", ".join(s.name for s in self.sinks)
-            raise PipelineError(
-                f"Ember runs one Spark query per job and this job has {len(self.sinks)} sinks ({names}); "
-                "execute each sink's pipeline as its own job"
-            )
         names: dict[str, Node] = {}
         for node in self.nodes:
             if node.name in names and names[node.name] is not node:
@@ -44,7 +50,44 @@ class Graph:
             if isinstance(node, UnionNode) and len(node.inputs) < 2:
                 raise PipelineError("a union needs at least two streams", node.name)
         _check_single_stateful_chain(self)
+        self.fork()
         return self
+
+    def fork(self) -> Node | None:
+        """Where a job with several sinks splits: the last step every sink reads
+        from. Ember runs the graph up to it as one streaming query and each
+        branch after it on every micro-batch, so branches must be stateless and
+        read from it alone (None for a job with one sink)."""
+        if len(self.sinks) < 2:
+            return None
+        shared = None
+        for sink in self.sinks:
+            upstream = {id(n) for n in _ancestors(sink)}
+            shared = upstream if shared is None else shared & upstream
+        names = ", ".join(s.name for s in self.sinks)
+        common = [n for n in self.nodes if id(n) in (shared or set())]
+        if not common:
+            raise PipelineError(
+                f"the sinks {names} read from unrelated pipelines; execute each as its own job"
+            )
+        fork = common[-1]
+        branch = [n for n in self.nodes if id(n) not in shared and not isinstance(n, SinkNode)]
+        for node in branch:
+            if isinstance(node, (*_STATEFUL, SourceNode)):
+                raise PipelineError(
+                    f"'{node.name}' ({node.kind}) comes after the point where the job's sinks ({names}) split at "
+                    f"'{fork.name}'; steps after the split run per micro-batch and must be stateless: move it before "
+                    "the split, or run that branch as its own job",
+                    node.name,
+                )
+            for parent in node.inputs:
+                if id(parent) in shared and parent is not fork:
+                    raise PipelineError(
+                        f"'{node.name}' reads '{parent.name}', before the split at '{fork.name}'; after the split "
+                        "every branch must start from that one step",
+                        node.name,
+                    )
+        return fork
 
     def explain(self) -> str:
         """A readable rendering: one line per step, inputs indented under it."""
@@ -82,9 +125,9 @@ def _check_single_stateful_chain(graph: Graph) -> None:
     before the watermark semantics get subtle; Ember refuses chains it cannot
     honour exactly instead of silently changing their meaning."""
     for node in graph.nodes:
-        if not isinstance(node, WindowAggregateNode):
+        if not isinstance(node, _WINDOWS):
             continue
-        upstream = [n for n in _ancestors(node) if isinstance(n, WindowAggregateNode)]
+        upstream = [n for n in _ancestors(node) if isinstance(n, _WINDOWS)]
         if upstream:
             raise PipelineError(
                 f"window after window ('{upstream[0].name}' feeds '{node.name}') is not supported yet; "

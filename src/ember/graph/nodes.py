@@ -27,6 +27,8 @@ __all__ = [
     "KeyByNode",
     "WindowAggregateNode",
     "KeyedProcessNode",
+    "WindowNode",
+    "SideOutputNode",
     "SinkNode",
 ]
 
@@ -170,6 +172,54 @@ class KeyedProcessNode(Node):
 
     def describe(self) -> str:
         return f"process {type(self.fn).__name__} by {', '.join(self.keys)} (python, keyed state)"
+
+
+@dataclass(frozen=True, eq=False)
+class WindowNode(Node):
+    """A keyed window run by Ember's window operator (Python, on keyed state):
+    count and global windows, triggers, evictors, allowed lateness, late-data
+    side output, and Python aggregate / reduce / process-window functions."""
+
+    keys: tuple[str, ...] = ()
+    assigner: WindowAssigner | None = None
+    trigger: Any = None  # None = the assigner's default
+    evictor: Any = None
+    allowed_lateness_ms: int = 0
+    late_tag: Any = None  # OutputTag
+    aggregates: tuple[tuple[str, Aggregate], ...] = ()  # built-in aggregates, or:
+    aggregate_fn: Any = None  # AggregateFunction
+    reduce_fn: Any = None
+    window_fn: Any = None  # ProcessWindowFunction
+    output_schema: Any = None
+    label: str = ""  # how the window was declared, e.g. "count window 100"
+
+    def describe(self) -> str:
+        parts = [self.label or self.assigner.describe()]
+        if self.trigger is not None:
+            parts.append(f"trigger {self.trigger.describe()}")
+        if self.evictor is not None:
+            parts.append(f"evictor {self.evictor.describe()}")
+        if self.allowed_lateness_ms:
+            parts.append(f"allowed lateness {self.allowed_lateness_ms} ms")
+        if self.late_tag is not None:
+            parts.append(f"late data -> side output '{self.late_tag.name}'")
+        if self.aggregates:
+            what = ", ".join(f"{name}={a.describe()}" for name, a in self.aggregates)
+        else:
+            fns = [type(f).__name__ if not callable(f) or hasattr(f, "process") else _callable_name(f)
+                   for f in (self.aggregate_fn, self.reduce_fn, self.window_fn) if f is not None]
+            what = " + ".join(fns)
+        return f"window {'; '.join(parts)} by {', '.join(self.keys)}: {what} (python, keyed state)"
+
+
+@dataclass(frozen=True, eq=False)
+class SideOutputNode(Node):
+    """The records a step emitted to one side output (an OutputTag)."""
+
+    tag: Any = None
+
+    def describe(self) -> str:
+        return f"side output '{self.tag.name}' of {self.inputs[0].name}"
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NamedTuple
 
 from ember.errors import ConfigError
 from ember.time.durations import to_ms
@@ -24,7 +25,36 @@ __all__ = [
     "TumblingProcessingTimeWindows",
     "SlidingProcessingTimeWindows",
     "ProcessingTimeSessionWindows",
+    "GlobalWindows",
+    "TimeWindow",
+    "GLOBAL_WINDOW",
 ]
+
+
+class TimeWindow(NamedTuple):
+    """A window ``[start, end)`` in epoch ms; the global window spans all time."""
+
+    start: int
+    end: int
+
+    @property
+    def max_timestamp(self) -> int:
+        """The last timestamp inside the window (``end - 1``)."""
+        return self.end - 1
+
+    @property
+    def is_global(self) -> bool:
+        return self == GLOBAL_WINDOW
+
+    def intersects(self, other: "TimeWindow") -> bool:
+        """Overlapping or touching (session windows that touch merge)."""
+        return self.start <= other.end and self.end >= other.start
+
+    def cover(self, other: "TimeWindow") -> "TimeWindow":
+        return TimeWindow(min(self.start, other.start), max(self.end, other.end))
+
+
+GLOBAL_WINDOW = TimeWindow(-(2**63), 2**63)
 
 
 @dataclass(frozen=True)
@@ -37,14 +67,30 @@ class WindowAssigner:
     def time_domain(self) -> str:
         return "processing time" if self.processing_time else "event time"
 
+    @property
+    def merging(self) -> bool:
+        return False
+
     def describe(self) -> str:
         raise NotImplementedError
+
+    def assign(self, timestamp: int) -> list[TimeWindow]:
+        """The windows a record with ``timestamp`` (ms) belongs to."""
+        raise NotImplementedError
+
+
+def _window_start(timestamp: int, offset: int, size: int) -> int:
+    return timestamp - (timestamp - offset) % size
 
 
 @dataclass(frozen=True)
 class TumblingWindows(WindowAssigner):
     size_ms: int
     offset_ms: int = 0
+
+    def assign(self, timestamp: int) -> list[TimeWindow]:
+        start = _window_start(timestamp, self.offset_ms, self.size_ms)
+        return [TimeWindow(start, start + self.size_ms)]
 
     def describe(self) -> str:
         off = f", offset {self.offset_ms} ms" if self.offset_ms else ""
@@ -60,13 +106,43 @@ class SlidingWindows(WindowAssigner):
     def describe(self) -> str:
         return f"sliding {self.size_ms} ms every {self.slide_ms} ms ({self.time_domain})"
 
+    def assign(self, timestamp: int) -> list[TimeWindow]:
+        last = _window_start(timestamp, self.offset_ms, self.slide_ms)
+        starts = range(last, timestamp - self.size_ms, -self.slide_ms)
+        return [TimeWindow(s, s + self.size_ms) for s in starts]
+
 
 @dataclass(frozen=True)
 class SessionWindows(WindowAssigner):
     gap_ms: int
 
+    @property
+    def merging(self) -> bool:
+        return True
+
     def describe(self) -> str:
         return f"session gap {self.gap_ms} ms ({self.time_domain})"
+
+    def assign(self, timestamp: int) -> list[TimeWindow]:
+        return [TimeWindow(timestamp, timestamp + self.gap_ms)]
+
+
+@dataclass(frozen=True)
+class _Global(WindowAssigner):
+    def describe(self) -> str:
+        return "global (one window per key; fires only by its trigger)"
+
+    def assign(self, timestamp: int) -> list[TimeWindow]:
+        return [GLOBAL_WINDOW]
+
+
+class GlobalWindows:
+    """All of a key's records in one window that never ends: give it a trigger
+    (``.trigger(CountTrigger.of(100))``), or it never fires."""
+
+    @staticmethod
+    def create() -> _Global:
+        return _Global(processing_time=False)
 
 
 def _tumbling(size: timedelta | int, offset: timedelta | int, processing: bool) -> TumblingWindows:

@@ -8,7 +8,7 @@ the job starts — with the step's name in the message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ember.api.environment import EnvironmentConfig
@@ -61,6 +61,15 @@ class Compilation:
     stop_marker: str | None = None
     uses_end_of_input: bool = False  # an end-of-input row was compiled in: flush it when sources end
     frames: dict[int, Frame] = field(default_factory=dict)
+    tagged: dict[int, Frame] = field(default_factory=dict)  # combined main + side outputs of a step
+    side_types: dict[int, Any] = field(default_factory=dict)  # step -> {side output: StructType}
+    counters: dict[str, Any] = field(default_factory=dict)  # Spark accumulators, by name
+
+    def counter(self, name: str) -> Any:
+        """A job-wide Spark accumulator (e.g. late records dropped by Ember's windows)."""
+        if name not in self.counters:
+            self.counters[name] = self.spark.sparkContext.accumulator(0)
+        return self.counters[name]
 
     @property
     def parallelism(self) -> int:
@@ -69,6 +78,16 @@ class Compilation:
     @property
     def bounded(self) -> bool:
         return all(s.source.bounded for s in self.graph.sources)
+
+    def branch(self, fork: Node, rows: Frame) -> "Compilation":
+        """A compilation of the steps after ``fork`` on ``rows`` (its output in one micro-batch)."""
+        branch = replace(self, frames={}, tagged={}, side_types=dict(self.side_types))
+        if id(fork) in self.tagged:
+            branch.tagged[id(fork)] = rows
+            branch.frames[id(fork)] = main_output(rows)
+        else:
+            branch.frames[id(fork)] = rows
+        return branch
 
     def frame(self, node: Node) -> Frame:
         """The translated frame of ``node`` (translated once, then reused)."""
@@ -83,15 +102,33 @@ class Compilation:
             raise
         except Exception as exc:  # Spark's analysis errors: unknown column, type mismatch...
             raise PipelineError(_spark_message(exc), node.name) from exc
+        if self.side_types.get(id(node)):
+            self.tagged[id(node)] = frame
+            frame = main_output(frame)
         self.frames[id(node)] = frame
         return frame
 
 
+def main_output(combined: Frame) -> Frame:
+    """The main stream of a step that also has side outputs."""
+    from pyspark.sql import functions as F
+
+    from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG
+
+    df = combined.df
+    main = [c for c in df.columns if c != TAG and not c.startswith(SIDE_PREFIX)]
+    return Frame(df.filter(F.col(TAG).isNull()).select(*main), combined.time)
+
+
 @dataclass
 class CompiledJob:
-    sink: SinkNode
+    """A translated job: ``frame`` is what the streaming query computes — the
+    one sink's input, or, for several sinks, the step where they split (``fork``)."""
+
+    sinks: list[SinkNode]
     frame: Frame
     compilation: Compilation
+    fork: Node | None = None
 
     @property
     def df(self) -> Any:
@@ -100,6 +137,26 @@ class CompiledJob:
     @property
     def output_mode(self) -> str:
         return "append"
+
+    def writer(self) -> Any:
+        """``writeStream`` for the job's sink(s)."""
+        from ember.runner.spark.translators.sinks import sink_writer
+
+        if self.fork is None:
+            return sink_writer(self.sinks[0], self.df)
+        return self.df.writeStream.foreachBatch(self._fan_out)
+
+    def _fan_out(self, batch: Any, batch_id: int) -> None:
+        """Every sink's branch on one micro-batch of the split step's rows."""
+        from ember.runner.spark.translators.sinks import write_batch
+
+        batch.persist()
+        try:
+            branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
+            for sink in self.sinks:
+                write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id)
+        finally:
+            batch.unpersist()
 
     def spark_plan(self) -> str:
         df = self.frame.df
@@ -119,12 +176,20 @@ def compile_graph(
     """Translate ``graph`` (validated) for ``spark``; nothing starts running."""
     from ember.runner.spark import translators  # noqa: F401 - fills TRANSLATORS
     from ember.runner.spark.datasources import register_sources
+    from ember.runner.spark.translators.sinks import check_sink
 
     register_sources(spark)
     comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker)
-    sink = graph.sinks[0]
-    frame = comp.frame(sink.inputs[0])
-    return CompiledJob(sink, frame, comp)
+    for sink in graph.sinks:
+        check_sink(sink)
+    fork = graph.fork()
+    if fork is None:
+        return CompiledJob(graph.sinks, comp.frame(graph.sinks[0].inputs[0]), comp)
+    comp.frame(fork)
+    streamed = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
+    for sink in graph.sinks:  # check every branch against the split step's schema now, not mid-job
+        comp.branch(fork, Frame(streamed.df.limit(0), streamed.time)).frame(sink.inputs[0])
+    return CompiledJob(graph.sinks, streamed, comp, fork)
 
 
 def _spark_message(exc: Exception) -> str:

@@ -19,7 +19,6 @@ from ember.graph.graph import Graph
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.datasources import fixed_origin, origin_file
 from ember.runner.spark.session import configure_for_query
-from ember.runner.spark.translators.sinks import sink_writer
 from ember.time.clock import Clock
 
 __all__ = ["run_job", "source_origins"]
@@ -75,7 +74,7 @@ def run_job(
     )
     needs_flush = job.compilation.uses_end_of_input
     writer = (
-        sink_writer(job.sink, job.df)
+        job.writer()
         .outputMode(job.output_mode)
         .option("checkpointLocation", checkpoint)
         .queryName(f"{name}-{os.getpid()}-{id(job)}")
@@ -125,9 +124,11 @@ def run_job(
             follower.poll(query)
             if os.path.exists(stop_marker):
                 os.remove(stop_marker)
-    forget = getattr(job.sink.sink, "_forget_after", None)
-    if forget is not None:  # a batch stopped after its sink ran but before Spark committed it
-        forget(last_committed_batch(checkpoint))
+    committed = last_committed_batch(checkpoint)
+    for sink in job.sinks:
+        forget = getattr(sink.sink, "_forget_after", None)
+        if forget is not None:  # a batch stopped after its sink ran but before Spark committed it
+            forget(committed)
     exc = query.exception()
     if exc is not None:
         raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
@@ -140,7 +141,7 @@ def run_job(
         processing_seconds=follower.processing_ms / 1000,
         progress=follower.progress,
         stopped_because=reason,
-        late_dropped=follower.late_dropped,
+        late_dropped=follower.late_dropped + _counted(job, "late_dropped"),
         start_ms=source_origins(checkpoint, graph),
     )
 
@@ -254,6 +255,12 @@ class _Follower:
 
     def end_of_input_seen_before(self, batch: int) -> bool:
         return self.eos_batch is not None and batch > self.eos_batch
+
+
+def _counted(job: Any, name: str) -> int:
+    """A job-wide counter of Ember's operators (Spark accumulator; 0 when unused)."""
+    counter = job.compilation.counters.get(name)
+    return int(counter.value) if counter is not None else 0
 
 
 def _offset(raw: Any) -> dict[str, Any]:

@@ -30,9 +30,11 @@ from ember.state.descriptors import (
     ValueStateDescriptor,
 )
 
-__all__ = ["STATE_BUCKETS", "make_bucket_function"]
+__all__ = ["STATE_BUCKETS", "TAG", "SIDE_PREFIX", "make_bucket_function", "state_object", "side_column"]
 
 STATE_BUCKETS = 128
+TAG = "__ember_tag"  # which output a row belongs to: null = the main output, else a side output's name
+SIDE_PREFIX = "__ember_side_"
 _ABSENT = object()
 _ET, _PT = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
 
@@ -182,19 +184,46 @@ _STATE_KINDS: dict[type, type[_State]] = {
 }
 
 
+def side_column(tag: str, field: str) -> str:
+    """The column carrying ``field`` of side output ``tag`` in a step's combined output."""
+    return f"{SIDE_PREFIX}{tag}__{field}"
+
+
+def state_object(holder: Any, descriptor: StateDescriptor) -> Any:
+    """The state object for ``descriptor`` reading ``holder.current`` / ``holder.now``."""
+    kind = _STATE_KINDS.get(type(descriptor))
+    if kind is None:
+        raise UserFunctionError(f"get_state takes a state descriptor from ember.state, got {descriptor!r}")
+    return kind(holder, descriptor)
+
+
 class _Runtime(RuntimeContext, Context):
     """Both the open() context and the per-element context; state objects read ``current``."""
 
-    def __init__(self, event_time: bool) -> None:
+    def __init__(self, event_time: bool, side_tags: frozenset[str] = frozenset()) -> None:
         self.current: dict[str, Any] = {}
         self.current_key: Any = None
         self.timestamp: int | None = None
         self.now = 0
         self.watermark: int | None = None
+        self.time_domain = "event_time"  # of the timer being fired
         self.event_time = event_time
         self.blob: dict[str, Any] = _empty_blob()
         self.ttl_ms: dict[str, int] = {}
+        self.side_tags = side_tags
+        self.side: list[tuple[str, Any]] = []
+        self.counts: dict[str, int] = {}
         self._names: set[str] = set()
+
+    def output(self, tag: Any, record: Any) -> None:
+        name = getattr(tag, "name", None)
+        if name is None:
+            raise UserFunctionError(f"output takes an OutputTag, got {tag!r}")
+        if name in self.side_tags:
+            self.side.append((name, record))
+
+    def count(self, counter: str, n: int = 1) -> None:
+        self.counts[counter] = self.counts.get(counter, 0) + n
 
     @property
     def current_processing_time(self) -> int:
@@ -228,15 +257,13 @@ class _Runtime(RuntimeContext, Context):
         self.current.get(_PT, set()).discard(timestamp)
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
-        kind = _STATE_KINDS.get(type(descriptor))
-        if kind is None:
-            raise UserFunctionError(f"get_state takes a state descriptor from ember.state, got {descriptor!r}")
+        state = state_object(self, descriptor)
         if descriptor.name in self._names:
             raise UserFunctionError(f"state '{descriptor.name}' is declared twice")
         self._names.add(descriptor.name)
         if descriptor.ttl is not None:
             self.ttl_ms[descriptor.name] = descriptor.ttl.ttl_ms
-        return kind(self, descriptor)
+        return state
 
     def expire(self, table: dict[Any, dict[str, Any]]) -> None:
         """Drop expired entries of every key in ``table`` (before it is written)."""
@@ -260,6 +287,8 @@ def make_bucket_function(
     out_fields: list[str],
     time_column: str | None,
     event_time: bool,
+    side_outputs: dict[str, list[str]] | None = None,
+    counters: dict[str, Any] | None = None,
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
     """The ``applyInPandasWithState`` function of one keyed process step.
 
@@ -267,15 +296,47 @@ def make_bucket_function(
     the bucket's records (per key in timestamp order), fire timers that became due
     meanwhile, store the bucket, and ask Spark to call again when the earliest
     remaining timer is due (``setTimeoutTimestamp`` / ``setTimeoutDuration``).
+
+    ``side_outputs`` maps each side output read downstream to its fields: the
+    output then also has a ``__ember_tag`` column and one column per side field
+    (see :func:`side_column`). ``counters`` maps counter names (e.g. late records
+    dropped) to Spark accumulators.
     """
     holder: dict[str, Any] = {}
+    side_outputs = side_outputs or {}
+    counters = counters or {}
+    columns_out = list(out_fields)
+    if side_outputs:
+        columns_out += [TAG] + [side_column(t, f) for t, fs in side_outputs.items() for f in fs]
 
     def runtime() -> _Runtime:
         rt = holder.get("rt")
         if rt is None:  # once per deserialised function, i.e. per task
-            rt = holder["rt"] = _Runtime(event_time)
+            rt = holder["rt"] = _Runtime(event_time, frozenset(side_outputs))
             fn.open(rt)
         return rt
+
+    def frames_out(rt: _Runtime, out: list[Any]) -> Iterator[pd.DataFrame]:
+        if out:
+            rows = [r if type(r) is dict else dict(zip(out_fields, r)) for r in out]
+            main = pd.DataFrame(rows, columns=out_fields)
+            for c in columns_out[len(out_fields):]:
+                main[c] = None
+            yield main
+        if rt.side:
+            by_tag: dict[str, list[Any]] = {}
+            for tag, record in rt.side:
+                by_tag.setdefault(tag, []).append(record)
+            rt.side = []
+            for tag, records in by_tag.items():
+                fields_ = side_outputs[tag]
+                rows = [r if type(r) is dict else dict(zip(fields_, r)) for r in records]
+                given = pd.DataFrame(rows, columns=fields_)
+                empty = pd.Series([None] * len(rows), dtype=object)
+                data = {c: empty for c in columns_out}
+                data.update({side_column(tag, f): given[f] for f in fields_})
+                data[TAG] = pd.Series([tag] * len(rows), dtype=object)
+                yield pd.DataFrame(data, columns=columns_out)
 
     def call(what: str, record: Any, invoke: Callable[..., Any], args: tuple[Any, ...], out: list[Any]) -> None:
         try:
@@ -306,6 +367,7 @@ def make_bucket_function(
         while until is not None and queue and queue[0][0] <= until:
             ts, _, key = heapq.heappop(queue)
             found = select(rt, key)
+            rt.time_domain = "event_time" if kind == _ET else "processing_time"
             timers = rt.current.get(kind)
             if not timers or ts not in timers:
                 continue  # deleted, or already fired
@@ -322,6 +384,7 @@ def make_bucket_function(
 
     def run(bucket: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         rt = runtime()
+        rt.side, rt.counts = [], {}
         rt.blob = pickle.loads(state.get[0]) if state.exists else _empty_blob()
         rt.watermark = state.getCurrentWatermarkMs() if event_time else None
         rt.now = state.getCurrentProcessingTimeMs()
@@ -367,8 +430,10 @@ def make_bucket_function(
             state.setTimeoutTimestamp(max(rt.blob[_ET][0][0], (rt.watermark or 0) + 1))
         elif not event_time and rt.blob[_PT]:
             state.setTimeoutDuration(max(1, rt.blob[_PT][0][0] - rt.now))
-        if out:
-            rows = out if isinstance(out[0], dict) else [tuple(r) for r in out]
-            yield pd.DataFrame(rows, columns=out_fields)
+        for name, n in rt.counts.items():
+            if name in counters:
+                counters[name].add(n)
+        rt.counts = {}
+        yield from frames_out(rt, out)
 
     return run

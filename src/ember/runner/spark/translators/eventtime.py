@@ -21,9 +21,11 @@ from ember.runner.spark.compiler import Compilation
 from ember.runner.spark.datasources import END_OF_TIME_MS
 from ember.time.watermarks import WatermarkStrategy
 
-__all__ = ["TIME", "with_event_time", "with_processing_time"]
+__all__ = ["TIME", "with_event_time", "with_processing_time", "keep_late_rows"]
 
 TIME = "__ember_time"
+ANCHOR = "__ember_watermark_anchor"
+_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time column
 
 
 def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str) -> Any:
@@ -70,3 +72,19 @@ def _with_end_of_input(comp: Compilation, df: Any) -> Any:
         for f in df.schema.fields
     ]
     return df.unionByName(eos.select(*fields))
+
+
+def keep_late_rows(df: Any) -> Any:
+    """``df`` for an Ember stateful operator that must see rows behind the watermark.
+
+    Spark drops input rows older than the watermark before an ``EventTimeTimeout``
+    state function, silently. Ember's operators decide about late rows themselves
+    (allowed lateness, late-data side output, a process function reading
+    ``ctx.timestamp``), so the event-time column loses Spark's watermark marker
+    and an all-null column carries it instead: the query keeps its watermark
+    (computed upstream on the real timestamps), and Spark's "older than the
+    watermark" test is never true for a null, so no row is dropped.
+    """
+    return df.withColumn(TIME, F.timestamp_millis(F.unix_millis(F.col(TIME)))).withColumn(
+        ANCHOR, F.lit(None).cast("timestamp").alias(ANCHOR, metadata={_DELAY_KEY: 0})
+    )

@@ -1,43 +1,152 @@
-"""Keyed process steps: ``groupBy(state bucket).applyInPandasWithState``.
+"""Keyed steps on managed state: ``groupBy(state bucket).applyInPandasWithState``.
 
-With event time, the bucket function runs under Spark's event-time timeout, so
-Spark calls it for a bucket whose earliest timer the watermark has passed even
-when no record arrives; otherwise under the processing-time timeout.
+Process functions and Ember's window operator both compile here. With event
+time, the bucket function runs under Spark's event-time timeout, so Spark
+calls it for a bucket whose earliest timer the watermark has passed even when
+no record arrives; otherwise under the processing-time timeout. Rows behind
+the watermark are kept (Spark would drop them): the operator decides.
+
+A step whose side outputs are read downstream outputs one combined frame: its
+main fields, ``__ember_tag`` and each side output's fields; the compiler
+splits it into the main stream and one stream per side output.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import KeyByNode, KeyedProcessNode
+from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, WindowNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS, make_bucket_function
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, make_bucket_function, side_column
+from ember.runner.spark.keyed.windows import LATE_COUNTER, WindowOperator, WindowSpec
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.translators.eventtime import TIME, with_event_time
+from ember.runner.spark.translators.eventtime import TIME, keep_late_rows, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
+from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
 from ember.time.watermarks import TimeCharacteristic
 
 BUCKET = "__ember_bucket"
 
 
+def _input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
+    parent = node.inputs[0]
+    up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # grouping partitions by key itself
+    for key in keys:
+        if key not in up.df.columns:
+            raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(up.df.columns)})", node.name)
+    return up
+
+
+def _side_outputs(comp: Compilation, node: Node, late: tuple[Any, T.StructType] | None) -> dict[str, T.StructType]:
+    """The side outputs of ``node`` read downstream, with their record types."""
+    out: dict[str, T.StructType] = {}
+    for consumer in comp.graph.nodes:
+        if not isinstance(consumer, SideOutputNode) or consumer.inputs[0] is not node:
+            continue
+        tag = consumer.tag
+        if late is not None and tag == late[0]:
+            out[tag.name] = late[1]
+        elif tag.schema is None:
+            raise PipelineError(f"side output '{tag.name}' needs a schema: OutputTag('{tag.name}', 'field type, ...')", node.name)
+        else:
+            out[tag.name] = output_struct(tag.schema, None, node.name)
+    return out
+
+
+def keyed_operator(
+    comp: Compilation,
+    node: Node,
+    up: Frame,
+    keys: tuple[str, ...],
+    fn: Any,
+    out: T.StructType,
+    event_time: bool,
+    late: tuple[Any, T.StructType] | None = None,
+) -> Frame:
+    """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``."""
+    df = up.df
+    fields = list(df.columns)
+    sides = _side_outputs(comp, node, late)
+    schema = T.StructType(list(out.fields))
+    if sides:
+        schema = schema.add(TAG, T.StringType())
+        for tag, struct in sides.items():
+            for f in struct.fields:
+                schema = schema.add(side_column(tag, f.name), f.dataType)
+    comp.side_types[id(node)] = sides
+    counters = {LATE_COUNTER: comp.counter(LATE_COUNTER)}
+    ship_by_value(fn)
+    bucket_fn = make_bucket_function(
+        fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
+        side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
+    )
+    if event_time:
+        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
+    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)))
+    timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
+    result = bucketed.groupBy(BUCKET).applyInPandasWithState(bucket_fn, schema, "blob binary", "append", timeout)
+    return Frame(result, up.time)
+
+
+def _has_event_time(up: Frame) -> bool:
+    return up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME
+
+
 @translates(KeyedProcessNode)
 def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
-    parent = node.inputs[0]
-    up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)
-    df = up.df
-    for key in node.keys:
-        if key not in df.columns:
-            raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(df.columns)})", node.name)
+    up = _input(comp, node, node.keys)
     out = output_struct(node.output_schema, None, node.name)
-    fields = list(df.columns)
-    event_time = up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME
-    ship_by_value(node.fn)
-    fn = make_bucket_function(node.fn, node.name, list(node.keys), fields, out.names, TIME if event_time else None, event_time)
-    if event_time:
-        df = with_event_time(comp, df, up.time, node.name)
-    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in node.keys]), F.lit(STATE_BUCKETS)))
-    timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
-    result = bucketed.groupBy(BUCKET).applyInPandasWithState(fn, out, "blob binary", "append", timeout)
-    return Frame(result, up.time)
+    return keyed_operator(comp, node, up, node.keys, node.fn, out, _has_event_time(up))
+
+
+@translates(WindowNode)
+def _window(comp: Compilation, node: WindowNode) -> Frame:
+    up = _input(comp, node, node.keys)
+    assigner = node.assigner
+    event_time = _has_event_time(up) and not assigner.processing_time
+    needs_time = not assigner.processing_time and not _is_global(node)
+    if needs_time and not event_time:
+        raise PipelineError(
+            "an event-time window needs the source's watermark strategy: pass "
+            "watermark=WatermarkStrategy.for_bounded_out_of_orderness(...) to from_source, "
+            "or use a processing-time window",
+            node.name,
+        )
+    input_type = T.StructType([f for f in up.df.schema.fields])
+    aggregate = node.aggregate_fn
+    if node.aggregates:
+        aggregate = builtin_aggregate(node.aggregates, input_type, node.name)
+    out, result_fields = window_output(node, input_type, aggregate)
+    spec = WindowSpec(
+        assigner=assigner,
+        trigger=node.trigger if node.trigger is not None else default_trigger(assigner),
+        evictor=node.evictor,
+        allowed_lateness_ms=node.allowed_lateness_ms,
+        late_tag=node.late_tag,
+        aggregate=aggregate,
+        reduce=node.reduce_fn,
+        window_function=node.window_fn,
+        key_names=node.keys,
+        result_fields=result_fields,
+        step=node.name,
+    )
+    late = (node.late_tag, input_type) if node.late_tag is not None else None
+    return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late)
+
+
+def _is_global(node: WindowNode) -> bool:
+    return node.assigner.assign(0)[0].is_global
+
+
+@translates(SideOutputNode)
+def _side_output(comp: Compilation, node: SideOutputNode) -> Frame:
+    producer, tag = node.inputs[0], node.tag.name
+    comp.frame(producer)  # translates it, recording its combined frame and side types
+    struct = comp.side_types[id(producer)][tag]
+    df = comp.tagged[id(producer)].df.filter(F.col(TAG) == F.lit(tag))
+    return Frame(df.select(*[F.col(side_column(tag, f.name)).alias(f.name) for f in struct.fields]), None)

@@ -1,0 +1,409 @@
+"""Flink's window operator, run as a keyed function on the bucket runtime.
+
+Windows Spark has no native form for — count windows, global windows with
+triggers, evictors, allowed lateness with a late-data side output, Python
+``AggregateFunction`` / ``ProcessWindowFunction`` / reduce on any window — are
+one :class:`WindowOperator` per step. It keeps, per key, each open window's
+contents (an accumulator, or the elements when an evictor or a whole-window
+function needs them), each window's trigger state, and which windows wait for
+which timer, all in the key's slot of the bucket state (so in Spark's
+checkpoint). Timers are the runtime's per-key timers.
+
+Semantics follow Flink's ``WindowOperator``: an element is added to each
+window it is assigned to unless that window is already past its end plus the
+allowed lateness; an element no window accepts is late and goes to the
+late-data side output (or is counted as dropped). A window is removed at its
+end plus the allowed lateness (event time) or at its end (processing time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.api.functions import AggregateFunction, KeyedProcessFunction, OutputTag, WindowContext
+from ember.errors import UserFunctionError
+from ember.state.descriptors import ReducingStateDescriptor, StateDescriptor
+from ember.windowing.assigners import TimeWindow, WindowAssigner
+from ember.windowing.evictors import Evictor, TimestampedValue
+from ember.windowing.triggers import Trigger, TriggerContext, TriggerResult
+
+__all__ = ["WindowSpec", "WindowOperator"]
+
+# Reserved slot entries of a key: window contents, trigger state, window timers.
+_WIN, _TRIG, _T_EVENT, _T_PROC = "\x00windows", "\x00trigger", "\x00wt_event", "\x00wt_proc"
+LATE_COUNTER = "late_dropped"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Everything one window step declares (built by the API, validated there)."""
+
+    assigner: WindowAssigner
+    trigger: Trigger
+    evictor: Evictor | None = None
+    allowed_lateness_ms: int = 0
+    late_tag: OutputTag | None = None
+    aggregate: AggregateFunction | None = None
+    reduce: Any = None
+    window_function: Any = None  # ProcessWindowFunction
+    key_names: tuple[str, ...] = ()
+    result_fields: tuple[str, ...] = ()  # aggregate results without a window function
+    step: str = "window"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keeps_elements(self) -> bool:
+        """Whether a window holds its elements (evictor, or a whole-window function alone)."""
+        return self.evictor is not None or (self.aggregate is None and self.reduce is None)
+
+
+class _Scope:
+    """What trigger state objects read: the state of the current key's current window."""
+
+    def __init__(self) -> None:
+        self.current: dict[str, Any] = {}
+        self.now = 0
+
+
+class _TriggerContext(TriggerContext):
+    def __init__(self, op: "WindowOperator") -> None:
+        self._op = op
+        self.scope = _Scope()
+        self.window: TimeWindow | None = None
+        self.rt: Any = None
+        self.merged: list[dict[str, Any]] = []
+        self._states: dict[str, Any] = {}
+
+    def bind(self, rt: Any, window: TimeWindow) -> "_TriggerContext":
+        self.rt, self.window = rt, window
+        self.scope.now = rt.now
+        self.scope.current = rt.current.setdefault(_TRIG, {}).setdefault(window, {})
+        return self
+
+    def release(self) -> None:
+        """Drop an emptied window entry so state does not keep dead windows."""
+        table = self.rt.current.get(_TRIG)
+        if table is not None and not self.scope.current:
+            table.pop(self.window, None)
+            if not table:
+                del self.rt.current[_TRIG]
+
+    @property
+    def current_watermark(self) -> int | None:
+        return self.rt.watermark
+
+    @property
+    def current_processing_time(self) -> int:
+        return self.rt.now
+
+    def _timers(self, kind: str) -> dict[int, set[TimeWindow]]:
+        return self.rt.current.setdefault(kind, {})
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._timers(_T_EVENT).setdefault(int(timestamp), set()).add(self.window)
+        self.rt.register_event_time_timer(int(timestamp))
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._timers(_T_PROC).setdefault(int(timestamp), set()).add(self.window)
+        self.rt.register_processing_time_timer(int(timestamp))
+
+    def _delete(self, kind: str, timestamp: int, delete: Any) -> None:
+        timers = self.rt.current.get(kind)
+        waiting = timers.get(timestamp) if timers else None
+        if waiting is None:
+            return
+        waiting.discard(self.window)
+        if not waiting:
+            del timers[timestamp]
+            delete(timestamp)
+            if not timers:
+                del self.rt.current[kind]
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._delete(_T_EVENT, int(timestamp), self.rt.delete_event_time_timer)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._delete(_T_PROC, int(timestamp), self.rt.delete_processing_time_timer)
+
+    def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
+        from ember.runner.spark.keyed.runtime import state_object
+
+        state = self._states.get(descriptor.name)
+        if state is None:
+            state = self._states[descriptor.name] = state_object(self.scope, descriptor)
+        return state
+
+    def merge_partitioned_state(self, descriptor: StateDescriptor) -> None:
+        values = [m[descriptor.name] for m in self.merged if descriptor.name in m]
+        if not values:
+            return
+        if isinstance(descriptor, ReducingStateDescriptor):
+            merged = values[0]
+            for v in values[1:]:
+                merged = descriptor.reduce_fn(merged, v)
+        else:
+            merged = values[-1]
+        self.scope.current[descriptor.name] = merged
+
+
+class _WindowContext(WindowContext):
+    def __init__(self, rt: Any, window: TimeWindow) -> None:
+        self._rt, self.window = rt, window
+
+    @property
+    def current_watermark(self) -> int | None:
+        return self._rt.watermark
+
+    @property
+    def current_processing_time(self) -> int:
+        return self._rt.now
+
+    def output(self, tag: OutputTag, record: Any) -> None:
+        self._rt.output(tag, record)
+
+
+class WindowOperator(KeyedProcessFunction):
+    """The keyed function of one window step (see the module docstring)."""
+
+    def __init__(self, spec: WindowSpec) -> None:
+        self.spec = spec
+        self._tctx: _TriggerContext | None = None
+
+    def open(self, ctx: Any) -> None:
+        self._tctx = _TriggerContext(self)
+
+    # -- elements -------------------------------------------------------------------
+
+    def process_element(self, value: dict[str, Any], ctx: Any) -> list[Any]:
+        spec, out = self.spec, []
+        ts = ctx.now if spec.assigner.processing_time else ctx.timestamp
+        windows = spec.assigner.assign(ts)
+        if spec.assigner.merging:
+            merged = self._merge(ctx, windows[0])
+            windows = [merged] if merged is not None else []
+        placed = False
+        for window in windows:
+            if self._is_late(window, ctx):
+                continue
+            placed = True
+            self._add(ctx, window, value, ts)
+            tctx = self._tctx.bind(ctx, window)
+            result = self._call_trigger("on_element", spec.trigger.on_element, (value, ts, window, tctx))
+            self._apply(ctx, window, result, out)
+            tctx.bind(ctx, window).release()
+            self._register_cleanup(ctx, window)
+        if not placed:
+            self._late(ctx, value)
+        self._tidy(ctx)
+        return out
+
+    def _is_late(self, window: TimeWindow, ctx: Any) -> bool:
+        wm = ctx.watermark
+        return (
+            not self.spec.assigner.processing_time
+            and wm is not None
+            and not window.is_global
+            and window.max_timestamp + self.spec.allowed_lateness_ms <= wm
+        )
+
+    def _late(self, ctx: Any, value: dict[str, Any]) -> None:
+        if self.spec.late_tag is not None:
+            ctx.output(self.spec.late_tag, value)
+        else:
+            ctx.count(LATE_COUNTER)
+
+    def _add(self, ctx: Any, window: TimeWindow, value: dict[str, Any], ts: int) -> None:
+        spec = self.spec
+        windows = ctx.current.setdefault(_WIN, {})
+        if spec.keeps_elements:
+            windows.setdefault(window, []).append(TimestampedValue(value, ts))
+        elif spec.aggregate is not None:
+            acc = windows.get(window)
+            if acc is None:
+                acc = self._call("create_accumulator", spec.aggregate.create_accumulator, ())
+            windows[window] = self._call("add", spec.aggregate.add, (value, acc))
+        else:
+            prev = windows.get(window)
+            windows[window] = value if prev is None else self._call("reduce", spec.reduce, (prev, value))
+
+    def _combine(self, a: Any, b: Any) -> Any:
+        spec = self.spec
+        if spec.keeps_elements:
+            return sorted([*a, *b], key=lambda e: e.timestamp)
+        if spec.aggregate is not None:
+            return self._call("merge", spec.aggregate.merge, (a, b))
+        return self._call("reduce", spec.reduce, (a, b))
+
+    def _merge(self, ctx: Any, new: TimeWindow) -> TimeWindow | None:
+        """Session windows: merge ``new`` with the key's windows it touches.
+        Returns the window the element belongs to, or None when that is late."""
+        windows = ctx.current.get(_WIN, {})
+        touching = sorted(w for w in windows if w.intersects(new))
+        merged = new
+        for w in touching:
+            merged = merged.cover(w)
+        if self._is_late(merged, ctx):
+            return None
+        if touching == [merged]:
+            return merged
+        contents = None
+        for w in touching:
+            c = windows.pop(w)
+            contents = c if contents is None else self._combine(contents, c)
+        if contents is not None:
+            windows[merged] = contents
+        trigger, tctx = self.spec.trigger, self._tctx
+        if touching:
+            states = ctx.current.get(_TRIG, {})
+            tctx.merged = [states.get(w, {}) for w in touching]
+            tctx.bind(ctx, merged)
+            self._call_trigger("on_merge", trigger.on_merge, (merged, tctx))
+            tctx.release()
+            tctx.merged = []
+            for w in touching:
+                tctx.bind(ctx, w)
+                self._call_trigger("clear", trigger.clear, (w, tctx))
+                tctx.scope.current.clear()
+                tctx.release()
+                self._delete_cleanup(ctx, w)
+        return merged
+
+    # -- timers ---------------------------------------------------------------------
+
+    def _cleanup_time(self, window: TimeWindow) -> tuple[str, int] | None:
+        if window.is_global:
+            return None
+        if self.spec.assigner.processing_time:
+            return _T_PROC, window.max_timestamp
+        return _T_EVENT, window.max_timestamp + self.spec.allowed_lateness_ms
+
+    def _register_cleanup(self, ctx: Any, window: TimeWindow) -> None:
+        when = self._cleanup_time(window)
+        if when is None:
+            return
+        kind, at = when
+        tctx = self._tctx.bind(ctx, window)
+        (tctx.register_processing_time_timer if kind == _T_PROC else tctx.register_event_time_timer)(at)
+        tctx.release()
+
+    def _delete_cleanup(self, ctx: Any, window: TimeWindow) -> None:
+        when = self._cleanup_time(window)
+        if when is None:
+            return
+        kind, at = when
+        tctx = self._tctx.bind(ctx, window)
+        (tctx.delete_processing_time_timer if kind == _T_PROC else tctx.delete_event_time_timer)(at)
+        tctx.release()
+
+    def on_timer(self, timestamp: int, ctx: Any) -> list[Any]:
+        out: list[Any] = []
+        kind = _T_PROC if ctx.time_domain == "processing_time" else _T_EVENT
+        timers = ctx.current.get(kind, {})
+        due = timers.pop(timestamp, set())
+        if not timers:
+            ctx.current.pop(kind, None)
+        trigger = self.spec.trigger
+        for window in sorted(due):
+            tctx = self._tctx.bind(ctx, window)
+            hook = trigger.on_processing_time if kind == _T_PROC else trigger.on_event_time
+            result = self._call_trigger(hook.__name__, hook, (timestamp, window, tctx))
+            self._apply(ctx, window, result, out)
+            tctx.bind(ctx, window).release()
+            if self._cleanup_time(window) == (kind, timestamp):
+                self._clear_window(ctx, window)
+        self._tidy(ctx)
+        return out
+
+    def _clear_window(self, ctx: Any, window: TimeWindow) -> None:
+        windows = ctx.current.get(_WIN)
+        if windows is not None:
+            windows.pop(window, None)
+        tctx = self._tctx.bind(ctx, window)
+        self._call_trigger("clear", self.spec.trigger.clear, (window, tctx))
+        tctx.scope.current.clear()
+        tctx.release()
+
+    @staticmethod
+    def _tidy(ctx: Any) -> None:
+        if not ctx.current.get(_WIN, True):
+            del ctx.current[_WIN]
+
+    # -- firing ---------------------------------------------------------------------
+
+    def _apply(self, ctx: Any, window: TimeWindow, result: TriggerResult, out: list[Any]) -> None:
+        if not isinstance(result, TriggerResult):
+            raise UserFunctionError(
+                f"step '{self.spec.step}': trigger {self.spec.trigger.describe()} returned {result!r}; "
+                "return a TriggerResult (CONTINUE, FIRE, PURGE or FIRE_AND_PURGE)"
+            )
+        windows = ctx.current.get(_WIN, {})
+        if result.is_fire and window in windows:
+            self._emit(ctx, window, windows, out)
+        if result.is_purge:
+            windows.pop(window, None)
+
+    def _emit(self, ctx: Any, window: TimeWindow, windows: dict[TimeWindow, Any], out: list[Any]) -> None:
+        spec = self.spec
+        contents = windows[window]
+        if spec.keeps_elements:
+            elements = contents
+            if spec.evictor is not None:
+                elements = self._call("evict_before", spec.evictor.evict_before, (list(elements), window))
+            values = [e.value for e in elements]
+            if spec.aggregate is not None:
+                acc = self._call("create_accumulator", spec.aggregate.create_accumulator, ())
+                for v in values:
+                    acc = self._call("add", spec.aggregate.add, (v, acc))
+                results = [self._call("get_result", spec.aggregate.get_result, (acc,))]
+            elif spec.reduce is not None:
+                reduced = values[0] if values else None
+                for v in values[1:]:
+                    reduced = self._call("reduce", spec.reduce, (reduced, v))
+                results = [reduced] if values else []
+            else:
+                results = values
+            if spec.evictor is not None:
+                kept = self._call("evict_after", spec.evictor.evict_after, (list(elements), window))
+                windows[window] = list(kept)
+        elif spec.aggregate is not None:
+            results = [self._call("get_result", spec.aggregate.get_result, (contents,))]
+        else:
+            results = [contents]
+        if spec.window_function is not None:
+            wctx = _WindowContext(ctx, window)
+            emitted = self._call("process", spec.window_function.process, (ctx.current_key, wctx, results))
+            if emitted is not None:
+                out.extend(emitted)
+        elif spec.aggregate is not None:
+            out.extend(self._row(ctx.current_key, window, r) for r in results)
+        else:
+            out.extend(results)
+
+    def _row(self, key: Any, window: TimeWindow, result: Any) -> dict[str, Any]:
+        spec = self.spec
+        row = dict(zip(spec.key_names, key if len(spec.key_names) > 1 else (key,)))
+        row["window_start"] = None if window.is_global else window.start
+        row["window_end"] = None if window.is_global else window.end
+        if isinstance(result, dict):
+            row.update(result)
+        elif isinstance(result, tuple | list):
+            row.update(zip(spec.result_fields, result))
+        else:
+            row[spec.result_fields[0]] = result
+        return row
+
+    # -- user code ------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Any, args: tuple[Any, ...]) -> Any:
+        try:
+            return fn(*args)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(
+                f"step '{self.spec.step}': {what} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _call_trigger(self, what: str, fn: Any, args: tuple[Any, ...]) -> Any:
+        return self._call(f"trigger {self.spec.trigger.describe()}.{what}", fn, args)

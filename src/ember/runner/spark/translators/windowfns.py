@@ -1,0 +1,131 @@
+"""What Ember's window operator needs from a window step's declaration:
+its default trigger, its output schema, and built-in aggregates as an
+``AggregateFunction`` (for windows Spark's native aggregation cannot run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import types as T
+
+from ember.api.functions import AggregateFunction
+from ember.errors import PipelineError
+from ember.graph.nodes import WindowNode
+from ember.runner.spark.translators.python_ops import output_struct
+from ember.windowing.aggregates import Aggregate
+from ember.windowing.assigners import WindowAssigner
+from ember.windowing.triggers import EventTimeTrigger, NeverTrigger, ProcessingTimeTrigger, Trigger
+
+__all__ = ["default_trigger", "window_output", "builtin_aggregate", "BuiltinAggregates"]
+
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+
+
+def default_trigger(assigner: WindowAssigner) -> Trigger:
+    if assigner.assign(0)[0].is_global:
+        return NeverTrigger()
+    return ProcessingTimeTrigger() if assigner.processing_time else EventTimeTrigger()
+
+
+class BuiltinAggregates(AggregateFunction):
+    """Ember's built-in aggregates (count, sum, min, max, avg, first, last) as one
+    AggregateFunction; the accumulator is a list with one entry per aggregate."""
+
+    def __init__(self, aggregates: list[tuple[str, str, str | None]]) -> None:
+        self.aggregates = aggregates  # (output name, kind, field)
+
+    def create_accumulator(self) -> list[Any]:
+        return [0 if kind == "count" else [0.0, 0] if kind == "avg" else None for _, kind, _ in self.aggregates]
+
+    def add(self, value: dict[str, Any], acc: list[Any]) -> list[Any]:
+        for i, (_, kind, field) in enumerate(self.aggregates):
+            v = value[field] if field is not None else 1
+            if kind == "count":
+                acc[i] += v is not None
+            elif v is None:
+                continue
+            elif kind == "avg":
+                acc[i][0] += v
+                acc[i][1] += 1
+            elif kind == "first":
+                if acc[i] is None:
+                    acc[i] = v
+            elif kind == "last" or acc[i] is None:
+                acc[i] = v
+            elif kind == "sum":
+                acc[i] += v
+            elif kind == "min":
+                acc[i] = min(acc[i], v)
+            elif kind == "max":
+                acc[i] = max(acc[i], v)
+        return acc
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        out = []
+        for (_, kind, _), x, y in zip(self.aggregates, a, b):
+            if kind in ("count",):
+                out.append(x + y)
+            elif kind == "avg":
+                out.append([x[0] + y[0], x[1] + y[1]])
+            elif x is None or y is None:
+                out.append(y if x is None else x)
+            elif kind == "sum":
+                out.append(x + y)
+            elif kind == "min":
+                out.append(min(x, y))
+            elif kind == "max":
+                out.append(max(x, y))
+            else:  # first keeps a, last keeps b (a holds the earlier records)
+                out.append(x if kind == "first" else y)
+        return out
+
+    def get_result(self, acc: list[Any]) -> dict[str, Any]:
+        result = {}
+        for (name, kind, _), v in zip(self.aggregates, acc):
+            result[name] = (v[0] / v[1] if v[1] else None) if kind == "avg" else v
+        return result
+
+
+def builtin_aggregate(aggregates: tuple[tuple[str, Aggregate], ...], input_type: T.StructType, step: str) -> BuiltinAggregates:
+    for out, agg in aggregates:
+        if agg.field is not None and agg.field not in input_type.names:
+            raise PipelineError(
+                f"aggregate '{out}' reads field '{agg.field}', which is not in the stream (fields: {', '.join(input_type.names)})",
+                step,
+            )
+    return BuiltinAggregates([(out, agg.kind, agg.field) for out, agg in aggregates])
+
+
+def _aggregate_type(kind: str, field: str | None, input_type: T.StructType) -> T.DataType:
+    if kind == "count":
+        return T.LongType()
+    if kind == "avg":
+        return T.DoubleType()
+    dtype = input_type[field].dataType
+    if kind == "sum":
+        return T.LongType() if isinstance(dtype, _INTEGRAL) else T.DoubleType()
+    return dtype
+
+
+def window_output(node: WindowNode, input_type: T.StructType, aggregate: Any) -> tuple[T.StructType, tuple[str, ...]]:
+    """The step's output schema, and the names of an aggregate result's fields."""
+    if node.window_fn is not None:
+        return output_struct(node.output_schema, None, node.name), ()
+    if aggregate is None:  # reduce: the reduced record
+        return input_type, ()
+    if isinstance(aggregate, BuiltinAggregates):
+        result = T.StructType([T.StructField(o, _aggregate_type(k, f, input_type)) for o, k, f in aggregate.aggregates])
+    else:
+        result = output_struct(node.output_schema, None, node.name)
+    out = T.StructType(
+        [input_type[k] for k in node.keys]
+        + [T.StructField("window_start", T.LongType()), T.StructField("window_end", T.LongType())]
+    )
+    clash = [f.name for f in result.fields if f.name in out.names]
+    if clash:
+        raise PipelineError(
+            f"the aggregate's output fields {clash} clash with the key / window fields ({', '.join(out.names)})", node.name
+        )
+    for f in result.fields:
+        out = out.add(f)
+    return out, tuple(result.names)
