@@ -20,11 +20,18 @@ from ember.connectors import (
     StateMachineSource,
     YahooSource,
 )
+from ember.api.functions import (
+    AggregateFunction,
+    KeyedProcessFunction,
+    OutputTag,
+    ProcessWindowFunction,
+)
 from ember.errors import ConfigError, EmberError, JobFailedError, PipelineError, UserFunctionError
 from ember.time import TimeCharacteristic, WatermarkStrategy
 from ember.windowing import (
     Agg,
     EventTimeSessionWindows,
+    GlobalWindows,
     ProcessingTimeSessionWindows,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
@@ -39,6 +46,8 @@ __all__ = [
     "WatermarkStrategy", "TimeCharacteristic",
     "TumblingEventTimeWindows", "SlidingEventTimeWindows", "EventTimeSessionWindows",
     "TumblingProcessingTimeWindows", "SlidingProcessingTimeWindows", "ProcessingTimeSessionWindows",
+    "GlobalWindows",
+    "KeyedProcessFunction", "AggregateFunction", "ProcessWindowFunction", "OutputTag",
     "Agg",
     "YahooSource", "GrepSource", "GroupingSource", "StateMachineSource",
     "FileSource", "RateSource", "ScriptedSource",

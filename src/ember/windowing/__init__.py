@@ -1,7 +1,10 @@
-"""Window declarations: assigners and built-in aggregates."""
+"""Window declarations: assigners, triggers, evictors and built-in aggregates."""
 
 from ember.windowing.assigners import (
+    GLOBAL_WINDOW,
     EventTimeSessionWindows,
+    GlobalWindows,
+    TimeWindow,
     ProcessingTimeSessionWindows,
     SessionWindows,
     SlidingEventTimeWindows,
@@ -13,6 +16,19 @@ from ember.windowing.assigners import (
     WindowAssigner,
 )
 from ember.windowing.aggregates import Agg, Aggregate
+from ember.windowing.evictors import CountEvictor, DeltaEvictor, Evictor, TimeEvictor, TimestampedValue
+from ember.windowing.triggers import (
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
+    CountTrigger,
+    EventTimeTrigger,
+    NeverTrigger,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    Trigger,
+    TriggerContext,
+    TriggerResult,
+)
 
 __all__ = [
     "WindowAssigner",
@@ -25,6 +41,24 @@ __all__ = [
     "TumblingProcessingTimeWindows",
     "SlidingProcessingTimeWindows",
     "ProcessingTimeSessionWindows",
+    "GlobalWindows",
+    "TimeWindow",
+    "GLOBAL_WINDOW",
+    "Trigger",
+    "TriggerContext",
+    "TriggerResult",
+    "EventTimeTrigger",
+    "ProcessingTimeTrigger",
+    "CountTrigger",
+    "ContinuousEventTimeTrigger",
+    "ContinuousProcessingTimeTrigger",
+    "PurgingTrigger",
+    "NeverTrigger",
+    "Evictor",
+    "CountEvictor",
+    "TimeEvictor",
+    "DeltaEvictor",
+    "TimestampedValue",
     "Agg",
     "Aggregate",
 ]

@@ -166,7 +166,7 @@ class CountTrigger(Trigger):
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
             raise ConfigError(f"CountTrigger: count must be a positive int, got {count!r}")
         self.count = count
-        self._state = ReducingStateDescriptor("count", _add)
+        self._state = ReducingStateDescriptor("count", reduce_fn=_add)
 
     @staticmethod
     def of(count: int) -> "CountTrigger":

@@ -280,5 +280,10 @@ def _cause(exc: Any) -> str:
     match = re.search(r"(UserFunctionError|EmberError|PipelineError): (.*)", text)
     if match:
         return match.group(2).strip()
+    raised = re.findall(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", text, flags=re.M)
+    python = [(kind, msg) for kind, msg in raised if kind not in ("PythonException", "Py4JJavaError", "Py4JException")]
+    if python:  # the Python error a Spark task or foreachBatch raised, not its Java wrappers
+        kind, msg = python[-1]
+        return f"{kind}: {msg.strip()}"
     lines = [line for line in text.splitlines() if line.strip()]
     return "\n".join(lines[:6])

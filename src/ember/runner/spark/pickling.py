@@ -25,12 +25,20 @@ _INSTALLED_ROOTS = tuple(
 )
 
 
-def ship_by_value(obj: Any) -> None:
+def ship_by_value(obj: Any, _depth: int = 3) -> None:
     """Register the modules defining ``obj`` (a function, a class or an instance) and its
     class for pickling by value, unless they are installed (site-packages, the standard
-    library), Ember's or PySpark's own, or ``__main__`` (cloudpickle ships that anyway)."""
+    library), Ember's or PySpark's own, or ``__main__`` (cloudpickle ships that anyway).
+    Ember's own objects are searched for user objects they hold (a window's trigger,
+    aggregate function, a purging trigger's inner trigger...)."""
     from pyspark import cloudpickle
 
+    if obj is None:
+        return
+    if _depth and type(obj).__module__.split(".")[0] == "ember":
+        for value in getattr(obj, "__dict__", {}).values():
+            if not isinstance(value, str | int | float | bool | bytes):
+                ship_by_value(value, _depth - 1)
     for name in {getattr(obj, "__module__", None), type(obj).__module__}:
         if not name or name == "__main__" or name.split(".")[0] in ("ember", "builtins", "pyspark"):
             continue
