@@ -39,6 +39,7 @@ class EnvironmentConfig:
     state_backend: str = "rocksdb"
     changelog_checkpointing: bool = True
     spark_conf: tuple[tuple[str, str], ...] = field(default=())
+    combine_windows: bool = True
 
 
 @dataclass
@@ -95,6 +96,9 @@ class StreamEnvironment:
       latency/throughput knob (Flink's buffer timeout).
     - ``state_backend``: ``"rocksdb"`` (default, with changelog checkpointing)
       or ``"hdfs"`` (Spark's in-memory store).
+    - ``combine_windows``: pre-aggregate a Python ``AggregateFunction``'s windows
+      before the shuffle where that cannot change results (docs/windows.md); off =
+      every record travels to its key's state partition.
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -108,6 +112,7 @@ class StreamEnvironment:
         max_events_per_batch: int = 2_000_000,
         state_backend: str = "rocksdb",
         changelog_checkpointing: bool = True,
+        combine_windows: bool = True,
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,
@@ -132,6 +137,7 @@ class StreamEnvironment:
             state_backend=state_backend,
             changelog_checkpointing=bool(changelog_checkpointing),
             spark_conf=tuple(sorted((spark_conf or {}).items())),
+            combine_windows=bool(combine_windows),
         )
         # Spark's Python workers must run this interpreter, which has Ember's dependencies.
         os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -130,3 +130,52 @@ def statemachine_tws_baseline(spark: Any, events: Any, duration_s: float) -> tup
     )
     reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
     return reports, alerts
+
+
+def window_tws_baseline(spark: Any, events: Any, key: str, time_field: str, size_ms: int, duration_s: float) -> tuple[list[dict], list[dict]]:
+    """Spark's own keyed state doing ``ember bench window``'s job: a count per key
+    and event-time tumbling window in ``transformWithStateInPandas`` — a
+    ``MapState`` of window start -> count per key (vectorised per key with pandas)
+    and an event-time timer per window end that emits and clears it."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    class WindowCount(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.counts = handle.getMapState("counts", "start long", "n long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            for pdf in rows:
+                starts = pdf[time_field] - pdf[time_field] % size_ms
+                for start, n in starts.value_counts().items():
+                    prev = self.counts.getValue((int(start),))
+                    if prev is None:
+                        self.handle.registerTimer(int(start) + size_ms - 1)
+                    self.counts.updateValue((int(start),), (int(n) + (prev[0] if prev else 0),))
+            return iter([])
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Any:
+            start = expiredTimerInfo.getExpiryTimeInMs() + 1 - size_ms
+            got = self.counts.getValue((start,))
+            if got is not None:
+                self.counts.removeKey((start,))
+                yield pd.DataFrame({key_name: [key[0]], "window_start": [start], "count": [got[0]]})
+
+        def close(self) -> None:
+            pass
+
+    key_name = key
+    out = StructType([StructField(key, StringType()), StructField("window_start", LongType()), StructField("count", LongType())])
+    rows: list[dict] = []
+
+    def collect(batch: Any, batch_id: int) -> None:
+        rows.extend(r.asDict() for r in batch.collect())
+
+    timed = events.withColumn("__ts", F.timestamp_millis(F.col(time_field))).withWatermark("__ts", "1 second")
+    df = timed.groupBy(key).transformWithStateInPandas(
+        statefulProcessor=WindowCount(), outputStructType=out, outputMode="Append", timeMode="EventTime"
+    )
+    reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
+    return reports, rows

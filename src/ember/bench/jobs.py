@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ember.api.functions import Context, KeyedProcessFunction, RuntimeContext
+from ember.api.functions import AggregateFunction, Context, KeyedProcessFunction, RuntimeContext
 from ember.connectors.generators import STATE_NAMES, TRANSITIONS
 from ember.state.descriptors import ValueStateDescriptor
 
-__all__ = ["StateMachine", "ALERT_SCHEMA"]
+__all__ = ["StateMachine", "ALERT_SCHEMA", "CountAggregate"]
 
 TERMINAL = 5
 ALERT_SCHEMA = "address int, state string, type int"
@@ -30,3 +30,19 @@ class StateMachine(KeyedProcessFunction):
             self.state.clear()
         else:
             self.state.update(following)
+
+
+class CountAggregate(AggregateFunction):
+    """Counts records: the Python AggregateFunction of ``ember bench window``."""
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: dict[str, Any], acc: int) -> int:
+        return acc + 1
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+    def get_result(self, acc: int) -> int:
+        return acc

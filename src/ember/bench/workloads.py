@@ -141,3 +141,85 @@ def statemachine(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
         events, seconds, eps, verified=got == expected,
         detail={"alerts": len(got), "injected": len(expected)},
     )
+
+
+# --------------------------------------------------------------------------- windows on Ember's operator
+WINDOW_MS = 1000  # 1 s windows: a 20 s run closes enough of them to verify
+
+
+def _yahoo_views(env: StreamEnvironment, src: Any) -> Any:
+    """Yahoo events -> views -> campaign (broadcast lookup), keyed by campaign."""
+    import pandas as pd
+
+    from ember.time.watermarks import WatermarkStrategy
+
+    campaigns = pd.DataFrame(src.campaign_table(), columns=["ad_id", "campaign_id"])
+    return (
+        env.from_source(src, WatermarkStrategy.for_bounded_out_of_orderness(1000, "event_time"), name="ad-events")
+        .filter("event_type = 'view'", name="views")
+        .select("ad_id", "CAST(event_time AS BIGINT) AS event_time", name="project")
+        .join_lookup(campaigns, on="ad_id", name="campaign-lookup")
+        .key_by("campaign_id")
+    )
+
+
+def _yahoo_source(spark: Any, cfg: BenchConfig) -> Any:
+    from ember.connectors.generators import YahooSource
+
+    return YahooSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism)
+
+
+def _window_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
+    """The same windowed count in Spark's own ``transformWithStateInPandas`` (event-time timers)."""
+    import tempfile
+
+    from ember.bench.verify import check_yahoo_windows
+    from ember.connectors.sinks import NoopSink
+    from ember.runner.spark.compiler import compile_graph
+
+    env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-tws-"))
+    src = _yahoo_source(spark, cfg)
+    _yahoo_views(env, src).sink_to(NoopSink())
+    job = compile_graph(env.graph(), spark, env.config, job_name="tws-window", checkpoint=tempfile.mkdtemp())
+    reports, rows = baselines.window_tws_baseline(spark, job.df, "campaign_id", "event_time", WINDOW_MS, cfg.duration_s)
+    events, seconds, eps = throughput(reports)
+    total = sum(int(r.get("numInputRows") or 0) for r in reports)
+    origin = _origin(env, job)
+    check = check_yahoo_windows(src, rows, total, origin, WINDOW_MS, None) if origin is not None else None
+    verified = bool(check and check.windows and not check.wrong and not check.duplicated)
+    return RunOutcome(events, seconds, eps, verified=verified, detail={"baseline_windows": check.windows if check else 0})
+
+
+def _origin(env: StreamEnvironment, job: Any) -> int | None:
+    from ember.runner.spark.execution import source_origins
+
+    return source_origins(job.compilation.checkpoint, env.graph()).get("ad-events")
+
+
+@workload("window", baseline=_window_baseline)
+def window(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """Yahoo views per campaign in 10 s event-time tumbling windows, counted by a
+    Python ``AggregateFunction`` on Ember's window operator; verified exactly."""
+    from ember.bench.jobs import CountAggregate
+    from ember.bench.verify import check_yahoo_windows
+    from ember.connectors.sinks import CollectSink
+    from ember.windowing.assigners import TumblingEventTimeWindows
+
+    env = _env(spark, cfg, ckpt)
+    src = _yahoo_source(spark, cfg)
+    sink = CollectSink()
+    (
+        _yahoo_views(env, src)
+        .window(TumblingEventTimeWindows.of(WINDOW_MS))
+        .aggregate(CountAggregate(), output_schema="count bigint", name="views-per-window")
+        .sink_to(sink)
+    )
+    started = time.monotonic()
+    result = env.execute("bench-window", duration=cfg.duration_s, progress=cfg.verbose)
+    wall = time.monotonic() - started
+    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
+    check = check_yahoo_windows(src, sink.rows(), result.events, result.start_ms["ad-events"], WINDOW_MS, result.final_watermark_ms)
+    return RunOutcome(
+        events, seconds, eps, verified=check.ok,
+        detail={"windows": check.windows, "wrong": len(check.wrong), "missing": len(check.missing)},
+    )

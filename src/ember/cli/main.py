@@ -116,8 +116,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--graph-only", action="store_true", help="skip Spark's plan (no Spark start)")
     explain.set_defaults(func=_cmd_explain)
 
-    bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine)")
-    bench.add_argument("workload", help="grep | grouping | statemachine")
+    bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
+    bench.add_argument("workload", help="grep | grouping | statemachine | statemachine-vectorized | window | countwindow")
     bench.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per run (default 20)")
     bench.add_argument("--rate", type=float, help="open-loop input rate, events/s (default: unbounded)")
     bench.add_argument("--rounds", type=int, default=1, help="alternating Ember/baseline rounds (default 1)")

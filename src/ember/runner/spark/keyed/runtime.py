@@ -189,6 +189,14 @@ def side_column(tag: str, field: str) -> str:
     return f"{SIDE_PREFIX}{tag}__{field}"
 
 
+def records_builder(fields: list[str]) -> Callable[[list[list[Any]]], list[dict[str, Any]]]:
+    """A function turning columns (lists) into record dicts. Generated for the
+    field names: a dict display is about twice as fast as ``dict(zip(...))``."""
+    values = [f"v{i}" for i in range(len(fields))]
+    body = ", ".join(f"{f!r}: {v}" for f, v in zip(fields, values))
+    return eval(f"lambda columns: [{{{body}}} for {', '.join(values)}{',' if len(values) == 1 else ''} in zip(*columns)]")  # noqa: S307 - names are repr()-quoted
+
+
 def state_object(holder: Any, descriptor: StateDescriptor) -> Any:
     """The state object for ``descriptor`` reading ``holder.current`` / ``holder.now``."""
     kind = _STATE_KINDS.get(type(descriptor))
@@ -214,6 +222,21 @@ class _Runtime(RuntimeContext, Context):
         self.side: list[tuple[str, Any]] = []
         self.counts: dict[str, int] = {}
         self._names: set[str] = set()
+
+    def enter(self, key: Any) -> dict[str, Any] | None:
+        """Make ``key`` current; returns its stored slot (None when it has no state yet)."""
+        found = self.blob["keys"].get(key)
+        self.current = found if found is not None else {}
+        self.current_key = key
+        return found
+
+    def leave(self, key: Any, found: dict[str, Any] | None) -> None:
+        """Store the current key's slot back (or drop it when it became empty)."""
+        if self.current:
+            if found is None:
+                self.blob["keys"][key] = self.current
+        elif found is not None:
+            del self.blob["keys"][key]
 
     def output(self, tag: Any, record: Any) -> None:
         name = getattr(tag, "name", None)
@@ -303,6 +326,8 @@ def make_bucket_function(
     dropped) to Spark accumulators.
     """
     holder: dict[str, Any] = {}
+    process_batch = getattr(fn, "process_batch", None)  # optional: (rt, build, keys, columns, times, out) -> handled
+    build_records = records_builder(fields)
     side_outputs = side_outputs or {}
     counters = counters or {}
     columns_out = list(out_fields)
@@ -350,23 +375,11 @@ def make_bucket_function(
                 f"step '{step}': {type(fn).__name__}.{what} raised {type(exc).__name__}: {exc} on {record!r}"
             ) from exc
 
-    def select(rt: _Runtime, key: Any) -> dict[str, Any] | None:
-        found = rt.blob["keys"].get(key)
-        rt.current = found if found is not None else {}
-        rt.current_key = key
-        return found
-
-    def store(rt: _Runtime, key: Any, found: dict[str, Any] | None) -> None:
-        if rt.current:
-            rt.blob["keys"][key] = rt.current
-        elif found is not None:
-            del rt.blob["keys"][key]
-
     def fire(rt: _Runtime, kind: str, until: int | None, out: list[Any]) -> None:
         queue = rt.blob[kind]
         while until is not None and queue and queue[0][0] <= until:
             ts, _, key = heapq.heappop(queue)
-            found = select(rt, key)
+            found = rt.enter(key)
             rt.time_domain = "event_time" if kind == _ET else "processing_time"
             timers = rt.current.get(kind)
             if not timers or ts not in timers:
@@ -376,7 +389,7 @@ def make_bucket_function(
                 del rt.current[kind]
             rt.timestamp = ts
             call("on_timer", {"key": key, "timestamp": ts}, fn.on_timer, (ts, rt), out)
-            store(rt, key, found)
+            rt.leave(key, found)
 
     def fire_due(rt: _Runtime, out: list[Any]) -> None:
         fire(rt, _ET, rt.watermark, out)
@@ -399,10 +412,13 @@ def make_bucket_function(
             columns = [pdf[f].tolist() for f in fields]
             key_cols = [pdf[k].tolist() for k in keys]
             single = len(keys) == 1
+            if process_batch is not None:  # the operator handles the whole batch itself
+                key_list = key_cols[0] if single else list(zip(*key_cols))
+                if process_batch(rt, build_records, key_list, columns, times, out):
+                    continue
             table, process, append = rt.blob["keys"], fn.process_element, out.extend
             # The hot loop: one user call per record and nothing else per record.
-            for i, values in enumerate(zip(*columns)):
-                record = dict(zip(fields, values))
+            for i, record in enumerate(build_records(columns)):
                 key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)
                 found = table.get(key)
                 rt.current = slot = found if found is not None else {}

@@ -18,21 +18,27 @@ end plus the allowed lateness (event time) or at its end (processing time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pandas as pd
 
 from ember.api.functions import AggregateFunction, KeyedProcessFunction, OutputTag, WindowContext
 from ember.errors import UserFunctionError
 from ember.state.descriptors import ReducingStateDescriptor, StateDescriptor
-from ember.windowing.assigners import TimeWindow, WindowAssigner
+from ember.windowing.assigners import SlidingWindows, TimeWindow, TumblingWindows, WindowAssigner
 from ember.windowing.evictors import Evictor, TimestampedValue
-from ember.windowing.triggers import Trigger, TriggerContext, TriggerResult
+from ember.windowing.triggers import EventTimeTrigger, ProcessingTimeTrigger, Trigger, TriggerContext, TriggerResult
 
-__all__ = ["WindowSpec", "WindowOperator"]
+__all__ = ["WindowSpec", "WindowOperator", "PARTIAL_START", "PARTIAL_ACC", "PARTIAL_COUNT"]
 
 # Reserved slot entries of a key: window contents, trigger state, window timers.
 _WIN, _TRIG, _T_EVENT, _T_PROC = "\x00windows", "\x00trigger", "\x00wt_event", "\x00wt_proc"
 LATE_COUNTER = "late_dropped"
+# Columns of a partial aggregate (with the key fields) sent from the combiner to the window step.
+PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT = "__ember_window_start", "__ember_acc", "__ember_records"
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,23 @@ class WindowSpec:
     key_names: tuple[str, ...] = ()
     result_fields: tuple[str, ...] = ()  # aggregate results without a window function
     step: str = "window"
-    extra: dict[str, Any] = field(default_factory=dict)
+    combined: bool = False  # the input is partial aggregates from :meth:`WindowOperator.combiner`
+
+    @property
+    def combinable(self) -> bool:
+        """Whether partial aggregation before the shuffle gives exactly the same output:
+        event-time fixed windows with the default trigger and an AggregateFunction; no
+        evictor, no allowed lateness (each late element would fire again) and no late-data
+        side output (it needs the late records themselves)."""
+        return (
+            isinstance(self.assigner, TumblingWindows | SlidingWindows)
+            and not self.assigner.processing_time
+            and type(self.trigger) is EventTimeTrigger
+            and self.evictor is None
+            and self.aggregate is not None
+            and self.allowed_lateness_ms == 0
+            and self.late_tag is None
+        )
 
     @property
     def keeps_elements(self) -> bool:
@@ -173,6 +195,150 @@ class WindowOperator(KeyedProcessFunction):
     def open(self, ctx: Any) -> None:
         self._tctx = _TriggerContext(self)
 
+    # -- whole batches (the common case, vectorised around the user's function) ------
+
+    @property
+    def _batchable(self) -> bool:
+        """Fixed time windows with the default time trigger and an incremental function:
+        per element, that trigger only (re)registers the window's end timer, so a batch
+        can be grouped by (key, window) first and the trigger run once per new window."""
+        spec = self.spec
+        return (
+            isinstance(spec.assigner, TumblingWindows | SlidingWindows)
+            and type(spec.trigger) in (EventTimeTrigger, ProcessingTimeTrigger)
+            and spec.evictor is None
+            and not spec.keeps_elements
+        )
+
+    def _starts(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(record index, window start) for every window of every record."""
+        a = self.spec.assigner
+        slide = a.size_ms if isinstance(a, TumblingWindows) else a.slide_ms
+        last = ts - (ts - a.offset_ms) % slide
+        idx, starts = [], []
+        for j in range(-(-a.size_ms // slide)):
+            start = last - j * slide
+            ok = start > ts - a.size_ms
+            idx.append(np.nonzero(ok)[0])
+            starts.append(start[ok])
+        return np.concatenate(idx), np.concatenate(starts)
+
+    def _groups(self, keys: list[Any], ts: np.ndarray) -> tuple[list[int], list[int], list[Any], list[int]]:
+        """Each record's windows grouped by (key, window): record indices, window starts,
+        each group's key, and group boundaries; time order kept within a group."""
+        rec, starts = self._starts(ts)
+        codes, uniques = pd.factorize(pd.Series(keys, dtype=object), sort=False)
+        order = np.lexsort((starts, codes[rec]))
+        rec, starts = rec[order], starts[order]
+        group_codes = codes[rec]
+        bounds = np.flatnonzero((np.diff(group_codes) != 0) | (np.diff(starts) != 0)) + 1
+        edges = [0, *bounds.tolist(), len(rec)] if len(rec) else [0]
+        return rec.tolist(), starts.tolist(), [uniques[c] for c in group_codes[edges[:-1]].tolist()], edges
+
+    def combiner(self, fields: list[str], keys: tuple[str, ...], time_column: str) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
+        """The ``mapInPandas`` function that pre-aggregates a partition's records per
+        (key, window) with the user's ``add``; the window step ``merge`` s the partials."""
+        from ember.runner.spark.keyed.runtime import records_builder
+
+        spec, build = self.spec, records_builder(fields)
+        agg = spec.aggregate
+
+        def combine(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+            partials: dict[tuple[Any, int], list[Any]] = {}
+            for pdf in frames:
+                if pdf.empty:
+                    continue
+                ts = pdf[time_column].to_numpy().astype("datetime64[ms]").astype(np.int64)
+                order = np.argsort(ts, kind="stable")
+                pdf, ts = pdf.iloc[order], ts[order]
+                key_cols = [pdf[k].tolist() for k in keys]
+                key_list = key_cols[0] if len(keys) == 1 else list(zip(*key_cols))
+                records = build([pdf[f].tolist() for f in fields])
+                recs, starts, group_keys, edges = self._groups(key_list, ts)
+                add = agg.add
+                for g, (a, b) in enumerate(zip(edges, edges[1:])):
+                    slot = partials.get((group_keys[g], starts[a]))
+                    acc = agg.create_accumulator() if slot is None else slot[0]
+                    try:
+                        for i in recs[a:b]:
+                            acc = add(records[i], acc)
+                    except Exception as exc:
+                        raise UserFunctionError(f"step '{spec.step}': add raised {type(exc).__name__}: {exc}") from exc
+                    partials[(group_keys[g], starts[a])] = [acc, (slot[1] if slot else 0) + b - a]
+            if not partials:
+                return
+            rows = []
+            for (key, start), (acc, n) in partials.items():
+                parts = key if len(keys) > 1 else (key,)
+                rows.append((*parts, start, pickle.dumps(acc, protocol=pickle.HIGHEST_PROTOCOL), n, start))
+            frame = pd.DataFrame(rows, columns=[*keys, PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT, time_column])
+            frame[time_column] = pd.to_datetime(frame[time_column], unit="ms")
+            yield frame
+
+        return combine
+
+    def process_batch(self, rt: Any, build: Any, keys: list[Any], columns: list[list[Any]],
+                      times: list[int] | None, out: list[Any]) -> bool:
+        if self.spec.combined:
+            self._merge_partials(rt, build(columns), keys, out)
+            return True
+        if not self._batchable:
+            return False
+        spec, n = self.spec, len(keys)
+        size = spec.assigner.size_ms
+        processing = spec.assigner.processing_time
+        ts = np.full(n, rt.now, dtype=np.int64) if processing else np.asarray(times, dtype=np.int64)
+        wm = None if processing else rt.watermark
+        slow = np.zeros(n, dtype=bool)
+        if wm is not None:  # windows already past their end: late firing or late record, element by element
+            rec, starts = self._starts(ts)
+            slow[rec[starts + size - 1 <= wm]] = True
+        fast = np.flatnonzero(~slow)
+        records = build(columns)
+        recs, starts_l, group_keys, edges = self._groups([keys[i] for i in fast.tolist()], ts[fast])
+        recs = fast[recs].tolist() if len(recs) else []
+        agg, reduce_fn = spec.aggregate, spec.reduce
+        add = agg.add if agg is not None else None
+        for g, (a, b) in enumerate(zip(edges, edges[1:])):
+            key = group_keys[g]
+            found = rt.enter(key)
+            window = TimeWindow(starts_l[a], starts_l[a] + size)
+            contents = rt.current.setdefault(_WIN, {})
+            acc = contents.get(window)
+            new = acc is None
+            try:
+                if add is not None:
+                    if new:
+                        acc = agg.create_accumulator()
+                    for i in recs[a:b]:
+                        acc = add(records[i], acc)
+                else:
+                    start_at = a
+                    if new:
+                        acc, start_at = records[recs[a]], a + 1
+                    for i in recs[start_at:b]:
+                        acc = reduce_fn(acc, records[i])
+            except Exception as exc:
+                raise UserFunctionError(
+                    f"step '{spec.step}': {'add' if add is not None else 'reduce'} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            contents[window] = acc
+            if new:  # what the trigger does for a window's first element: its end timer
+                rt.timestamp = int(ts[recs[a]])
+                first = records[recs[a]]
+                tctx = self._tctx.bind(rt, window)
+                self._apply(rt, window, spec.trigger.on_element(first, rt.timestamp, window, tctx), out)
+                tctx.release()
+                self._register_cleanup(rt, window)
+            rt.leave(key, found)
+        for i in np.flatnonzero(slow).tolist():
+            key = keys[i]
+            found = rt.enter(key)
+            rt.timestamp = int(ts[i])
+            out.extend(self.process_element(records[i], rt))
+            rt.leave(key, found)
+        return True
+
     # -- elements -------------------------------------------------------------------
 
     def process_element(self, value: dict[str, Any], ctx: Any) -> list[Any]:
@@ -197,6 +363,31 @@ class WindowOperator(KeyedProcessFunction):
             self._late(ctx, value)
         self._tidy(ctx)
         return out
+
+    def _merge_partials(self, rt: Any, partials: list[dict[str, Any]], keys: list[Any], out: list[Any]) -> None:
+        """Partial aggregates from the combiner: a window past its end drops the whole
+        partial (counted as late records, as the element path would); otherwise the
+        partial is merged in, and a new window gets its trigger timer and cleanup."""
+        spec = self.spec
+        size, agg = spec.assigner.size_ms, spec.aggregate
+        for key, partial in zip(keys, partials):
+            start = partial[PARTIAL_START]
+            window = TimeWindow(start, start + size)
+            if self._is_late(window, rt):
+                rt.count(LATE_COUNTER, partial[PARTIAL_COUNT])
+                continue
+            found = rt.enter(key)
+            contents = rt.current.setdefault(_WIN, {})
+            acc = pickle.loads(partial[PARTIAL_ACC])
+            prev = contents.get(window)
+            contents[window] = acc if prev is None else self._call("merge", agg.merge, (prev, acc))
+            if prev is None:
+                rt.timestamp = start
+                tctx = self._tctx.bind(rt, window)
+                self._apply(rt, window, spec.trigger.on_element(partial, start, window, tctx), out)
+                tctx.release()
+                self._register_cleanup(rt, window)
+            rt.leave(key, found)
 
     def _is_late(self, window: TimeWindow, ctx: Any) -> bool:
         wm = ctx.watermark

@@ -21,7 +21,7 @@ from ember.runner.spark.compiler import Compilation
 from ember.runner.spark.datasources import END_OF_TIME_MS
 from ember.time.watermarks import WatermarkStrategy
 
-__all__ = ["TIME", "with_event_time", "with_processing_time", "keep_late_rows"]
+__all__ = ["TIME", "with_event_time", "with_processing_time", "keep_late_rows", "restore_anchor"]
 
 TIME = "__ember_time"
 ANCHOR = "__ember_watermark_anchor"
@@ -85,6 +85,10 @@ def keep_late_rows(df: Any) -> Any:
     (computed upstream on the real timestamps), and Spark's "older than the
     watermark" test is never true for a null, so no row is dropped.
     """
-    return df.withColumn(TIME, F.timestamp_millis(F.unix_millis(F.col(TIME)))).withColumn(
-        ANCHOR, F.lit(None).cast("timestamp").alias(ANCHOR, metadata={_DELAY_KEY: 0})
-    )
+    return restore_anchor(df.withColumn(TIME, F.timestamp_millis(F.unix_millis(F.col(TIME)))))
+
+
+def restore_anchor(df: Any) -> Any:
+    """(Re)mark the query's event time on the null anchor column (a Python step
+    between :func:`keep_late_rows` and the stateful operator drops the marker)."""
+    return df.withColumn(ANCHOR, F.lit(None).cast("timestamp").alias(ANCHOR, metadata={_DELAY_KEY: 0}))

@@ -13,6 +13,7 @@ splits it into the main stream and one stream per side output.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -23,9 +24,16 @@ from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, WindowNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, make_bucket_function, side_column
-from ember.runner.spark.keyed.windows import LATE_COUNTER, WindowOperator, WindowSpec
+from ember.runner.spark.keyed.windows import (
+    LATE_COUNTER,
+    PARTIAL_ACC,
+    PARTIAL_COUNT,
+    PARTIAL_START,
+    WindowOperator,
+    WindowSpec,
+)
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.translators.eventtime import TIME, keep_late_rows, with_event_time
+from ember.runner.spark.translators.eventtime import TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
 from ember.time.watermarks import TimeCharacteristic
@@ -67,10 +75,21 @@ def keyed_operator(
     out: T.StructType,
     event_time: bool,
     late: tuple[Any, T.StructType] | None = None,
+    combiner: Any = None,
 ) -> Frame:
-    """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``."""
+    """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``.
+
+    ``combiner(fields)``, when given, returns a ``mapInPandas`` function and its output
+    schema: it pre-aggregates each partition before the shuffle, and ``fn`` receives
+    its output instead of the records."""
     df = up.df
     fields = list(df.columns)
+    if event_time:
+        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
+    if combiner is not None:
+        combine, partial_type = combiner(fields)
+        df = restore_anchor(df.mapInPandas(combine, partial_type)) if event_time else df.mapInPandas(combine, partial_type)
+        fields = [f.name for f in partial_type.fields if f.name != TIME]
     sides = _side_outputs(comp, node, late)
     schema = T.StructType(list(out.fields))
     if sides:
@@ -85,8 +104,6 @@ def keyed_operator(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
     )
-    if event_time:
-        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
     bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)))
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     result = bucketed.groupBy(BUCKET).applyInPandasWithState(bucket_fn, schema, "blob binary", "append", timeout)
@@ -136,7 +153,21 @@ def _window(comp: Compilation, node: WindowNode) -> Frame:
         step=node.name,
     )
     late = (node.late_tag, input_type) if node.late_tag is not None else None
-    return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late)
+    combiner = None
+    if spec.combinable and event_time and comp.config.combine_windows:
+        map_side = WindowOperator(spec)
+        ship_by_value(map_side)
+        partial_type = T.StructType(
+            [input_type[k] for k in node.keys]
+            + [T.StructField(PARTIAL_START, T.LongType()), T.StructField(PARTIAL_ACC, T.BinaryType()),
+               T.StructField(PARTIAL_COUNT, T.LongType()), T.StructField(TIME, T.TimestampType())]
+        )
+
+        def combiner(fields: list[str]) -> tuple[Any, T.StructType]:
+            return map_side.combiner(fields, node.keys, TIME), partial_type
+
+        spec = replace(spec, combined=True)
+    return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late, combiner)
 
 
 def _is_global(node: WindowNode) -> bool:
