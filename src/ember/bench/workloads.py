@@ -148,7 +148,7 @@ WINDOW_MS = 1000  # 1 s windows: a 20 s run closes enough of them to verify
 
 
 def _yahoo_views(env: StreamEnvironment, src: Any) -> Any:
-    """Yahoo events -> views -> campaign (broadcast lookup), keyed by campaign."""
+    """Yahoo events -> views -> campaign (broadcast lookup) -> (campaign_id, event_time), keyed by campaign."""
     import pandas as pd
 
     from ember.time.watermarks import WatermarkStrategy
@@ -159,6 +159,7 @@ def _yahoo_views(env: StreamEnvironment, src: Any) -> Any:
         .filter("event_type = 'view'", name="views")
         .select("ad_id", "CAST(event_time AS BIGINT) AS event_time", name="project")
         .join_lookup(campaigns, on="ad_id", name="campaign-lookup")
+        .select("campaign_id", "event_time", name="campaign-views")
         .key_by("campaign_id")
     )
 

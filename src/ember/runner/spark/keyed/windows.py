@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -235,45 +236,66 @@ class WindowOperator(KeyedProcessFunction):
         edges = [0, *bounds.tolist(), len(rec)] if len(rec) else [0]
         return rec.tolist(), starts.tolist(), [uniques[c] for c in group_codes[edges[:-1]].tolist()], edges
 
-    def combiner(self, fields: list[str], keys: tuple[str, ...], time_column: str) -> Callable[[Iterator[pd.DataFrame]], Iterator[pd.DataFrame]]:
-        """The ``mapInPandas`` function that pre-aggregates a partition's records per
-        (key, window) with the user's ``add``; the window step ``merge`` s the partials."""
+    def combiner(self, fields: list[str], keys: tuple[str, ...], time_column: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+        """The ``mapInArrow`` function that pre-aggregates a partition's records per
+        (key, window) with the user's ``add``; the window step ``merge`` s the partials.
+        Records of a (key, window) are added in timestamp order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         from ember.runner.spark.keyed.runtime import records_builder
 
         spec, build = self.spec, records_builder(fields)
         agg = spec.aggregate
 
-        def combine(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        def key_codes(batch: Any) -> tuple[np.ndarray, list[Any]]:
+            if len(keys) == 1:
+                encoded = pc.dictionary_encode(batch.column(keys[0]))
+                return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
+            cols = [batch.column(k).to_pylist() for k in keys]
+            codes, uniques = pd.factorize(pd.Series(list(zip(*cols)), dtype=object), sort=False)
+            return codes, list(uniques)
+
+        def combine(batches: Iterator[Any]) -> Iterator[Any]:
             partials: dict[tuple[Any, int], list[Any]] = {}
-            for pdf in frames:
-                if pdf.empty:
+            add = agg.add
+            for batch in batches:
+                if batch.num_rows == 0:
                     continue
-                ts = pdf[time_column].to_numpy().astype("datetime64[ms]").astype(np.int64)
-                order = np.argsort(ts, kind="stable")
-                pdf, ts = pdf.iloc[order], ts[order]
-                key_cols = [pdf[k].tolist() for k in keys]
-                key_list = key_cols[0] if len(keys) == 1 else list(zip(*key_cols))
-                records = build([pdf[f].tolist() for f in fields])
-                recs, starts, group_keys, edges = self._groups(key_list, ts)
-                add = agg.add
-                for g, (a, b) in enumerate(zip(edges, edges[1:])):
-                    slot = partials.get((group_keys[g], starts[a]))
+                ts = batch.column(time_column).cast(pa.timestamp("ms")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+                codes, uniques = key_codes(batch)
+                rec, starts = self._starts(ts)
+                order = np.lexsort((ts[rec], starts, codes[rec]))
+                rec, starts = rec[order], starts[order]
+                group_codes = codes[rec]
+                edges = [0, *(np.flatnonzero((np.diff(group_codes) != 0) | (np.diff(starts) != 0)) + 1).tolist(), len(rec)]
+                # Records built in group order, so each group is a run of the list.
+                taken = batch.take(pa.array(rec)) if len(rec) else batch.slice(0, 0)
+                records = iter(build([taken.column(f).to_pylist() for f in fields]))
+                starts_l, gc = starts.tolist(), group_codes.tolist()
+                for a, b in zip(edges, edges[1:]):
+                    slot_key = (uniques[gc[a]], starts_l[a])
+                    slot = partials.get(slot_key)
                     acc = agg.create_accumulator() if slot is None else slot[0]
                     try:
-                        for i in recs[a:b]:
-                            acc = add(records[i], acc)
+                        for record in islice(records, b - a):
+                            acc = add(record, acc)
                     except Exception as exc:
                         raise UserFunctionError(f"step '{spec.step}': add raised {type(exc).__name__}: {exc}") from exc
-                    partials[(group_keys[g], starts[a])] = [acc, (slot[1] if slot else 0) + b - a]
+                    partials[slot_key] = [acc, (slot[1] if slot else 0) + b - a]
             if not partials:
                 return
-            rows = []
+            columns: list[list[Any]] = [[] for _ in keys]
+            starts_out, accs, counts = [], [], []
             for (key, start), (acc, n) in partials.items():
-                parts = key if len(keys) > 1 else (key,)
-                rows.append((*parts, start, pickle.dumps(acc, protocol=pickle.HIGHEST_PROTOCOL), n, start))
-            frame = pd.DataFrame(rows, columns=[*keys, PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT, time_column])
-            frame[time_column] = pd.to_datetime(frame[time_column], unit="ms")
-            yield frame
+                for col, part in zip(columns, key if len(keys) > 1 else (key,)):
+                    col.append(part)
+                starts_out.append(start)
+                accs.append(pickle.dumps(acc, protocol=pickle.HIGHEST_PROTOCOL))
+                counts.append(n)
+            names = [*keys, PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT, time_column]
+            arrays = [*columns, starts_out, accs, counts, pc.multiply(pa.array(starts_out, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))]
+            yield pa.RecordBatch.from_pydict(dict(zip(names, arrays)))
 
         return combine
 

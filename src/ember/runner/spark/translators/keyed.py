@@ -79,7 +79,7 @@ def keyed_operator(
 ) -> Frame:
     """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``.
 
-    ``combiner(fields)``, when given, returns a ``mapInPandas`` function and its output
+    ``combiner(fields)``, when given, returns a ``mapInArrow`` function and its output
     schema: it pre-aggregates each partition before the shuffle, and ``fn`` receives
     its output instead of the records."""
     df = up.df
@@ -88,7 +88,7 @@ def keyed_operator(
         df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
     if combiner is not None:
         combine, partial_type = combiner(fields)
-        df = restore_anchor(df.mapInPandas(combine, partial_type)) if event_time else df.mapInPandas(combine, partial_type)
+        df = restore_anchor(df.mapInArrow(combine, partial_type)) if event_time else df.mapInArrow(combine, partial_type)
         fields = [f.name for f in partial_type.fields if f.name != TIME]
     sides = _side_outputs(comp, node, late)
     schema = T.StructType(list(out.fields))
