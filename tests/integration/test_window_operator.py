@@ -9,6 +9,7 @@ from ember import (
     Agg,
     CollectSink,
     EventTimeSessionWindows,
+    SlidingEventTimeWindows,
     ScriptedSource,
     StreamEnvironment,
     TumblingEventTimeWindows,
@@ -158,3 +159,46 @@ def test_count_window_state_survives_a_restart(spark, tmp_path):
     assert first == [15] and second == []  # 16 and 32 wait in state for two more records
     batches.append([(7, "a", 64), (8, "a", 128)])
     assert run(4) == [16 + 32 + 64 + 128]
+
+
+class MinMax(AggregateFunction):
+    """Order-insensitive: the same result however records are split into partials."""
+
+    def create_accumulator(self):
+        return [None, None, 0]
+
+    def add(self, value, acc):
+        x = value["x"]
+        return [x if acc[0] is None else min(acc[0], x), x if acc[1] is None else max(acc[1], x), acc[2] + 1]
+
+    def merge(self, a, b):
+        pick = lambda f, u, v: v if u is None else u if v is None else f(u, v)  # noqa: E731
+        return [pick(min, a[0], b[0]), pick(max, a[1], b[1]), a[2] + b[2]]
+
+    def get_result(self, acc):
+        return tuple(acc)
+
+
+def test_pre_aggregation_before_the_shuffle_gives_identical_results(spark, tmp_path):
+    batches = [
+        [(t, k, (t * 7 + len(k)) % 50) for t in range(0, 30_000, 700) for k in ("a", "bb", "ccc")],
+        [(t, k, (t * 3) % 41) for t in range(25_000, 60_000, 900) for k in ("a", "dddd")],
+    ]
+    outputs = {}
+    for combine in (True, False):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / str(combine), parallelism=2,
+                                spark=spark, combine_windows=combine)
+        sink = CollectSink()
+        (env.from_source(ScriptedSource(batches, SCHEMA), WatermarkStrategy.for_bounded_out_of_orderness(5000, "ts"), name="events")
+         .key_by("k").window(SlidingEventTimeWindows.of(10_000, 5000))
+         .aggregate(MinMax(), output_schema="lo bigint, hi bigint, n bigint").sink_to(sink))
+        result = env.execute("combine", progress=False)
+        outputs[combine] = (sorted(tuple(r.values()) for r in sink.rows()), result.late_dropped)
+        assert "python, keyed state" in env.explain(spark_plan=False)
+    expected = {}
+    for t, k, x in [e for b in batches for e in b]:
+        for start in range(t - t % 5000, t - 10_000, -5000):
+            lo, hi, n = expected.get((k, start), (x, x, 0))
+            expected[(k, start)] = (min(lo, x), max(hi, x), n + 1)
+    assert outputs[True] == outputs[False]
+    assert outputs[True][0] == sorted((k, s, s + 10_000, *v) for (k, s), v in expected.items())
