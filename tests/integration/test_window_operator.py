@@ -192,9 +192,9 @@ def test_pre_aggregation_before_the_shuffle_gives_identical_results(spark, tmp_p
         (env.from_source(ScriptedSource(batches, SCHEMA), WatermarkStrategy.for_bounded_out_of_orderness(5000, "ts"), name="events")
          .key_by("k").window(SlidingEventTimeWindows.of(10_000, 5000))
          .aggregate(MinMax(), output_schema="lo bigint, hi bigint, n bigint").sink_to(sink))
+        assert "MinMax (python, keyed state)" in env.explain(spark_plan=False)
         result = env.execute("combine", progress=False)
         outputs[combine] = (sorted(tuple(r.values()) for r in sink.rows()), result.late_dropped)
-        assert "python, keyed state" in env.explain(spark_plan=False)
     expected = {}
     for t, k, x in [e for b in batches for e in b]:
         for start in range(t - t % 5000, t - 10_000, -5000):
