@@ -254,3 +254,40 @@ def test_process_function_side_output():
     main, sides = d.batch([(1, "a", 1), (2, "a", 2), (3, "b", 3)], watermark=0)
     assert main == [{"k": "a", "x": 2}]
     assert sorted(sides["odd"], key=lambda r: r["x"]) == [{"k": "a", "x": 1}, {"k": "b", "x": 3}]
+
+
+class _PerElement(WindowOperator):
+    process_batch = None  # the runtime then calls process_element for every record
+
+
+@pytest.mark.parametrize(
+    "assigner, trigger",
+    [
+        (GlobalWindows.create(), PurgingTrigger.of(CountTrigger.of(3))),
+        (TumblingEventTimeWindows.of(1000), EventTimeTrigger()),
+        (SlidingEventTimeWindows.of(1000, 500), EventTimeTrigger()),
+    ],
+)
+def test_whole_batch_paths_match_the_per_element_path(assigner, trigger):
+    """Same output, and state either path can continue from."""
+    spec = WindowSpec(assigner=assigner, trigger=trigger, aggregate=SumX(), key_names=("k",), result_fields=("total",))
+    batches = [
+        ([(t, k, t % 7) for t in range(0, 3000, 130) for k in ("a", "b", "c")], 500),
+        ([(t, k, t % 5) for t in range(2400, 5000, 170) for k in ("a", "d")], 2600),
+        ([], 10**9),
+    ]
+
+    def run(kinds):
+        blob, rows = None, []
+        for (events, wm), kind in zip(batches, kinds):
+            d = BucketDriver(kind(spec), FIELDS, OUT)
+            d.blob = blob
+            main, _ = d.batch(events, watermark=wm)
+            rows += main
+            blob = d.blob
+        return sorted(map(str, rows))
+
+    slow = run([_PerElement] * 3)
+    assert run([WindowOperator] * 3) == slow
+    assert run([WindowOperator, _PerElement, WindowOperator]) == slow
+    assert len(slow) > 3

@@ -179,3 +179,41 @@ def window_tws_baseline(spark: Any, events: Any, key: str, time_field: str, size
     )
     reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
     return reports, rows
+
+
+def countwindow_tws_baseline(spark: Any, events: Any, key: str, size: int, duration_s: float) -> tuple[list[dict], list[dict]]:
+    """Spark's own keyed state doing ``ember bench countwindow``'s job: a per-key
+    ``ValueState`` counter in ``transformWithStateInPandas`` emitting one row per
+    ``size`` records (vectorised per key)."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    class CountWindow(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.seen = handle.getValueState("seen", "n long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            seen = self.seen.get()[0] if self.seen.exists() else 0
+            for pdf in rows:
+                seen += len(pdf)
+            fired, seen = divmod(seen, size)
+            self.seen.update((seen,))
+            if fired:
+                yield pd.DataFrame({key_name: [key[0]] * fired, "count": [size] * fired})
+
+        def close(self) -> None:
+            pass
+
+    key_name = key
+    out = StructType([StructField(key, StringType()), StructField("count", LongType())])
+    rows: list[dict] = []
+
+    def collect(batch: Any, batch_id: int) -> None:
+        rows.extend(r.asDict() for r in batch.collect())
+
+    df = events.groupBy(key).transformWithStateInPandas(
+        statefulProcessor=CountWindow(), outputStructType=out, outputMode="Append", timeMode="None"
+    )
+    reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
+    return reports, rows

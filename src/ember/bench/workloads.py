@@ -224,3 +224,72 @@ def window(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
         events, seconds, eps, verified=check.ok,
         detail={"windows": check.windows, "wrong": len(check.wrong), "missing": len(check.missing)},
     )
+
+
+COUNT_WINDOW = 1000
+
+
+def _campaign_views(src: Any, events: int) -> dict[str, int]:
+    """Views per campaign among the first ``events`` events (the generator's ground truth)."""
+    import numpy as np
+
+    counts = np.zeros(src.campaigns, dtype=np.int64)
+    for a in range(0, events, 4_000_000):
+        r = src.reference(a, min(events, a + 4_000_000), 0)
+        views = r["ad"][r["event_type"] == 0] // src.ads_per_campaign
+        counts += np.bincount(views, minlength=src.campaigns)
+    return dict(zip(src.ids["campaigns"], counts.tolist()))
+
+
+def _check_count_windows(src: Any, rows: list[dict], events: int) -> tuple[bool, dict[str, Any]]:
+    """Every campaign fired ``views // N`` windows of exactly N views."""
+    views = _campaign_views(src, events)
+    fired: dict[str, int] = {}
+    wrong = 0
+    for row in rows:
+        fired[row["campaign_id"]] = fired.get(row["campaign_id"], 0) + 1
+        wrong += int(row["count"]) != COUNT_WINDOW
+    missing = sum(abs(fired.get(c, 0) - v // COUNT_WINDOW) for c, v in views.items())
+    return bool(rows) and not wrong and not missing, {"windows": len(rows), "wrong": wrong, "missing_or_extra": missing}
+
+
+def _countwindow_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
+    """The same count windows in Spark's own ``transformWithStateInPandas`` (a per-key counter)."""
+    import tempfile
+
+    from ember.connectors.sinks import NoopSink
+    from ember.runner.spark.compiler import compile_graph
+
+    env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-tws-"))
+    src = _yahoo_source(spark, cfg)
+    _yahoo_views(env, src).sink_to(NoopSink())
+    job = compile_graph(env.graph(), spark, env.config, job_name="tws-countwindow", checkpoint=tempfile.mkdtemp())
+    reports, rows = baselines.countwindow_tws_baseline(spark, job.df, "campaign_id", COUNT_WINDOW, cfg.duration_s)
+    events, seconds, eps = throughput(reports)
+    total = sum(int(r.get("numInputRows") or 0) for r in reports)
+    verified, detail = _check_count_windows(src, rows, total)
+    return RunOutcome(events, seconds, eps, verified=verified, detail={"baseline_" + k: v for k, v in detail.items()})
+
+
+@workload("countwindow", baseline=_countwindow_baseline)
+def countwindow(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """Yahoo views per campaign in tumbling count windows of 1,000, counted by a Python
+    ``AggregateFunction``; verified: each campaign fired exactly views // 1000 full windows."""
+    from ember.bench.jobs import CountAggregate
+    from ember.connectors.sinks import CollectSink
+
+    env = _env(spark, cfg, ckpt)
+    src = _yahoo_source(spark, cfg)
+    sink = CollectSink()
+    (
+        _yahoo_views(env, src)
+        .count_window(COUNT_WINDOW)
+        .aggregate(CountAggregate(), output_schema="count bigint", name="views-per-1000")
+        .sink_to(sink)
+    )
+    started = time.monotonic()
+    result = env.execute("bench-countwindow", duration=cfg.duration_s, progress=cfg.verbose)
+    wall = time.monotonic() - started
+    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
+    verified, detail = _check_count_windows(src, sink.rows(), result.events)
+    return RunOutcome(events, seconds, eps, verified=verified, detail=detail)

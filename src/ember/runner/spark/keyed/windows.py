@@ -29,9 +29,17 @@ import pandas as pd
 from ember.api.functions import AggregateFunction, KeyedProcessFunction, OutputTag, WindowContext
 from ember.errors import UserFunctionError
 from ember.state.descriptors import ReducingStateDescriptor, StateDescriptor
-from ember.windowing.assigners import SlidingWindows, TimeWindow, TumblingWindows, WindowAssigner
+from ember.windowing.assigners import GLOBAL_WINDOW, SlidingWindows, TimeWindow, TumblingWindows, WindowAssigner
 from ember.windowing.evictors import Evictor, TimestampedValue
-from ember.windowing.triggers import EventTimeTrigger, ProcessingTimeTrigger, Trigger, TriggerContext, TriggerResult
+from ember.windowing.triggers import (
+    CountTrigger,
+    EventTimeTrigger,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    Trigger,
+    TriggerContext,
+    TriggerResult,
+)
 
 __all__ = ["WindowSpec", "WindowOperator", "PARTIAL_START", "PARTIAL_ACC", "PARTIAL_COUNT"]
 
@@ -211,6 +219,65 @@ class WindowOperator(KeyedProcessFunction):
             and not spec.keeps_elements
         )
 
+    @property
+    def _count_size(self) -> int | None:
+        """N of a tumbling count window (``count_window(N)``) with an incremental function."""
+        spec, trigger = self.spec, self.spec.trigger
+        if (
+            isinstance(trigger, PurgingTrigger) and type(trigger.trigger) is CountTrigger
+            and spec.assigner.assign(0)[0].is_global and spec.evictor is None and not spec.keeps_elements
+        ):
+            return trigger.trigger.count
+        return None
+
+    def _count_batch(self, rt: Any, records: list[dict[str, Any]], keys: list[Any], out: list[Any]) -> None:
+        """Tumbling count windows a key at a time: the same state as the per-element path
+        (the count trigger's counter and the window's accumulator), one pass over its records."""
+        spec, size = self.spec, self._count_size
+        counter = spec.trigger.trigger._state
+        agg, reduce_fn = spec.aggregate, spec.reduce
+        codes, uniques = pd.factorize(pd.Series(keys, dtype=object), sort=False)
+        order = np.argsort(codes, kind="stable")
+        sorted_codes = codes[order]
+        edges = [0, *(np.flatnonzero(np.diff(sorted_codes) != 0) + 1).tolist(), len(order)]
+        order_l = order.tolist()
+        for a, b in zip(edges, edges[1:]):
+            if a == b:
+                continue
+            key = uniques[sorted_codes[a]]
+            found = rt.enter(key)
+            tctx = self._tctx.bind(rt, GLOBAL_WINDOW)
+            seen_state = tctx.get_partitioned_state(counter)
+            seen = seen_state.get() or 0
+            contents = rt.current.setdefault(_WIN, {})
+            acc = contents.get(GLOBAL_WINDOW)
+            try:
+                for i in order_l[a:b]:
+                    record = records[i]
+                    if acc is None:
+                        acc = record if agg is None else agg.add(record, agg.create_accumulator())
+                    else:
+                        acc = agg.add(record, acc) if agg is not None else reduce_fn(acc, record)
+                    seen += 1
+                    if seen >= size:
+                        contents[GLOBAL_WINDOW] = acc
+                        self._emit(rt, GLOBAL_WINDOW, contents, out)
+                        acc, seen = None, 0
+            except UserFunctionError:
+                raise
+            except Exception as exc:
+                raise UserFunctionError(f"step '{spec.step}': {type(exc).__name__}: {exc}") from exc
+            if acc is None:
+                contents.pop(GLOBAL_WINDOW, None)
+            else:
+                contents[GLOBAL_WINDOW] = acc
+            seen_state.clear()
+            if seen:
+                seen_state.add(seen)
+            tctx.release()
+            self._tidy(rt)
+            rt.leave(key, found)
+
     def _starts(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(record index, window start) for every window of every record."""
         a = self.spec.assigner
@@ -303,6 +370,9 @@ class WindowOperator(KeyedProcessFunction):
                       times: list[int] | None, out: list[Any]) -> bool:
         if self.spec.combined:
             self._merge_partials(rt, build(columns), keys, out)
+            return True
+        if self._count_size is not None:
+            self._count_batch(rt, build(columns), keys, out)
             return True
         if not self._batchable:
             return False
