@@ -9,6 +9,8 @@ from ember.state.descriptors import StateDescriptor
 
 __all__ = [
     "KeyedProcessFunction",
+    "VectorizedKeyedFunction",
+    "BatchContext",
     "AggregateFunction",
     "ProcessWindowFunction",
     "WindowContext",
@@ -151,3 +153,40 @@ class KeyedProcessFunction:
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
         """Called for a timer of ``ctx.current_key``; yields output records like ``process_element``."""
         return None
+
+
+class BatchContext:
+    """Given to :meth:`VectorizedKeyedFunction.process_batch`: the micro-batch's
+    watermark (event time, else None) and processing time, epoch ms."""
+
+    current_watermark: int | None
+    current_processing_time: int
+
+
+class VectorizedKeyedFunction:
+    """Keyed logic over many keys at once, for speed: pandas in, columnar state in and out.
+
+    ``state_schema`` (Spark DDL, e.g. ``"state int"``) declares the per-key state
+    columns. Ember calls :meth:`process_batch` once per state bucket and
+    micro-batch (not per key, not per record) with
+
+    - ``events``: the bucket's records of this batch, a pandas DataFrame sorted
+      by key, then by timestamp (event time) or arrival order;
+    - ``state``: the current state of the keys in ``events`` that have any, a
+      DataFrame indexed by key (a MultiIndex for several key fields) with the
+      ``state_schema`` columns;
+
+    and it returns ``(output, updates)``: output rows (a DataFrame with the
+    step's output_schema columns, or None) and state updates (a DataFrame indexed
+    by key with the state columns, or None). An update row replaces the key's
+    state; a row of nulls deletes it; keys without an update row keep theirs.
+    No timers in this variant: use a :class:`KeyedProcessFunction` for those.
+    """
+
+    state_schema: str = ""
+
+    def open(self) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first batch."""
+
+    def process_batch(self, events: Any, state: Any, ctx: BatchContext) -> tuple[Any, Any]:
+        raise NotImplementedError

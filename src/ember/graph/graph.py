@@ -12,11 +12,12 @@ from ember.graph.nodes import (
     SinkNode,
     SourceNode,
     UnionNode,
+    VectorizedProcessNode,
     WindowAggregateNode,
     WindowNode,
 )
 
-_STATEFUL = (WindowAggregateNode, WindowNode, KeyedProcessNode)
+_STATEFUL = (WindowAggregateNode, WindowNode, KeyedProcessNode, VectorizedProcessNode)
 _WINDOWS = (WindowAggregateNode, WindowNode)
 
 __all__ = ["Graph"]

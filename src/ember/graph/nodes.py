@@ -28,6 +28,7 @@ __all__ = [
     "WindowAggregateNode",
     "KeyedProcessNode",
     "WindowNode",
+    "VectorizedProcessNode",
     "SideOutputNode",
     "SinkNode",
 ]
@@ -172,6 +173,18 @@ class KeyedProcessNode(Node):
 
     def describe(self) -> str:
         return f"process {type(self.fn).__name__} by {', '.join(self.keys)} (python, keyed state)"
+
+
+@dataclass(frozen=True, eq=False)
+class VectorizedProcessNode(Node):
+    """A VectorizedKeyedFunction: one call per state bucket and micro-batch, columnar state."""
+
+    keys: tuple[str, ...] = ()
+    fn: Any = None
+    output_schema: Any = None
+
+    def describe(self) -> str:
+        return f"process_batches {type(self.fn).__name__} by {', '.join(self.keys)} (vectorised, keyed state)"
 
 
 @dataclass(frozen=True, eq=False)

@@ -21,9 +21,10 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, WindowNode
+from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, VectorizedProcessNode, WindowNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, make_bucket_function, side_column
+from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
     LATE_COUNTER,
     PARTIAL_ACC,
@@ -33,7 +34,8 @@ from ember.runner.spark.keyed.windows import (
     WindowSpec,
 )
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.translators.eventtime import TIME, keep_late_rows, restore_anchor, with_event_time
+from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
+from ember.runner.spark.translators.eventtime import ANCHOR, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
 from ember.time.watermarks import TimeCharacteristic
@@ -104,10 +106,23 @@ def keyed_operator(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
     )
-    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)))
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
-    result = bucketed.groupBy(BUCKET).applyInPandasWithState(bucket_fn, schema, "blob binary", "append", timeout)
+    grouped, bucket_fn = _buckets(df, keys, event_time, bucket_fn, packed=combiner is None)
+    result = grouped.applyInPandasWithState(bucket_fn, schema, "blob binary", "append", timeout)
     return Frame(result, up.time)
+
+
+def _buckets(df: Any, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, packed: bool) -> tuple[Any, Any]:
+    """``df`` grouped by state bucket, its rows packed per bucket (keyed/packing.py)
+    unless they are few already (a window's partial aggregates)."""
+    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int"))
+    if not packed:
+        return bucketed.groupBy(BUCKET), bucket_fn
+    schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
+    rows = bucketed.mapInArrow(packer(BUCKET, (ANCHOR,)), schema)
+    if event_time:
+        rows = restore_anchor(rows)
+    return rows.groupBy(BUCKET), unpacking(bucket_fn)
 
 
 def _has_event_time(up: Frame) -> bool:
@@ -119,6 +134,26 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     up = _input(comp, node, node.keys)
     out = output_struct(node.output_schema, None, node.name)
     return keyed_operator(comp, node, up, node.keys, node.fn, out, _has_event_time(up))
+
+
+@translates(VectorizedProcessNode)
+def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
+    up = _input(comp, node, node.keys)
+    out = output_struct(node.output_schema, None, node.name)
+    state_type = output_struct(node.fn.state_schema, None, node.name)
+    event_time = _has_event_time(up)
+    df = up.df
+    fields = list(df.columns)
+    ship_by_value(node.fn)
+    bucket_fn = make_vectorized_bucket_function(
+        node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time
+    )
+    if event_time:
+        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
+    timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
+    grouped, bucket_fn = _buckets(df, node.keys, event_time, bucket_fn, packed=True)
+    result = grouped.applyInPandasWithState(bucket_fn, out, "table binary", "append", timeout)
+    return Frame(result, up.time)
 
 
 @translates(WindowNode)

@@ -1,0 +1,96 @@
+"""The vectorised keyed variant: one user call per state bucket and micro-batch.
+
+The user's :class:`~ember.api.functions.VectorizedKeyedFunction` gets all of a
+bucket's records of the batch as one pandas DataFrame (sorted by key, then
+timestamp) and the current state of those keys as a DataFrame indexed by key
+(columns = its ``state_schema``), and returns output rows and state updates.
+The bucket's state table is held in Spark's state store like the per-record
+runtime's (design A of docs/design/keyed-state.md): exactly-once, restored on
+restart, never double-applied on a replayed batch.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from ember.api.functions import BatchContext, VectorizedKeyedFunction
+from ember.errors import UserFunctionError
+
+__all__ = ["make_vectorized_bucket_function"]
+
+
+class _Context(BatchContext):
+    def __init__(self, watermark: int | None, now: int) -> None:
+        self.current_watermark, self.current_processing_time = watermark, now
+
+
+def _index(pdf: pd.DataFrame, keys: list[str]) -> pd.Index:
+    return pd.Index(pdf[keys[0]]) if len(keys) == 1 else pd.MultiIndex.from_frame(pdf[keys])
+
+
+def make_vectorized_bucket_function(
+    fn: VectorizedKeyedFunction,
+    step: str,
+    keys: list[str],
+    fields: list[str],
+    state_fields: list[str],
+    out_fields: list[str],
+    time_column: str | None,
+    event_time: bool,
+) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+    """The ``applyInPandasWithState`` function of one vectorised keyed step."""
+    opened: dict[str, bool] = {}
+
+    def fail(what: str, exc: Exception) -> UserFunctionError:
+        return UserFunctionError(f"step '{step}': {type(fn).__name__}.{what}: {type(exc).__name__}: {exc}")
+
+    def run(bucket: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        if not opened:
+            fn.open()
+            opened["yes"] = True
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return
+        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        sort_by = [pdf[k].to_numpy() for k in reversed(keys)]
+        if time_column is not None:
+            sort_by.insert(0, pdf[time_column].to_numpy().astype("datetime64[ms]").astype(np.int64))
+        pdf = pdf.iloc[np.lexsort(sort_by)].reset_index(drop=True)
+        stored: pd.DataFrame = pickle.loads(state.get[0]) if state.exists else pd.DataFrame(columns=state_fields)
+        batch_keys = _index(pdf, keys).unique()
+        current = stored[stored.index.isin(batch_keys)]
+        ctx = _Context(state.getCurrentWatermarkMs() if event_time else None, state.getCurrentProcessingTimeMs())
+        try:
+            result = fn.process_batch(pdf[fields], current, ctx)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise fail("process_batch raised", exc) from exc
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise UserFunctionError(
+                f"step '{step}': {type(fn).__name__}.process_batch must return (output DataFrame or None, "
+                f"state updates DataFrame or None), got {type(result).__name__}"
+            )
+        out, updates = result
+        if updates is not None and len(updates):
+            missing = [c for c in state_fields if c not in updates.columns]
+            if missing:
+                raise UserFunctionError(f"step '{step}': state updates lack the state field(s) {missing}")
+            updates = updates[state_fields]
+            kept = updates.dropna(how="all")  # an all-null row deletes the key's state
+            stored = pd.concat([stored[~stored.index.isin(updates.index)], kept]) if len(stored) else kept
+            if len(stored):
+                state.update((pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL),))
+            elif state.exists:
+                state.remove()
+        if out is not None and len(out):
+            missing = [c for c in out_fields if c not in out.columns]
+            if missing:
+                raise UserFunctionError(f"step '{step}': the output lacks the field(s) {missing} of its output_schema")
+            yield out[out_fields]
+
+    return run
