@@ -48,7 +48,7 @@ def test_demo_counts_are_exact(spark, capsys):
     assert "window latency" in out and "events processed" in out
 
 
-@pytest.mark.parametrize("workload", ["grep", "grouping", "statemachine"])
+@pytest.mark.parametrize("workload", ["grep", "grouping", "statemachine", "statemachine-vectorized", "window", "countwindow"])
 def test_benchmark_smoke(spark, workload):
     cfg = BenchConfig(duration_s=5, rounds=1, warmup_s=0, max_events_per_batch=100_000, master="local[2]", verbose=False)
     report = run_benchmark(workload, cfg, command=f"test {workload}")
@@ -58,8 +58,10 @@ def test_benchmark_smoke(spark, workload):
     assert report["verified"] is True and report["events"] > 0 and report["cores"] == 2
     if workload == "grouping":
         assert set(report["latency_ms"]) == {"p50", "p90", "p95", "p99"}
-    if workload == "statemachine":
+    if workload.startswith("statemachine"):
         assert report["alerts"] == report["injected"]
+    if workload.endswith("window"):
+        assert report["windows"] > 0
     json.dumps(report)  # the --json output is serialisable
 
 

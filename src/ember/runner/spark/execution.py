@@ -124,11 +124,14 @@ def run_job(
             follower.poll(query)
             if os.path.exists(stop_marker):
                 os.remove(stop_marker)
-    committed = last_committed_batch(checkpoint)
+    # Driver-side sinks keep exactly the batches this result counts: not a batch stopped after
+    # its sink ran but before Spark committed it, nor one committed but stopped before Spark
+    # reported its progress (its input would be missing from ``events``).
+    counted = min(last_committed_batch(checkpoint), follower.last_batch)
     for sink in job.sinks:
         forget = getattr(sink.sink, "_forget_after", None)
-        if forget is not None:  # a batch stopped after its sink ran but before Spark committed it
-            forget(committed)
+        if forget is not None:
+            forget(counted)
     exc = query.exception()
     if exc is not None:
         raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
@@ -156,7 +159,8 @@ def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock:
     """
     if query.isActive and query.exception() is None:
         open(stop_marker, "a").close()
-        last = follower.progress[-1]["durationMs"].get("triggerExecution", 1000) if follower.progress else 1000
+        # The first batch also starts Spark's Python workers: give it the longest grace.
+        last = follower.progress[-1]["durationMs"].get("triggerExecution", 1000) if follower.progress else 10_000
         deadline = clock.monotonic() + min(30.0, 2.0 + 3 * last / 1000)
         idle_polls = 0
         while clock.monotonic() < deadline and query.isActive and idle_polls < 3:
@@ -195,9 +199,9 @@ class _Follower:
         bid = None if last is None else int(last.batchId())
         if bid is None or bid in self.seen:
             new = False
-        elif self.last_batch < 0 or bid == self.last_batch + 1:
+        elif self.last_batch >= 0 and bid == self.last_batch + 1:
             new = self._record(json.loads(last.json()))
-        else:  # batches went by between polls: take them from the recent history
+        else:  # the first report, or batches went by between polls: take them from this run's history
             new = False
             for p in sorted(query.recentProgress, key=lambda r: int(r.batchId)):
                 if int(p.batchId) not in self.seen:
