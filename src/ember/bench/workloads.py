@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import functions as F
 
@@ -114,32 +114,47 @@ def _statemachine_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     return RunOutcome(events, seconds, eps, verified=verified, detail={"baseline_events_per_batch": per_batch, "baseline_verified": verified})
 
 
-@workload("statemachine", baseline=_statemachine_baseline)
-def statemachine(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
-    """E4: state-machine events -> key_by(address) -> KeyedProcessFunction with ValueState -> alerts,
-    verified against the invalid events the generator injected."""
-    from ember.bench.jobs import ALERT_SCHEMA, StateMachine
+def _run_statemachine(spark: Any, cfg: BenchConfig, ckpt: str, name: str, keyed_step: Callable[[Any], Any]) -> RunOutcome:
+    """E4: state-machine events -> key_by(address) -> ``keyed_step`` -> alerts, verified
+    against the invalid events the generator injected."""
     from ember.connectors.sinks import CollectSink
     from ember.time.watermarks import WatermarkStrategy
 
     env = _env(spark, cfg, ckpt)
     src = _statemachine_source(spark, cfg)
     sink = CollectSink()
-    (
-        env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
-        .key_by("address")
-        .process(StateMachine(), ALERT_SCHEMA, name="state-machine")
-        .sink_to(sink)
-    )
+    keyed = env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events").key_by("address")
+    keyed_step(keyed).sink_to(sink)
     started = time.monotonic()
-    result = env.execute("bench-statemachine", duration=cfg.duration_s, progress=cfg.verbose)
+    result = env.execute(name, duration=cfg.duration_s, progress=cfg.verbose)
     wall = time.monotonic() - started
     events, seconds, eps = throughput(result.progress, cfg.rate, wall)
     got = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
     expected = src.expected_alerts(result.events)
     return RunOutcome(
-        events, seconds, eps, verified=got == expected,
+        events, seconds, eps, verified=bool(result.events) and got == expected,
         detail={"alerts": len(got), "injected": len(expected)},
+    )
+
+
+@workload("statemachine", baseline=_statemachine_baseline)
+def statemachine(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """E4 with a per-record KeyedProcessFunction and a ValueState per address."""
+    from ember.bench.jobs import ALERT_SCHEMA, StateMachine
+
+    return _run_statemachine(
+        spark, cfg, ckpt, "bench-statemachine", lambda k: k.process(StateMachine(), ALERT_SCHEMA, name="state-machine")
+    )
+
+
+@workload("statemachine-vectorized", baseline=_statemachine_baseline)
+def statemachine_vectorized(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """E4 with the vectorised keyed variant (``process_batches`` + ``StateMachineVectorized``)."""
+    from ember.bench.jobs import ALERT_SCHEMA, StateMachineVectorized
+
+    return _run_statemachine(
+        spark, cfg, ckpt, "bench-statemachine-vectorized",
+        lambda k: k.process_batches(StateMachineVectorized(), ALERT_SCHEMA, name="state-machine"),
     )
 
 
@@ -295,32 +310,3 @@ def countwindow(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     events, seconds, eps = throughput(result.progress, cfg.rate, wall)
     verified, detail = _check_count_windows(src, sink.rows(), result.events)
     return RunOutcome(events, seconds, eps, verified=verified, detail=detail)
-
-
-@workload("statemachine-vectorized", baseline=_statemachine_baseline)
-def statemachine_vectorized(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
-    """E4 with the vectorised keyed variant: key_by(address).process_batches(StateMachineVectorized),
-    alerts verified against the invalid events the generator injected."""
-    from ember.bench.jobs import ALERT_SCHEMA, StateMachineVectorized
-    from ember.connectors.sinks import CollectSink
-    from ember.time.watermarks import WatermarkStrategy
-
-    env = _env(spark, cfg, ckpt)
-    src = _statemachine_source(spark, cfg)
-    sink = CollectSink()
-    (
-        env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
-        .key_by("address")
-        .process_batches(StateMachineVectorized(), ALERT_SCHEMA, name="state-machine")
-        .sink_to(sink)
-    )
-    started = time.monotonic()
-    result = env.execute("bench-statemachine-vectorized", duration=cfg.duration_s, progress=cfg.verbose)
-    wall = time.monotonic() - started
-    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
-    got = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
-    expected = src.expected_alerts(result.events)
-    return RunOutcome(
-        events, seconds, eps, verified=got == expected,
-        detail={"alerts": len(got), "injected": len(expected)},
-    )

@@ -37,7 +37,22 @@ class Evictor:
         return type(self).__name__
 
 
-class CountEvictor(Evictor):
+class _KeepingEvictor(Evictor):
+    """An evictor defined by which elements it keeps, applied before or (``after``) after."""
+
+    after = False
+
+    def _keep(self, elements: list[TimestampedValue]) -> list[TimestampedValue]:
+        raise NotImplementedError
+
+    def evict_before(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
+        return elements if self.after else self._keep(elements)
+
+    def evict_after(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
+        return self._keep(elements) if self.after else elements
+
+
+class CountEvictor(_KeepingEvictor):
     """Keeps the last ``max_count`` elements (in arrival order)."""
 
     def __init__(self, max_count: int, do_evict_after: bool = False) -> None:
@@ -52,17 +67,12 @@ class CountEvictor(Evictor):
     def _keep(self, elements: list[TimestampedValue]) -> list[TimestampedValue]:
         return elements[-self.max_count:]
 
-    def evict_before(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
-        return elements if self.after else self._keep(elements)
-
-    def evict_after(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
-        return self._keep(elements) if self.after else elements
 
     def describe(self) -> str:
         return f"CountEvictor({self.max_count})"
 
 
-class TimeEvictor(Evictor):
+class TimeEvictor(_KeepingEvictor):
     """Keeps the elements whose timestamp is within ``window_size`` of the newest element's."""
 
     def __init__(self, window_size: timedelta | int, do_evict_after: bool = False) -> None:
@@ -78,17 +88,12 @@ class TimeEvictor(Evictor):
         cutoff = max(e.timestamp for e in elements) - self.size_ms
         return [e for e in elements if e.timestamp > cutoff]
 
-    def evict_before(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
-        return elements if self.after else self._keep(elements)
-
-    def evict_after(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
-        return self._keep(elements) if self.after else elements
 
     def describe(self) -> str:
         return f"TimeEvictor({self.size_ms} ms)"
 
 
-class DeltaEvictor(Evictor):
+class DeltaEvictor(_KeepingEvictor):
     """Keeps the elements whose ``delta(element, newest)`` is below ``threshold``."""
 
     def __init__(self, threshold: float, delta: Any, do_evict_after: bool = False) -> None:
@@ -106,8 +111,3 @@ class DeltaEvictor(Evictor):
         newest = elements[-1].value
         return [e for e in elements if self.delta(e.value, newest) < self.threshold]
 
-    def evict_before(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
-        return elements if self.after else self._keep(elements)
-
-    def evict_after(self, elements: list[TimestampedValue], window: TimeWindow) -> list[TimestampedValue]:
-        return self._keep(elements) if self.after else elements
