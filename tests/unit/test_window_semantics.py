@@ -291,3 +291,23 @@ def test_whole_batch_paths_match_the_per_element_path(assigner, trigger):
     assert run([WindowOperator] * 3) == slow
     assert run([WindowOperator, _PerElement, WindowOperator]) == slow
     assert len(slow) > 3
+
+
+class FlagBig(ProcessWindowFunction):
+    BIG = OutputTag("big", "k string, total bigint")
+
+    def process(self, key, context, elements):
+        total = sum(e["x"] for e in elements)
+        if total > 10:
+            context.output(self.BIG, {"k": key, "total": total})
+        yield {"k": key, "start": context.window.start, "xs": [e["x"] for e in elements]}
+
+
+def test_process_window_function_side_output():
+    spec = WindowSpec(assigner=TumblingEventTimeWindows.of(1000), trigger=EventTimeTrigger(), window_function=FlagBig(),
+                      key_names=("k",))
+    d = BucketDriver(WindowOperator(spec), FIELDS, ["k", "start", "xs"], side_outputs={"big": ["k", "total"]})
+    d.batch([(100, "a", 5), (200, "a", 7), (300, "b", 1)], watermark=0)
+    main, sides = d.batch([], watermark=1000)
+    assert sorted((r["k"], r["xs"]) for r in main) == [("a", [5, 7]), ("b", [1])]
+    assert sides == {"big": [{"k": "a", "total": 12}]}
