@@ -311,3 +311,45 @@ def test_process_window_function_side_output():
     main, sides = d.batch([], watermark=1000)
     assert sorted((r["k"], r["xs"]) for r in main) == [("a", [5, 7]), ("b", [1])]
     assert sides == {"big": [{"k": "a", "total": 12}]}
+
+
+class EverySecondAndFinal(Trigger):
+    """The trigger docs/windows.md shows for the Yahoo job's output."""
+
+    def on_element(self, element, timestamp, window, ctx):
+        ctx.register_event_time_timer(window.max_timestamp)
+        ctx.register_processing_time_timer(ctx.current_processing_time // 1000 * 1000 + 1000)
+        return TriggerResult.CONTINUE
+
+    def on_processing_time(self, time, window, ctx):
+        return TriggerResult.FIRE
+
+    def on_event_time(self, time, window, ctx):
+        return TriggerResult.FIRE_AND_PURGE if time == window.max_timestamp else TriggerResult.CONTINUE
+
+
+def test_docs_trigger_updates_every_second_and_fires_finally_at_the_end():
+    d = _driver(TumblingEventTimeWindows.of(10_000), EverySecondAndFinal(), aggregate=SumX())
+    main, _ = d.batch([(1000, "a", 1)], watermark=0, now=100)
+    assert main == []
+    main, _ = d.batch([(2000, "a", 2)], watermark=1000, now=1100)  # the 1 s processing-time timer is due
+    assert [r["total"] for r in main] == [1]  # fired before this batch's record
+    main, _ = d.batch([(3000, "a", 4)], watermark=2000, now=2050)
+    assert [r["total"] for r in main] == [3]
+    main, _ = d.batch([], watermark=9999, now=2500)  # watermark passes the end: final, purged
+    assert [r["total"] for r in main] == [7]
+    main, _ = d.batch([], watermark=20_000, now=5000)  # the leftover update timer finds nothing to fire
+    assert main == []
+
+
+def test_continuous_event_time_trigger_fires_as_the_watermark_advances_and_at_the_end():
+    from ember.windowing import ContinuousEventTimeTrigger
+
+    d = _driver(TumblingEventTimeWindows.of(10_000), ContinuousEventTimeTrigger.of(2000), aggregate=SumX())
+    d.batch([(500, "a", 1), (2500, "a", 2)], watermark=0)  # next firing at 2000
+    main, _ = d.batch([(4500, "a", 4)], watermark=2500)
+    assert [r["total"] for r in main] == [3]  # fired at 2000, before 4500 arrived
+    main, _ = d.batch([], watermark=4100)
+    assert [r["total"] for r in main] == [7]  # fired at 4000
+    main, _ = d.batch([], watermark=10_000)
+    assert [r["total"] for r in main] == [7, 7, 7]  # at 6000, at 8000 (re-registered, due at once), at the end
