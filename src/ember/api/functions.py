@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 from ember.errors import ConfigError
 from ember.state.descriptors import StateDescriptor
+from ember.time.timers import TimerService
 
 __all__ = [
     "KeyedProcessFunction",
@@ -82,29 +83,13 @@ class RuntimeContext:
         raise NotImplementedError
 
 
-class Context:
+class Context(TimerService):
     """Given with every element and timer: the current key, the element's (or
     timer's) timestamp, the current watermark and processing time (epoch ms),
-    and the timer service of the current key."""
+    and the timer service of the current key (a due timer calls ``on_timer``)."""
 
     current_key: Any
     timestamp: int | None
-    current_processing_time: int
-    current_watermark: int | None
-
-    def register_event_time_timer(self, timestamp: int) -> None:
-        """Call ``on_timer`` once the watermark passes ``timestamp`` (ms)."""
-        raise NotImplementedError
-
-    def register_processing_time_timer(self, timestamp: int) -> None:
-        """Call ``on_timer`` at the first micro-batch whose time is >= ``timestamp`` (ms)."""
-        raise NotImplementedError
-
-    def delete_event_time_timer(self, timestamp: int) -> None:
-        raise NotImplementedError
-
-    def delete_processing_time_timer(self, timestamp: int) -> None:
-        raise NotImplementedError
 
     def output(self, tag: OutputTag, record: Any) -> None:
         """Emit ``record`` (a dict or tuple in the tag's schema) to the side output ``tag``.

@@ -15,6 +15,7 @@ from typing import Any
 from ember.errors import ConfigError
 from ember.state.descriptors import ReducingStateDescriptor, StateDescriptor, ValueStateDescriptor
 from ember.time.durations import to_ms
+from ember.time.timers import TimerService
 from ember.windowing.assigners import TimeWindow
 
 __all__ = [
@@ -46,23 +47,9 @@ class TriggerResult(enum.Enum):
         return self.value[1]
 
 
-class TriggerContext:
-    """What a trigger can see and do for the current key and window."""
-
-    current_watermark: int | None
-    current_processing_time: int
-
-    def register_event_time_timer(self, timestamp: int) -> None:
-        raise NotImplementedError
-
-    def register_processing_time_timer(self, timestamp: int) -> None:
-        raise NotImplementedError
-
-    def delete_event_time_timer(self, timestamp: int) -> None:
-        raise NotImplementedError
-
-    def delete_processing_time_timer(self, timestamp: int) -> None:
-        raise NotImplementedError
+class TriggerContext(TimerService):
+    """What a trigger can see and do for the current key and window: time, timers
+    (a due timer calls ``on_event_time`` / ``on_processing_time``) and state."""
 
     def get_partitioned_state(self, descriptor: StateDescriptor) -> Any:
         """State of the current key *and window* (value, list, map, reducing, aggregating)."""

@@ -562,21 +562,21 @@ class WindowOperator(KeyedProcessFunction):
         return _T_EVENT, window.max_timestamp + self.spec.allowed_lateness_ms
 
     def _register_cleanup(self, ctx: Any, window: TimeWindow) -> None:
-        when = self._cleanup_time(window)
-        if when is None:
-            return
-        kind, at = when
-        tctx = self._tctx.bind(ctx, window)
-        (tctx.register_processing_time_timer if kind == _T_PROC else tctx.register_event_time_timer)(at)
-        tctx.release()
+        self._cleanup_timer(ctx, window, register=True)
 
     def _delete_cleanup(self, ctx: Any, window: TimeWindow) -> None:
+        self._cleanup_timer(ctx, window, register=False)
+
+    def _cleanup_timer(self, ctx: Any, window: TimeWindow, *, register: bool) -> None:
         when = self._cleanup_time(window)
         if when is None:
             return
         kind, at = when
         tctx = self._tctx.bind(ctx, window)
-        (tctx.delete_processing_time_timer if kind == _T_PROC else tctx.delete_event_time_timer)(at)
+        if kind == _T_PROC:
+            (tctx.register_processing_time_timer if register else tctx.delete_processing_time_timer)(at)
+        else:
+            (tctx.register_event_time_timer if register else tctx.delete_event_time_timer)(at)
         tctx.release()
 
     def on_timer(self, timestamp: int, ctx: Any) -> list[Any]:
