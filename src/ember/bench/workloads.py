@@ -22,6 +22,14 @@ def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
     )
 
 
+def _execute(env: StreamEnvironment, name: str, cfg: BenchConfig) -> tuple[Any, int, float, float]:
+    """Run the declared job for the configured duration: ``(result, events, seconds, events/s)``."""
+    started = time.monotonic()
+    result = env.execute(name, duration=cfg.duration_s, progress=cfg.verbose)
+    wall = time.monotonic() - started
+    return (result, *throughput(result.progress, cfg.rate, wall))
+
+
 def _grep_source(spark: Any, cfg: BenchConfig) -> GrepSource:
     return GrepSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism)
 
@@ -47,10 +55,7 @@ def grep(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     sink = CountSink()
     pattern = _pattern(cfg)
     env.from_source(src, name="sentences").filter(F.col("sentence").rlike(f"^{pattern}$"), name="grep").sink_to(sink)
-    started = time.monotonic()
-    result = env.execute("bench-grep", duration=cfg.duration_s, progress=cfg.verbose)
-    wall = time.monotonic() - started
-    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
+    result, events, seconds, eps = _execute(env, "bench-grep", cfg)
     expected = src.expected_matches(pattern, 0, result.events)
     return RunOutcome(
         events, seconds, eps, verified=sink.count == expected,
@@ -74,10 +79,7 @@ def grouping(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism)
     sink = CountSink(latency_field="ts")
     env.from_source(src, name="records").key_by("seq_id").sink_to(sink)
-    started = time.monotonic()
-    result = env.execute("bench-grouping", duration=cfg.duration_s, progress=cfg.verbose)
-    wall = time.monotonic() - started
-    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
+    result, events, seconds, eps = _execute(env, "bench-grouping", cfg)
     return RunOutcome(
         events, seconds, eps, verified=sink.count == result.events, latencies_ms=sink.latencies_ms,
         detail={"sink_count": sink.count, "source_events": result.events},
@@ -125,10 +127,7 @@ def _run_statemachine(spark: Any, cfg: BenchConfig, ckpt: str, name: str, keyed_
     sink = CollectSink()
     keyed = env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events").key_by("address")
     keyed_step(keyed).sink_to(sink)
-    started = time.monotonic()
-    result = env.execute(name, duration=cfg.duration_s, progress=cfg.verbose)
-    wall = time.monotonic() - started
-    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
+    result, events, seconds, eps = _execute(env, name, cfg)
     got = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
     expected = src.expected_alerts(result.events)
     return RunOutcome(
@@ -187,18 +186,24 @@ def _yahoo_source(spark: Any, cfg: BenchConfig) -> Any:
     return YahooSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, nominal_rate=cfg.max_events_per_batch)
 
 
-def _window_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
-    """The same windowed count in Spark's own ``transformWithStateInPandas`` (event-time timers)."""
+def _yahoo_views_job(spark: Any, cfg: BenchConfig, name: str) -> tuple[StreamEnvironment, Any, Any]:
+    """The keyed Yahoo views stream compiled (not started), for a baseline to read ``job.df``."""
     import tempfile
 
-    from ember.bench.verify import check_yahoo_windows
     from ember.connectors.sinks import NoopSink
     from ember.runner.spark.compiler import compile_graph
 
     env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-tws-"))
     src = _yahoo_source(spark, cfg)
     _yahoo_views(env, src).sink_to(NoopSink())
-    job = compile_graph(env.graph(), spark, env.config, job_name="tws-window", checkpoint=tempfile.mkdtemp())
+    return env, src, compile_graph(env.graph(), spark, env.config, job_name=name, checkpoint=tempfile.mkdtemp())
+
+
+def _window_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
+    """The same windowed count in Spark's own ``transformWithStateInPandas`` (event-time timers)."""
+    from ember.bench.verify import check_yahoo_windows
+
+    env, src, job = _yahoo_views_job(spark, cfg, "tws-window")
     reports, rows = baselines.window_tws_baseline(spark, job.df, "campaign_id", "event_time", WINDOW_MS, cfg.duration_s)
     events, seconds, eps = throughput(reports)
     total = sum(int(r.get("numInputRows") or 0) for r in reports)
@@ -216,7 +221,7 @@ def _origin(env: StreamEnvironment, job: Any) -> int | None:
 
 @workload("window", baseline=_window_baseline)
 def window(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
-    """Yahoo views per campaign in 10 s event-time tumbling windows, counted by a
+    """Yahoo views per campaign in 1 s event-time tumbling windows, counted by a
     Python ``AggregateFunction`` on Ember's window operator; verified exactly."""
     from ember.bench.jobs import CountAggregate
     from ember.bench.verify import check_yahoo_windows
@@ -232,10 +237,7 @@ def window(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
         .aggregate(CountAggregate(), output_schema="count bigint", name="views-per-window")
         .sink_to(sink)
     )
-    started = time.monotonic()
-    result = env.execute("bench-window", duration=cfg.duration_s, progress=cfg.verbose)
-    wall = time.monotonic() - started
-    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
+    result, events, seconds, eps = _execute(env, "bench-window", cfg)
     check = check_yahoo_windows(src, sink.rows(), result.events, result.start_ms["ad-events"], WINDOW_MS, result.final_watermark_ms)
     return RunOutcome(
         events, seconds, eps, verified=check.ok,
@@ -272,15 +274,8 @@ def _check_count_windows(src: Any, rows: list[dict], events: int) -> tuple[bool,
 
 def _countwindow_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     """The same count windows in Spark's own ``transformWithStateInPandas`` (a per-key counter)."""
-    import tempfile
 
-    from ember.connectors.sinks import NoopSink
-    from ember.runner.spark.compiler import compile_graph
-
-    env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-tws-"))
-    src = _yahoo_source(spark, cfg)
-    _yahoo_views(env, src).sink_to(NoopSink())
-    job = compile_graph(env.graph(), spark, env.config, job_name="tws-countwindow", checkpoint=tempfile.mkdtemp())
+    env, src, job = _yahoo_views_job(spark, cfg, "tws-countwindow")
     reports, rows = baselines.countwindow_tws_baseline(spark, job.df, "campaign_id", COUNT_WINDOW, cfg.duration_s)
     events, seconds, eps = throughput(reports)
     total = sum(int(r.get("numInputRows") or 0) for r in reports)
@@ -304,9 +299,6 @@ def countwindow(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
         .aggregate(CountAggregate(), output_schema="count bigint", name="views-per-1000")
         .sink_to(sink)
     )
-    started = time.monotonic()
-    result = env.execute("bench-countwindow", duration=cfg.duration_s, progress=cfg.verbose)
-    wall = time.monotonic() - started
-    events, seconds, eps = throughput(result.progress, cfg.rate, wall)
+    result, events, seconds, eps = _execute(env, "bench-countwindow", cfg)
     verified, detail = _check_count_windows(src, sink.rows(), result.events)
     return RunOutcome(events, seconds, eps, verified=verified, detail=detail)
