@@ -71,6 +71,11 @@ class WindowAssigner:
     def merging(self) -> bool:
         return False
 
+    @property
+    def is_global(self) -> bool:
+        """One window per key that never ends (fires only by its trigger)."""
+        return False
+
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -129,6 +134,10 @@ class SessionWindows(WindowAssigner):
 
 @dataclass(frozen=True)
 class _Global(WindowAssigner):
+    @property
+    def is_global(self) -> bool:
+        return True
+
     def describe(self) -> str:
         return "global (one window per key; fires only by its trigger)"
 

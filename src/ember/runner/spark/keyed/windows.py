@@ -97,7 +97,21 @@ class _Scope:
         self.now = 0
 
 
-class _TriggerContext(TriggerContext):
+class _RuntimeTime:
+    """Time as the keyed runtime ``rt`` has it for the current call."""
+
+    rt: Any
+
+    @property
+    def current_watermark(self) -> int | None:
+        return self.rt.watermark
+
+    @property
+    def current_processing_time(self) -> int:
+        return self.rt.now
+
+
+class _TriggerContext(_RuntimeTime, TriggerContext):
     def __init__(self, op: "WindowOperator") -> None:
         self._op = op
         self.scope = _Scope()
@@ -119,14 +133,6 @@ class _TriggerContext(TriggerContext):
             table.pop(self.window, None)
             if not table:
                 del self.rt.current[_TRIG]
-
-    @property
-    def current_watermark(self) -> int | None:
-        return self.rt.watermark
-
-    @property
-    def current_processing_time(self) -> int:
-        return self.rt.now
 
     def _timers(self, kind: str) -> dict[int, set[TimeWindow]]:
         return self.rt.current.setdefault(kind, {})
@@ -178,20 +184,12 @@ class _TriggerContext(TriggerContext):
         self.scope.current[descriptor.name] = merged
 
 
-class _WindowContext(WindowContext):
+class _WindowContext(_RuntimeTime, WindowContext):
     def __init__(self, rt: Any, window: TimeWindow) -> None:
-        self._rt, self.window = rt, window
-
-    @property
-    def current_watermark(self) -> int | None:
-        return self._rt.watermark
-
-    @property
-    def current_processing_time(self) -> int:
-        return self._rt.now
+        self.rt, self.window = rt, window
 
     def output(self, tag: OutputTag, record: Any) -> None:
-        self._rt.output(tag, record)
+        self.rt.output(tag, record)
 
 
 class WindowOperator(KeyedProcessFunction):
@@ -225,7 +223,7 @@ class WindowOperator(KeyedProcessFunction):
         spec, trigger = self.spec, self.spec.trigger
         if (
             isinstance(trigger, PurgingTrigger) and type(trigger.trigger) is CountTrigger
-            and spec.assigner.assign(0)[0].is_global and spec.evictor is None and not spec.keeps_elements
+            and spec.assigner.is_global and spec.evictor is None and not spec.keeps_elements
         ):
             return trigger.trigger.count
         return None

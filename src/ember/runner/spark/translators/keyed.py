@@ -161,7 +161,7 @@ def _window(comp: Compilation, node: WindowNode) -> Frame:
     up = _input(comp, node, node.keys)
     assigner = node.assigner
     event_time = _has_event_time(up) and not assigner.processing_time
-    needs_time = not assigner.processing_time and not _is_global(node)
+    needs_time = not assigner.processing_time and not assigner.is_global
     if needs_time and not event_time:
         raise PipelineError(
             "an event-time window needs the source's watermark strategy: pass "
@@ -203,10 +203,6 @@ def _window(comp: Compilation, node: WindowNode) -> Frame:
 
         spec = replace(spec, combined=True)
     return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late, combiner)
-
-
-def _is_global(node: WindowNode) -> bool:
-    return node.assigner.assign(0)[0].is_global
 
 
 @translates(SideOutputNode)

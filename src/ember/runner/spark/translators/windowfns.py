@@ -22,7 +22,7 @@ _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 
 
 def default_trigger(assigner: WindowAssigner) -> Trigger:
-    if assigner.assign(0)[0].is_global:
+    if assigner.is_global:
         return NeverTrigger()
     return ProcessingTimeTrigger() if assigner.processing_time else EventTimeTrigger()
 
