@@ -139,3 +139,13 @@ def test_source_validation():
         YahooSource(partitions=0)
     with pytest.raises(PipelineError, match="from_source takes an Ember source"):
         StreamEnvironment().from_source("kafka://x")
+
+
+def test_window_all_refuses_what_needs_the_window_operator(env):
+    from ember import AggregateFunction
+
+    windows = _events(env).window_all(TumblingEventTimeWindows.of(1000))
+    with pytest.raises(PipelineError, match="window_all runs only built-in aggregates"):
+        windows.aggregate(AggregateFunction(), output_schema="n bigint")
+    with pytest.raises(PipelineError, match="window_all runs only built-in aggregates"):
+        windows.allowed_lateness(10).count()

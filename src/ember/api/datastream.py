@@ -353,6 +353,13 @@ class WindowedStream:
         return plain and isinstance(self._assigner, TumblingWindows | SlidingWindows | SessionWindows)
 
     def _python_window(self, name: str | None, **fields: Any) -> DataStream:
+        if not self._keys:
+            raise PipelineError(
+                "window_all runs only built-in aggregates on time/session windows; for a Python function, "
+                "trigger, evictor, lateness or count window, key the stream first (key_by a field, or a "
+                "constant column added with select)",
+                name or "window",
+            )
         if not all(isinstance(k, str) for k in self._keys):
             raise PipelineError("this window needs key_by with field names (not Columns)", name or "window")
         stream = self._stream
