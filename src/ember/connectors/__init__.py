@@ -1,6 +1,7 @@
 """Connectors: source and sink declarations (the Spark runner implements them)."""
 
 from ember.connectors.base import Sink, Source
+from ember.connectors.external import PostgresSink, RedisSink, RedisStreamSink, RedisStreamSource
 from ember.connectors.generators import (
     GeneratorSource,
     GrepSource,
@@ -27,4 +28,8 @@ __all__ = [
     "CountSink",
     "FileSink",
     "NoopSink",
+    "RedisStreamSource",
+    "RedisSink",
+    "RedisStreamSink",
+    "PostgresSink",
 ]

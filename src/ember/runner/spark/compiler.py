@@ -8,6 +8,7 @@ the job starts — with the step's name in the message.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -64,6 +65,16 @@ class Compilation:
     tagged: dict[int, Frame] = field(default_factory=dict)  # combined main + side outputs of a step
     side_types: dict[int, Any] = field(default_factory=dict)  # step -> {side output: StructType}
     counters: dict[str, Any] = field(default_factory=dict)  # Spark accumulators, by name
+
+    @property
+    def job_id(self) -> str:
+        """The job's identity, fixed in its checkpoint when the job first starts
+        (sinks fence their writes under it: a new checkpoint is a new job)."""
+        if self.checkpoint is None:
+            return "explain"
+        from ember.runner.spark.datasources import fixed_token
+
+        return fixed_token(os.path.join(self.checkpoint, "ember", "job-id"))
 
     def counter(self, name: str) -> Any:
         """A job-wide Spark accumulator (e.g. late records dropped by Ember's windows)."""
@@ -129,6 +140,7 @@ class CompiledJob:
     frame: Frame
     compilation: Compilation
     fork: Node | None = None
+    sink_schemas: dict[int, Any] = field(default_factory=dict)  # id(sink node) -> StructType of its rows
 
     @property
     def df(self) -> Any:
@@ -143,8 +155,20 @@ class CompiledJob:
         from ember.runner.spark.translators.sinks import sink_writer
 
         if self.fork is None:
-            return sink_writer(self.sinks[0], self.df)
+            return sink_writer(self.sinks[0], self.df, self.target(self.sinks[0]))
         return self.df.writeStream.foreachBatch(self._fan_out)
+
+    def target(self, sink: SinkNode) -> Any:
+        from ember.runner.spark.external import SinkTarget
+
+        return SinkTarget(self.compilation.job_id, sink.name)
+
+    def prepare_sinks(self) -> None:
+        """Check or create every sink's target (tables, connections) before the job starts."""
+        from ember.runner.spark.translators.sinks import prepare_sink
+
+        for sink in self.sinks:
+            prepare_sink(sink, self.sink_schemas.get(id(sink), self.df.schema))
 
     def _fan_out(self, batch: Any, batch_id: int) -> None:
         """Every sink's branch on one micro-batch of the split step's rows."""
@@ -154,7 +178,7 @@ class CompiledJob:
         try:
             branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
             for sink in self.sinks:
-                write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id)
+                write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
         finally:
             batch.unpersist()
 
@@ -187,9 +211,10 @@ def compile_graph(
         return CompiledJob(graph.sinks, comp.frame(graph.sinks[0].inputs[0]), comp)
     comp.frame(fork)
     streamed = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
+    schemas = {}
     for sink in graph.sinks:  # check every branch against the split step's schema now, not mid-job
-        comp.branch(fork, Frame(streamed.df.limit(0), streamed.time)).frame(sink.inputs[0])
-    return CompiledJob(graph.sinks, streamed, comp, fork)
+        schemas[id(sink)] = comp.branch(fork, Frame(streamed.df.limit(0), streamed.time)).frame(sink.inputs[0]).df.schema
+    return CompiledJob(graph.sinks, streamed, comp, fork, schemas)
 
 
 def _spark_message(exc: Exception) -> str:

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-__all__ = ["register_sources", "END_OF_TIME_MS", "origin_file", "fixed_origin"]
+__all__ = ["register_sources", "END_OF_TIME_MS", "origin_file", "fixed_origin", "fixed_token"]
 
 END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
@@ -50,15 +50,27 @@ def origin_file(checkpoint: str | None, step: str) -> str:
 def fixed_origin(path: str) -> int:
     """The epoch ms stored at ``path``; the first caller (the runner for Spark's
     native source, the Python reader otherwise) stores 'now', atomically."""
+    return int(_fixed(path, lambda: str(time.time_ns() // 1_000_000)))
+
+
+def fixed_token(path: str) -> str:
+    """A random id stored at ``path`` by its first caller (a job's identity)."""
+    import uuid
+
+    return _fixed(path, lambda: uuid.uuid4().hex[:16])
+
+
+def _fixed(path: str, make: Any) -> str:
+    """The value stored at ``path``, storing ``make()`` first if there is none (atomically)."""
     try:
         with open(path) as f:
-            return int(f.read())
+            return f.read()
     except FileNotFoundError:
         pass
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        f.write(str(time.time_ns() // 1_000_000))
+        f.write(make())
     try:
         os.link(tmp, path)  # fails if another caller stored it first
     except FileExistsError:
@@ -66,7 +78,7 @@ def fixed_origin(path: str) -> int:
     finally:
         os.remove(tmp)
     with open(path) as f:
-        return int(f.read())
+        return f.read()
 
 
 # --------------------------------------------------------------------------- sequence
@@ -203,8 +215,10 @@ _registered: set[int] = set()
 
 def register_sources(spark: Any) -> None:
     """Register Ember's data sources with ``spark`` (once per session)."""
+    from ember.runner.spark.redis_source import RedisStreamsDataSource
+
     if id(spark) in _registered:
         return
-    for ds in (SequenceSource, ScriptedSourceDS, EndOfInputSource):
+    for ds in (SequenceSource, ScriptedSourceDS, EndOfInputSource, RedisStreamsDataSource):
         spark.dataSource.register(ds)
     _registered.add(id(spark))

@@ -72,6 +72,7 @@ def run_job(
         end_of_input_marker=marker if bounded else None,
         stop_marker=stop_marker,
     )
+    job.prepare_sinks()
     needs_flush = job.compilation.uses_end_of_input
     writer = (
         job.writer()

@@ -4,7 +4,10 @@ Every sink type can write one micro-batch's DataFrame (``BATCH_WRITERS``); in a
 job with one sink, types Spark writes natively (files, noop) use
 ``writeStream`` directly (``SINK_WRITERS``) and the others run their batch
 writer from ``foreachBatch``. Jobs with several sinks write every sink from one
-``foreachBatch``.
+``foreachBatch``. Sinks to external systems (Redis, PostgreSQL) write from
+the executors, each Spark partition in one fenced transaction
+(``ember.runner.spark.external``); ``SINK_PREPARERS`` check or create what
+they write to before the job starts.
 """
 
 from __future__ import annotations
@@ -15,30 +18,45 @@ from typing import Any, Callable
 from pyspark.sql import functions as F
 
 from ember.connectors.base import Sink
+from ember.connectors.external import PostgresSink, RedisSink, RedisStreamSink, postgres_url, redis_url
 from ember.connectors.sinks import CollectSink, ConsoleSink, CountSink, FileSink, NoopSink
 from ember.errors import PipelineError
 from ember.graph.nodes import SinkNode
+from ember.runner.spark import external
 from ember.runner.spark.compiler import registry
+from ember.runner.spark.external import SinkTarget
+from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["SINK_WRITERS", "BATCH_WRITERS", "sink_writer", "write_batch", "check_sink"]
+__all__ = ["SINK_WRITERS", "BATCH_WRITERS", "SINK_PREPARERS", "sink_writer", "write_batch", "check_sink", "prepare_sink"]
 
 SinkWriter = Callable[[Any, Any], Any]
 SINK_WRITERS: dict[type[Sink], SinkWriter] = {}
 writes = registry(SINK_WRITERS)  # @writes(SinkType): how one sink type configures writeStream
 
-BatchWriter = Callable[[Any, Any, int], None]
+BatchWriter = Callable[[Any, Any, int, SinkTarget], None]
 BATCH_WRITERS: dict[type[Sink], BatchWriter] = {}
 writes_batch = registry(BATCH_WRITERS)  # @writes_batch(SinkType): write one micro-batch's DataFrame
 
+SinkPreparer = Callable[[Any, Any, str], None]
+SINK_PREPARERS: dict[type[Sink], SinkPreparer] = {}
+prepares = registry(SINK_PREPARERS)  # @prepares(SinkType): check/create the target before the job starts
 
-def sink_writer(node: SinkNode, df: Any) -> Any:
+
+def sink_writer(node: SinkNode, df: Any, target: SinkTarget) -> Any:
     """``df.writeStream`` configured for ``node``'s sink."""
     writer = SINK_WRITERS.get(type(node.sink))
     if writer is None:
         check_sink(node)
         batch = BATCH_WRITERS[type(node.sink)]
-        return df.writeStream.foreachBatch(lambda b, batch_id: batch(node.sink, b, batch_id))
+        return df.writeStream.foreachBatch(lambda b, batch_id: batch(node.sink, b, batch_id, target))
     return writer(node.sink, df.writeStream)
+
+
+def prepare_sink(node: SinkNode, schema: Any) -> None:
+    """Check (or create) what ``node`` writes to, for rows of ``schema``; before the job starts."""
+    prepare = SINK_PREPARERS.get(type(node.sink))
+    if prepare is not None:
+        prepare(node.sink, schema, node.name)
 
 
 def check_sink(node: SinkNode) -> None:
@@ -46,9 +64,9 @@ def check_sink(node: SinkNode) -> None:
         raise PipelineError(f"the Spark runner cannot write to {type(node.sink).__name__}", node.name)
 
 
-def write_batch(node: SinkNode, df: Any, batch_id: int) -> None:
+def write_batch(node: SinkNode, df: Any, batch_id: int, target: SinkTarget) -> None:
     """Write one micro-batch's rows of a branch to ``node``'s sink (jobs with several sinks)."""
-    BATCH_WRITERS[type(node.sink)](node.sink, df, batch_id)
+    BATCH_WRITERS[type(node.sink)](node.sink, df, batch_id, target)
 
 
 def _now_ms() -> int:
@@ -56,7 +74,7 @@ def _now_ms() -> int:
 
 
 @writes_batch(ConsoleSink)
-def _console(sink: ConsoleSink, batch: Any, batch_id: int) -> None:
+def _console(sink: ConsoleSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
     # Printed from Python (not Spark's JVM console sink) so output goes where
     # the user's Python output goes, notebooks and captured stdout included.
     rows = batch.count()
@@ -71,7 +89,7 @@ def _noop(sink: NoopSink, w: Any) -> Any:
 
 
 @writes_batch(NoopSink)
-def _noop_batch(sink: NoopSink, batch: Any, batch_id: int) -> None:
+def _noop_batch(sink: NoopSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
     batch.write.format("noop").mode("append").save()
 
 
@@ -81,19 +99,19 @@ def _files(sink: FileSink, w: Any) -> Any:
 
 
 @writes_batch(FileSink)
-def _files_batch(sink: FileSink, batch: Any, batch_id: int) -> None:
+def _files_batch(sink: FileSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
     # A replayed batch overwrites its own directory: exactly once per batch id.
     batch.write.mode("overwrite").format(sink.format).save(f"{sink.path.rstrip('/')}/batch_id={batch_id}")
 
 
 @writes_batch(CollectSink)
-def _collect(sink: CollectSink, batch: Any, batch_id: int) -> None:
+def _collect(sink: CollectSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
     rows = [r.asDict(recursive=True) for r in batch.collect()]
     sink._accept(batch_id, _now_ms(), rows)
 
 
 @writes_batch(CountSink)
-def _count(sink: CountSink, batch: Any, batch_id: int) -> None:
+def _count(sink: CountSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
     field = sink.latency_field
     if field is None:
         sink._accept(batch_id, batch.count(), [])
@@ -104,3 +122,52 @@ def _count(sink: CountSink, batch: Any, batch_id: int) -> None:
     ).collect()[0]
     now = _now_ms()
     sink._accept(batch_id, int(row["n"]), [now - int(t) for t in row["samples"]])
+
+
+# --------------------------------------------------------------------------- external systems
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    return TaskContext.get().partitionId()
+
+
+@prepares(RedisSink)
+@prepares(RedisStreamSink)
+def _check_redis(sink: RedisSink | RedisStreamSink, schema: Any, step: str) -> None:
+    external.check_redis(redis_url(sink.url), step)
+
+
+@writes_batch(RedisSink)
+def _redis(sink: RedisSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
+    url, write = redis_url(sink.url), sink.write
+    ship_by_value(write)
+
+    def partition(rows: Any) -> None:
+        external.redis_fenced_write(url, target, batch_id, _partition_id(), (r.asDict(recursive=True) for r in rows), write)
+
+    batch.foreachPartition(partition)
+
+
+@writes_batch(RedisStreamSink)
+def _redis_stream(sink: RedisStreamSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
+    url, write = redis_url(sink.url), external.redis_stream_writer(sink.stream, sink.maxlen)
+
+    def partition(rows: Any) -> None:
+        external.redis_fenced_write(url, target, batch_id, _partition_id(), (r.asDict(recursive=True) for r in rows), write)
+
+    batch.foreachPartition(partition)
+
+
+@prepares(PostgresSink)
+def _prepare_postgres(sink: PostgresSink, schema: Any, step: str) -> None:
+    external.prepare_postgres(postgres_url(sink.url), sink.table, schema, sink.mode, sink.key, sink.create, step)
+
+
+@writes_batch(PostgresSink)
+def _postgres(sink: PostgresSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
+    url, table, mode, key, columns = postgres_url(sink.url), sink.table, sink.mode, sink.key, batch.columns
+
+    def partition(rows: Any) -> None:
+        external.postgres_fenced_write(url, target, batch_id, _partition_id(), table, columns, mode, key, (tuple(r) for r in rows))
+
+    batch.foreachPartition(partition)

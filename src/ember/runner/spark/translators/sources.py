@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from ember.connectors import generators as g
 from ember.connectors.base import Source
+from ember.connectors.external import RedisStreamSource, redis_url
 from ember.connectors.spark_sources import FileSource, RateSource, ScriptedSource
 from ember.errors import PipelineError
 from ember.graph.nodes import SourceNode
@@ -74,6 +75,28 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
         comp.spark.readStream.format("ember_scripted")
         .option("schema", src.schema)
         .option("batches", json.dumps(batches))
+        .option("stop_marker", comp.stop_marker or "")
+        .load()
+    )
+
+
+# --------------------------------------------------------------------------- external systems
+@builds(RedisStreamSource)
+def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) -> Any:
+    from ember.runner.spark.external import check_redis
+
+    url = redis_url(src.url)
+    check_redis(url, node.name)  # unreachable Redis fails before the job starts
+    return (
+        comp.spark.readStream.format("ember_redis_streams")
+        .option("url", url)
+        .option("streams", json.dumps(list(src.streams)))
+        .option("schema", src.schema)
+        .option("fields", json.dumps(src.fields))
+        .option("max_records_per_batch", src.max_records_per_batch)
+        .option("read_chunk", src.read_chunk)
+        .option("dead_letter", src.dead_letter)
+        .option("stop_at_end", "true" if src.stop_at_end else "false")
         .option("stop_marker", comp.stop_marker or "")
         .load()
     )

@@ -1,0 +1,228 @@
+"""Connectors to external systems: Redis Streams in, Redis / Redis Streams / PostgreSQL out.
+
+Declarations only (no client is opened here); the Spark runner reads and
+writes them (``ember.runner.spark.redis_source`` and ``.external_sinks``).
+
+Addresses default to the environment: ``EMBER_REDIS_URL`` (else ``REDIS_URL``,
+else ``redis://127.0.0.1:6379/0``) and ``EMBER_POSTGRES_URL`` (else
+``DATABASE_URL``, else ``postgresql://postgres@127.0.0.1:5432/test``).
+
+Exactly-once sinks: each sink keeps a *fence* per Spark partition — the last
+batch id it wrote for that partition of this job — and writes a partition's
+rows in the same transaction that advances its fence. A replayed batch (after
+a crash, Spark re-runs every batch it had not committed) finds its fence
+already at that batch and writes nothing. Fences are namespaced by the job's
+checkpoint (a new checkpoint starts new fences).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ember.connectors.base import Sink, Source
+from ember.errors import ConfigError
+
+__all__ = [
+    "RedisStreamSource",
+    "RedisSink",
+    "RedisStreamSink",
+    "PostgresSink",
+    "redis_url",
+    "postgres_url",
+]
+
+
+def redis_url(url: str | None = None) -> str:
+    return url or os.environ.get("EMBER_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+def postgres_url(url: str | None = None) -> str:
+    return (
+        url
+        or os.environ.get("EMBER_POSTGRES_URL")
+        or os.environ.get("DATABASE_URL")
+        or "postgresql://postgres@127.0.0.1:5432/test"
+    )
+
+
+# Spark types a Redis stream field (always a string on the wire) can be read as.
+STREAM_FIELD_TYPES = ("string", "binary", "boolean", "tinyint", "smallint", "int", "bigint", "float", "double")
+
+
+@dataclass(frozen=True)
+class RedisStreamSource(Source):
+    """Entries of one or more Redis streams; each stream is a partition.
+
+    ``schema`` (Spark DDL) names the entry fields to read and their types;
+    entries are read in id order, and offsets are entry ids, so any batch can
+    be replayed exactly. ``max_records_per_batch`` bounds each micro-batch
+    (admission control: a backlog is drained in bounded batches, never
+    loaded at once).
+
+    An entry whose field cannot be read as its declared type, or that lacks a
+    ``NOT NULL`` field, is not dropped: it goes to the dead-letter stream
+    ``dead_letter.format(stream=...)`` with its raw fields plus ``error``
+    (the reason), under its own entry id — a replayed batch re-adds nothing.
+    Missing nullable fields read as null.
+
+    ``stop_at_end=True`` makes the source bounded: it ends once a batch finds
+    no new entry (for tests and catch-up runs); by default it reads forever.
+    """
+
+    streams: tuple[str, ...] = ()
+    schema: str = ""
+    url: str | None = None
+    max_records_per_batch: int = 100_000
+    stop_at_end: bool = False
+    dead_letter: str = "{stream}:dead-letter"
+    read_chunk: int = 10_000
+
+    def __init__(
+        self,
+        streams: str | Sequence[str],
+        schema: str,
+        *,
+        url: str | None = None,
+        max_records_per_batch: int = 100_000,
+        stop_at_end: bool = False,
+        dead_letter: str = "{stream}:dead-letter",
+        read_chunk: int = 10_000,
+    ) -> None:
+        names = (streams,) if isinstance(streams, str) else tuple(streams)
+        if not names or not all(isinstance(s, str) and s for s in names):
+            raise ConfigError(f"RedisStreamSource: streams must be one or more stream names, got {streams!r}")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"RedisStreamSource: a stream is listed twice in {names!r}")
+        for name, value in (("max_records_per_batch", max_records_per_batch), ("read_chunk", read_chunk)):
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"RedisStreamSource: {name} must be a positive int, got {value!r}")
+        if "{stream}" not in dead_letter:
+            raise ConfigError(f"RedisStreamSource: dead_letter must contain '{{stream}}', got {dead_letter!r}")
+        fields = parse_stream_schema(schema)
+        for s in names:
+            if dead_letter.format(stream=s) in names:
+                raise ConfigError(f"RedisStreamSource: stream {s!r}'s dead-letter stream is also read")
+        for key, value in (
+            ("streams", names), ("schema", schema), ("url", url), ("max_records_per_batch", max_records_per_batch),
+            ("stop_at_end", bool(stop_at_end)), ("dead_letter", dead_letter), ("read_chunk", read_chunk),
+        ):
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "_fields", fields)
+
+    @property
+    def fields(self) -> list[tuple[str, str, bool]]:
+        """``(name, spark type, nullable)`` of each declared field."""
+        return list(self._fields)  # type: ignore[attr-defined]
+
+    @property
+    def bounded(self) -> bool:
+        return self.stop_at_end
+
+    @property
+    def schema_ddl(self) -> str:
+        return self.schema
+
+    def dead_letter_stream(self, stream: str) -> str:
+        return self.dead_letter.format(stream=stream)
+
+    def describe(self) -> str:
+        return f"redis streams {', '.join(self.streams)} at {_safe(redis_url(self.url))}"
+
+
+def parse_stream_schema(schema: str) -> tuple[tuple[str, str, bool], ...]:
+    """``"a int, b string not null"`` -> ``(("a", "int", True), ("b", "string", False))``."""
+    if not isinstance(schema, str) or not schema.strip():
+        raise ConfigError("RedisStreamSource: schema (Spark DDL of the entry fields) is required")
+    out = []
+    for part in schema.split(","):
+        m = re.fullmatch(r"\s*`?([A-Za-z_][\w]*)`?\s+(\w+)(\s+not\s+null)?\s*", part, flags=re.I)
+        if not m:
+            raise ConfigError(f"RedisStreamSource: cannot read schema field {part.strip()!r} (want 'name type [NOT NULL]')")
+        name, kind = m.group(1), m.group(2).lower()
+        kind = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint", "real": "float", "bool": "boolean"}.get(kind, kind)
+        if kind not in STREAM_FIELD_TYPES:
+            raise ConfigError(
+                f"RedisStreamSource: field {name!r} has type {kind!r}; stream fields can be read as {', '.join(STREAM_FIELD_TYPES)}"
+            )
+        out.append((name, kind, m.group(3) is None))
+    names = [f[0] for f in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"RedisStreamSource: a field is declared twice in {schema!r}")
+    return tuple(out)
+
+
+def _safe(url: str) -> str:
+    """``url`` without a password."""
+    return re.sub(r"//([^:/@]*):[^@]*@", r"//\1:***@", url)
+
+
+_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)?$")
+
+
+class RedisSink(Sink):
+    """Writes each row with ``write(pipe, row)`` — any Redis commands, queued on a
+    transaction pipeline (``redis.client.Pipeline``) — exactly once: a Spark
+    partition's commands and its fence run in one MULTI/EXEC."""
+
+    def __init__(self, write: Callable[[Any, dict[str, Any]], None], *, url: str | None = None) -> None:
+        if not callable(write):
+            raise ConfigError(f"RedisSink: write must be a function (pipe, row) -> None, got {write!r}")
+        self.write = write
+        self.url = url
+
+    def describe(self) -> str:
+        return f"redis at {_safe(redis_url(self.url))} ({getattr(self.write, '__name__', 'write')})"
+
+
+class RedisStreamSink(Sink):
+    """Appends each row as an entry of ``stream`` (its columns as fields; nulls
+    left out) exactly once; ``maxlen`` trims the stream approximately."""
+
+    def __init__(self, stream: str, *, url: str | None = None, maxlen: int | None = None) -> None:
+        if not isinstance(stream, str) or not stream:
+            raise ConfigError(f"RedisStreamSink: stream must be a non-empty name, got {stream!r}")
+        if maxlen is not None and (not isinstance(maxlen, int) or maxlen <= 0):
+            raise ConfigError(f"RedisStreamSink: maxlen must be a positive int, got {maxlen!r}")
+        self.stream = stream
+        self.url = url
+        self.maxlen = maxlen
+
+    def describe(self) -> str:
+        return f"redis stream {self.stream} at {_safe(redis_url(self.url))}"
+
+
+_PG_MODES = ("append", "upsert")
+
+
+@dataclass(eq=False)
+class PostgresSink(Sink):
+    """Rows into PostgreSQL ``table``, exactly once: each Spark partition's rows
+    and its fence row (table ``ember_sink_fences``) commit in one transaction.
+
+    ``mode="append"`` inserts every row; ``mode="upsert"`` inserts or updates
+    on ``key`` (the table's primary key, a list of columns). A missing table is
+    created from the stream's schema before the job starts (``create=True``).
+    """
+
+    table: str
+    url: str | None = None
+    mode: str = "append"
+    key: tuple[str, ...] = field(default=())
+    create: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or not _NAME.match(self.table):
+            raise ConfigError(f"PostgresSink: table must be a name like 'alerts' or 'schema.alerts', got {self.table!r}")
+        if self.mode not in _PG_MODES:
+            raise ConfigError(f"PostgresSink: mode must be one of {', '.join(_PG_MODES)}, got {self.mode!r}")
+        self.key = (self.key,) if isinstance(self.key, str) else tuple(self.key)
+        if self.mode == "upsert" and not self.key:
+            raise ConfigError("PostgresSink: mode='upsert' needs key=[columns of the primary key]")
+        if self.mode == "append" and self.key:
+            raise ConfigError("PostgresSink: key is only used with mode='upsert'")
+
+    def describe(self) -> str:
+        return f"postgres {self.table} ({self.mode}) at {_safe(postgres_url(self.url))}"
