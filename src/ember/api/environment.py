@@ -220,13 +220,16 @@ class StreamEnvironment:
         max_events: int | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
         progress: Callable[[dict[str, Any]], None] | bool = True,
+        stop_when_idle: timedelta | float | None = None,
     ) -> JobResult:
         """Compile the pipeline to one Spark Structured Streaming query and run it.
 
         It runs until stopped (Ctrl-C), until every source has ended (bounded
         sources), until ``duration`` (a timedelta or seconds) has passed, or until
-        at least ``max_events`` events were processed — whichever comes first.
-        ``progress``: True prints a line every few seconds to stderr; a callable
+        at least ``max_events`` events were processed, or — with ``stop_when_idle``
+        (a timedelta or seconds) — once no input arrived for that long and no
+        source has data waiting (drain what is there, then stop) — whichever
+        comes first. ``progress``: True prints a line every few seconds to stderr; a callable
         receives each Spark progress report; False is silent.
         """
         from ember.runner.spark.execution import run_job
@@ -240,12 +243,17 @@ class StreamEnvironment:
                 raise ConfigError(f"duration must be positive, got {duration!r}")
         if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
             raise ConfigError(f"max_events must be a positive int, got {max_events!r}")
+        idle = None
+        if stop_when_idle is not None:
+            idle = stop_when_idle.total_seconds() if isinstance(stop_when_idle, timedelta) else float(stop_when_idle)
+            if idle <= 0:
+                raise ConfigError(f"stop_when_idle must be positive, got {stop_when_idle!r}")
         graph = self.graph()
         ckpt = os.fspath(checkpoint) if checkpoint is not None else os.path.join(self.config.checkpoint_dir, name)
         try:
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=os.path.abspath(ckpt),
-                duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock,
+                duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock, idle_s=idle,
             )
         finally:
             self._sinks.clear()

@@ -60,7 +60,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     env = _env_from(args)
     build(env)
     name = args.name or os.path.splitext(os.path.basename(args.target.partition(":")[0]))[0].replace(".", "-")
-    result = env.execute(name, duration=args.duration, max_events=args.max_events)
+    result = env.execute(name, duration=args.duration, max_events=args.max_events, stop_when_idle=args.stop_when_idle)
     print(result.summary())
     return 0
 
@@ -92,6 +92,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0 if report.get("verified") is not False else 1
 
 
+def _cmd_produce(args: argparse.Namespace) -> int:
+    from ember.tools.produce import ProduceConfig, main_produce
+
+    if not args.to.startswith(("redis://", "rediss://", "unix://")):
+        raise EmberError(f"--to must be a Redis URL (redis://host:port[/db]), got {args.to!r}")
+    cfg = ProduceConfig(
+        args.workload, url=args.to, prefix=args.prefix, partitions=args.partitions,
+        rate=None if args.rate == 0 else args.rate, events=args.events, duration_s=args.duration,
+        seed=args.seed, invalid_rate=args.invalid_rate,
+    )
+    main_produce(cfg, args.json)
+    return 0
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from ember.tools.chaos import ChaosConfig, run_chaos
+
+    cfg = ChaosConfig(
+        args.workload, kills=args.kills, duration_s=args.duration, rate=args.rate, partitions=args.partitions,
+        batch=args.batch, master=args.master, seed=args.seed, keep=args.keep, verbose=not args.json,
+    )
+    report = run_chaos(cfg)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:20} {value}")
+    return 0 if report.get("verified") else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ember", description="Exactly-once, event-time stream processing on Spark")
     sub = p.add_subparsers(dest="command", required=True)
@@ -108,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     job_options(run)
     run.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     run.add_argument("--max-events", type=int, help="stop after this many events")
+    run.add_argument("--stop-when-idle", type=float, metavar="S", help="stop once no input arrived for S seconds (drain, then stop)")
     run.add_argument("--name", help="job name (checkpoint subdirectory); default: the file name")
     run.set_defaults(func=_cmd_run)
 
@@ -128,6 +159,32 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--pattern", help="grep: regex to match (default the E1 pattern)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
+
+    prod = sub.add_parser("produce", help="write generator events into Redis streams at a target rate")
+    prod.add_argument("workload", choices=["statemachine", "yahoo"])
+    prod.add_argument("--to", default="redis://127.0.0.1:6379/0", help="Redis URL (default redis://127.0.0.1:6379/0)")
+    prod.add_argument("--prefix", help="streams are PREFIX:0..P-1 (default ember:WORKLOAD)")
+    prod.add_argument("--partitions", type=int, default=2, help="streams (default 2)")
+    prod.add_argument("--rate", type=float, default=50_000.0, help="events/s (default 50000; 0 = as fast as possible)")
+    prod.add_argument("--events", type=int, help="stop after this many events")
+    prod.add_argument("--duration", type=float, metavar="S", help="stop after S seconds at the rate")
+    prod.add_argument("--seed", type=int, default=1)
+    prod.add_argument("--invalid-rate", type=float, default=0.001, help="statemachine: injected invalid sequences (default 0.001)")
+    prod.add_argument("--json", action="store_true", help="print one JSON object")
+    prod.set_defaults(func=_cmd_produce)
+
+    chaos = sub.add_parser("chaos", help="kill a running job repeatedly and verify exactly-once results")
+    chaos.add_argument("workload", choices=["statemachine"])
+    chaos.add_argument("--kills", type=int, default=2, help="SIGKILLs of the driver (default 2)")
+    chaos.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds of production (default 60)")
+    chaos.add_argument("--rate", type=float, default=20_000.0, help="events/s produced (default 20000)")
+    chaos.add_argument("--partitions", type=int, default=2, help="Redis streams (default 2)")
+    chaos.add_argument("--batch", type=int, default=200_000, help="records per micro-batch at most (default 200000)")
+    chaos.add_argument("--master", default="local[2]")
+    chaos.add_argument("--seed", type=int, help="seed of the kill schedule (default random)")
+    chaos.add_argument("--keep", action="store_true", help="keep the work directory (checkpoint, logs)")
+    chaos.add_argument("--json", action="store_true", help="print one JSON object")
+    chaos.set_defaults(func=_cmd_chaos)
     return p
 
 

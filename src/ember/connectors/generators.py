@@ -182,6 +182,24 @@ class YahooSource(GeneratorSource):
             t = t + (h >> 48) % (2 * self.skew_ms + 1) - self.skew_ms
         return {"ad": h % self.num_ads, "event_type": (h >> 10) % 3, "event_time": t}
 
+    def records(self, seq: np.ndarray, start_ms: int) -> list[dict[str, str]]:
+        """The events of sequence numbers ``seq`` as records (what the Spark source emits)."""
+        h = self.hash(seq)
+        t = self.event_time_ms(seq, start_ms)
+        if self.skew_ms:
+            t = t + (h >> 48) % (2 * self.skew_ms + 1) - self.skew_ms
+        ids = self.ids
+        columns = {
+            "user_id": np.array(ids["users"], dtype=object)[(h >> 20) % 100],
+            "page_id": np.array(ids["pages"], dtype=object)[(h >> 30) % 100],
+            "ad_id": np.array(ids["ads"], dtype=object)[h % self.num_ads],
+            "ad_type": np.array(AD_TYPES, dtype=object)[(h >> 40) % 5],
+            "event_type": np.array(EVENT_TYPES, dtype=object)[(h >> 10) % 3],
+            "event_time": t.astype(str).astype(object),
+        }
+        names = list(columns)
+        return [dict(zip(names, values), ip_address="1.2.3.4") for values in zip(*columns.values())]
+
     def expected_window_counts(
         self, start: int, end: int, start_ms: int, size_ms: int
     ) -> dict[tuple[str, int], int]:

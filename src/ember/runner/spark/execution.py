@@ -58,6 +58,7 @@ def run_job(
     max_events: int | None,
     progress: Callable[[dict[str, Any]], None] | bool,
     clock: Clock,
+    idle_s: float | None = None,
 ) -> JobResult:
     configure_for_query(spark, config)
     bounded_sources = [n for n in graph.sources if n.source.bounded]
@@ -87,13 +88,20 @@ def run_job(
     reason = "running"
     flushing = False  # end of input marked; waiting for the batch after the end-of-input row
     idle_since = clock.monotonic()
+    input_since = clock.monotonic()  # last batch with input (or the start)
     try:
         while True:
             if not query.isActive:
                 break
             if follower.poll(query):
                 idle_since = clock.monotonic()
+                if follower.progress[-1]["numInputRows"] > 0:
+                    input_since = idle_since
             now = clock.monotonic()
+            if idle_s is not None and follower.progress and now - input_since >= idle_s:
+                if not query.status["isDataAvailable"]:
+                    reason = f"no input for {idle_s:g} s"
+                    break
             if duration_s is not None and now - start >= duration_s:
                 reason = f"duration {duration_s:g} s reached"
                 break
@@ -223,6 +231,9 @@ class _Follower:
         internal = sum(int(s.get("numInputRows") or 0) for s, o in zip(sources, offsets) if "ended" in o)
         report["numInputRows"] = int(report.get("numInputRows") or 0) - internal
         self.events += report["numInputRows"]
+        lag = _lag(sources)
+        if lag is not None:
+            report["lag"] = lag
         self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
         self.last_batch = max(self.last_batch, bid)
         dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
@@ -244,9 +255,10 @@ class _Follower:
         last = self.progress[-1] if self.progress else {}
         wm = last.get("eventTime", {}).get("watermark", "-")
         took = last.get("durationMs", {}).get("triggerExecution", "-")
+        lag = f", lag {last['lag']:,} records" if "lag" in last else ""
         print(
             f"[ember] {self.name}: {self.events:,} events, {rate:,.0f} events/s, "
-            f"batch {last.get('batchId', '-')} took {took} ms, watermark {wm}",
+            f"batch {last.get('batchId', '-')} took {took} ms, watermark {wm}{lag}",
             file=sys.stderr, flush=True,
         )
         self.last_print, self.events_at_print = now, self.events
@@ -260,6 +272,17 @@ class _Follower:
 
     def end_of_input_seen_before(self, batch: int) -> bool:
         return self.eos_batch is not None and batch > self.eos_batch
+
+
+def _lag(sources: list[dict[str, Any]]) -> int | None:
+    """Records waiting in sources that report them (entries added minus read), after the batch."""
+    total, known = 0, False
+    for s in sources:
+        added, read = _offset(s.get("latestOffset")).get("added"), _offset(s.get("endOffset")).get("read")
+        if isinstance(added, dict) and isinstance(read, dict):
+            total += sum(max(0, int(added[k]) - int(read.get(k, 0))) for k in added)
+            known = True
+    return total if known else None
 
 
 def _counted(job: Any, name: str) -> int:

@@ -155,15 +155,15 @@ def decode_entries(
             failed = True
             break
         columns.append(col)
+    schema = pa.schema([pa.field(name, ARROW_TYPES[kind], nullable) for name, kind, nullable in fields])
     if not failed:
-        return pa.RecordBatch.from_arrays(columns, names=[f[0] for f in fields]), []
+        return pa.RecordBatch.from_arrays(columns, schema=schema), []
     good, bad = [], []
     for entry in entries:
         reason = _entry_error(entry[1], fields)
         (bad.append((entry[0], entry[1], reason)) if reason else good.append(entry))
     if not good:
-        empty = [pa.array([], ARROW_TYPES[k]) for _, k, _ in fields]
-        return pa.RecordBatch.from_arrays(empty, names=[f[0] for f in fields]), bad
+        return pa.RecordBatch.from_pylist([], schema=schema), bad
     batch, _ = decode_entries(good, fields)
     return batch, bad
 

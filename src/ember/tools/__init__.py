@@ -1,0 +1,1 @@
+"""Operational tools: ``ember produce`` and ``ember chaos``."""

@@ -1,0 +1,276 @@
+"""``ember chaos``: exactly-once under repeated crashes (WORKLOADS.md E4).
+
+A producer writes state-machine events, with invalid events injected at a
+known rate, into Redis streams at a steady rate. The job (``chaos_jobs``) runs
+in a child process — its own Spark driver — and is killed with SIGKILL at
+random moments (the whole process group: Python driver, JVM and Python
+workers), then restarted from its checkpoint. After the producer finished, a
+last run catches up to the end of the streams and ends. Finally both sinks'
+alerts (PostgreSQL and a Redis stream) are compared with the alerts the
+injected events must cause: lost, duplicated and false alerts are counted.
+
+Recovery time = kill -> the restarted job commits its first new micro-batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.connectors.external import postgres_url, redis_url
+from ember.errors import ConfigError, EmberError
+from ember.tools.produce import ProduceConfig, produce
+
+__all__ = ["ChaosConfig", "run_chaos"]
+
+WORKLOADS = ("statemachine",)
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    workload: str = "statemachine"
+    kills: int = 2
+    duration_s: float = 60.0
+    rate: float = 20_000.0
+    partitions: int = 2
+    invalid_rate: float = 0.001
+    batch: int = 200_000  # records per micro-batch at most (admission control)
+    master: str = "local[2]"
+    seed: int | None = None  # kill schedule; None: random
+    keep: bool = False  # keep the work directory (checkpoint, logs)
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise ConfigError(f"chaos: workload must be one of {', '.join(WORKLOADS)}, got {self.workload!r}")
+        if not isinstance(self.kills, int) or self.kills < 0:
+            raise ConfigError(f"chaos: kills must be an int >= 0, got {self.kills!r}")
+        if self.duration_s <= 0 or self.rate <= 0:
+            raise ConfigError("chaos: duration and rate must be > 0")
+
+
+@dataclass
+class _Child:
+    proc: subprocess.Popen
+    started: float
+    log: str
+
+
+@dataclass
+class ChaosRun:
+    cfg: ChaosConfig
+    work: str
+    prefix: str
+    table: str
+    log_lines: list[str] = field(default_factory=list)
+
+    @property
+    def checkpoint(self) -> str:
+        return os.path.join(self.work, "checkpoints", "chaos")
+
+    def say(self, msg: str) -> None:
+        if self.cfg.verbose:
+            print(f"[ember chaos] {msg}", file=sys.stderr, flush=True)
+
+    def committed(self) -> int:
+        from ember.runner.spark.execution import last_committed_batch
+
+        return last_committed_batch(self.checkpoint)
+
+    def start(self, final: bool = False) -> _Child:
+        env = dict(os.environ)
+        env.update({
+            "EMBER_CHAOS_PREFIX": self.prefix,
+            "EMBER_CHAOS_PARTITIONS": str(self.cfg.partitions),
+            "EMBER_CHAOS_TABLE": self.table,
+            "EMBER_CHAOS_BATCH": str(self.cfg.batch),
+            "PYSPARK_PYTHON": sys.executable,
+        })
+        log = os.path.join(self.work, f"run-{len(self.log_lines)}.log")
+        self.log_lines.append(log)
+        cmd = [
+            sys.executable, "-m", "ember.cli", "run", f"ember.tools.chaos_jobs:{self.cfg.workload}",
+            "--master", self.cfg.master, "--checkpoint-dir", os.path.join(self.work, "checkpoints"), "--name", "chaos",
+        ]
+        if final:  # the streams are complete: drain them, then stop
+            cmd += ["--stop-when-idle", "5"]
+        with open(log, "w") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return _Child(proc, time.monotonic(), log)
+
+    def tail(self, child: _Child, lines: int = 30) -> str:
+        with open(child.log, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+
+
+def _kill_group(child: _Child, sig: int) -> None:
+    try:
+        os.killpg(child.proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
+    import psycopg
+    import redis
+
+    client = redis.Redis.from_url(redis_url())
+    client.ping()
+    with psycopg.connect(postgres_url(), connect_timeout=5) as conn:
+        conn.execute("select 1")
+    rng = random.Random(cfg.seed)
+    tag = uuid.uuid4().hex[:8]
+    run = ChaosRun(cfg, tempfile.mkdtemp(prefix="ember-chaos-"), f"ember:chaos:{tag}", f"ember_chaos_alerts_{tag}")
+    produced = ProduceConfig(
+        "statemachine", prefix=run.prefix, partitions=cfg.partitions, rate=cfg.rate,
+        duration_s=cfg.duration_s, invalid_rate=cfg.invalid_rate,
+    )
+    report: dict[str, Any] = {"workload": cfg.workload, "work_dir": run.work}
+    producer_result: dict[str, Any] = {}
+
+    def producer() -> None:
+        try:
+            producer_result["report"] = produce(produced)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            producer_result["error"] = exc
+
+    run.say(f"producing {produced.total:,} state-machine events at {cfg.rate:,.0f}/s into {run.prefix}:0..{cfg.partitions - 1}")
+    feeder = threading.Thread(target=producer, name="ember-chaos-producer", daemon=True)
+    feeder.start()
+    t0 = time.monotonic()
+    child = run.start()
+    kill_times: list[float] = []
+    recoveries_ms: list[float] = []
+    pending_kill: tuple[float, int] | None = None  # (kill time, last committed batch at the kill)
+    gap = cfg.duration_s / (cfg.kills + 1) if cfg.kills else cfg.duration_s
+    next_kill = t0 + gap * rng.uniform(0.6, 1.4)
+    try:
+        # Until the production ends, every kill was made and the job recovered from the last one.
+        while (
+            time.monotonic() - t0 < cfg.duration_s
+            or (len(kill_times) < cfg.kills and time.monotonic() - t0 < 4 * cfg.duration_s + 120)
+            or (pending_kill is not None and time.monotonic() - pending_kill[0] < 300)
+        ):
+            if child.proc.poll() is not None:
+                raise EmberError(f"the job exited on its own (code {child.proc.returncode}):\n{run.tail(child)}")
+            now = time.monotonic()
+            committed = run.committed()
+            if pending_kill is not None and committed > pending_kill[1]:
+                recoveries_ms.append((now - pending_kill[0]) * 1000)
+                run.say(f"kill {len(kill_times)}: processing again after {recoveries_ms[-1] / 1000:.1f} s (batch {committed})")
+                pending_kill = None
+                next_kill = max(next_kill, now + rng.uniform(1.0, 3.0))
+            processing = pending_kill is None and committed >= 0
+            if len(kill_times) < cfg.kills and processing and now >= next_kill:
+                _kill_group(child, signal.SIGKILL)
+                child.proc.wait()
+                kill_times.append(time.monotonic())
+                pending_kill = (kill_times[-1], run.committed())
+                run.say(f"kill {len(kill_times)}/{cfg.kills}: SIGKILL to the driver at batch {pending_kill[1]}; restarting")
+                child = run.start()
+                next_kill = kill_times[-1] + gap * rng.uniform(0.6, 1.4)
+            time.sleep(0.05)
+        feeder.join()
+        if "error" in producer_result:
+            raise EmberError(f"the producer failed: {producer_result['error']}")
+        run.say("producer finished; stopping the job and running it to the end of the streams")
+        _kill_group(child, signal.SIGINT)
+        try:
+            child.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            _kill_group(child, signal.SIGKILL)
+            child.proc.wait()
+        final = run.start(final=True)
+        try:
+            final.proc.wait(timeout=max(300.0, 2 * cfg.duration_s))
+        except subprocess.TimeoutExpired:
+            _kill_group(final, signal.SIGKILL)
+            raise EmberError(f"the catch-up run did not end:\n{run.tail(final)}") from None
+        if final.proc.returncode != 0:
+            raise EmberError(f"the catch-up run failed (code {final.proc.returncode}):\n{run.tail(final)}")
+        events = producer_result["report"].events
+        report.update(_verify(run, client, produced, events))
+    finally:
+        if child.proc.poll() is None:
+            _kill_group(child, signal.SIGKILL)
+    report.update({
+        "kills": len(kill_times),
+        "events": producer_result["report"].events,
+        "recovery_ms": {
+            "p50": _round(_percentile(recoveries_ms, 50)), "p99": _round(_percentile(recoveries_ms, 99)),
+            "max": _round(max(recoveries_ms, default=None)),
+        },
+        "seconds": round(time.monotonic() - t0, 1),
+    })
+    if len(recoveries_ms) < len(kill_times):
+        report["verified"] = False
+        report["unrecovered_kills"] = len(kill_times) - len(recoveries_ms)
+    if not cfg.keep and report.get("verified"):
+        shutil.rmtree(run.work, ignore_errors=True)
+        _cleanup(run, client)
+        report.pop("work_dir")
+    return report
+
+
+def _round(v: float | None) -> int | None:
+    return None if v is None else int(round(v))
+
+
+def _verify(run: ChaosRun, client: Any, produced: ProduceConfig, events: int) -> dict[str, Any]:
+    """Each sink's alerts against the alerts the first ``events`` produced events must cause."""
+    import psycopg
+
+    expected = collections.Counter(produced.source().expected_alerts(events))
+    with psycopg.connect(postgres_url()) as conn:
+        rows = conn.execute(f'select address, state, type from "{run.table}"').fetchall()
+    postgres = collections.Counter((int(a), s, int(t)) for a, s, t in rows)
+    entries = client.xrange(f"{run.prefix}:alerts")
+    redis_alerts = collections.Counter(
+        (int(f[b"address"]), f[b"state"].decode(), int(f[b"type"])) for _, f in entries
+    )
+    sinks = {name: _compare(got, expected) for name, got in (("postgres", postgres), ("redis", redis_alerts))}
+    worst = {k: max(s[k] for s in sinks.values()) for k in ("lost", "duplicated", "false_outputs")}
+    return {
+        "expected_alerts": sum(expected.values()),
+        **worst,
+        "sinks": sinks,
+        "verified": bool(expected) and all(v == 0 for v in worst.values()),
+    }
+
+
+def _compare(got: collections.Counter, expected: collections.Counter) -> dict[str, int]:
+    return {
+        "alerts": sum(got.values()),
+        "lost": sum(max(0, n - got[k]) for k, n in expected.items()),
+        "duplicated": sum(max(0, n - expected[k]) for k, n in got.items() if k in expected),
+        "false_outputs": sum(n for k, n in got.items() if k not in expected),
+    }
+
+
+def _cleanup(run: ChaosRun, client: Any) -> None:
+    import psycopg
+
+    keys = list(client.scan_iter(f"{run.prefix}:*"))
+    if keys:
+        client.delete(*keys)
+    with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        conn.execute(f'drop table if exists "{run.table}"')
