@@ -385,6 +385,7 @@ class StateMachineSource(GeneratorSource):
         abeg, cbeg, cdg, invalid = self._frame_counts
         return 4 * abeg + 4 * cbeg + 3 * cdg + invalid
 
+    @functools.lru_cache(maxsize=4)  # noqa: B019 - frozen, hashable; readers ask for one epoch many times
     def _epoch(self, partition: int, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Addresses, types and an is-injected flag of all events of one epoch, in order."""
         k, f = self.active_addresses, self.frames_per_epoch

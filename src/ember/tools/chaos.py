@@ -140,20 +140,23 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     rng = random.Random(cfg.seed)
     tag = uuid.uuid4().hex[:8]
     run = ChaosRun(cfg, tempfile.mkdtemp(prefix="ember-chaos-"), f"ember:chaos:{tag}", f"ember_chaos_alerts_{tag}")
+    # Production goes on at the rate until the duration passed and the job recovered from
+    # every kill (a restarted job always finds input), then stops.
     produced = ProduceConfig(
         "statemachine", prefix=run.prefix, partitions=cfg.partitions, rate=cfg.rate,
-        duration_s=cfg.duration_s, invalid_rate=cfg.invalid_rate,
+        duration_s=10 * cfg.duration_s + 3600, invalid_rate=cfg.invalid_rate,
     )
+    stop_producing = threading.Event()
     report: dict[str, Any] = {"workload": cfg.workload, "work_dir": run.work}
     producer_result: dict[str, Any] = {}
 
     def producer() -> None:
         try:
-            producer_result["report"] = produce(produced)
+            producer_result["report"] = produce(produced, stop=stop_producing)
         except Exception as exc:  # noqa: BLE001 - reported below
             producer_result["error"] = exc
 
-    run.say(f"producing {produced.total:,} state-machine events at {cfg.rate:,.0f}/s into {run.prefix}:0..{cfg.partitions - 1}")
+    run.say(f"producing state-machine events at {cfg.rate:,.0f}/s into {run.prefix}:0..{cfg.partitions - 1}")
     feeder = threading.Thread(target=producer, name="ember-chaos-producer", daemon=True)
     feeder.start()
     t0 = time.monotonic()
@@ -189,6 +192,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
                 child = run.start()
                 next_kill = kill_times[-1] + gap * rng.uniform(0.6, 1.4)
             time.sleep(0.05)
+        stop_producing.set()
         feeder.join()
         if "error" in producer_result:
             raise EmberError(f"the producer failed: {producer_result['error']}")
@@ -210,6 +214,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         events = producer_result["report"].events
         report.update(_verify(run, client, produced, events))
     finally:
+        stop_producing.set()
         if child.proc.poll() is None:
             _kill_group(child, signal.SIGKILL)
     report.update({

@@ -115,12 +115,13 @@ def produce(
     client.hset(meta_key, mapping={k: json.dumps(v) for k, v in meta.items()})
     encode = _statemachine_fields if cfg.workload == "statemachine" else _yahoo_fields
     total, n = cfg.total, 0
+    least = 1 if cfg.rate is None else max(1, int(cfg.rate * 0.02))  # write every ~20 ms, not per event
     start = time.monotonic()
     last_report = start
     while n < total and not (stop is not None and stop.is_set()):
         due = total if cfg.rate is None else min(total, int((time.monotonic() - start) * cfg.rate))
-        if due <= n:
-            time.sleep(min(0.005, (n + 1 - due) / cfg.rate))
+        if due - n < min(least, total - n):
+            time.sleep(0.005)
             continue
         hi = min(due, n + cfg.chunk)
         pipe = client.pipeline(transaction=False)

@@ -53,6 +53,22 @@ class _StreamRange(InputPartition):
         self.stream, self.after, self.last = stream, after, last
 
 
+def _stream_infos(redis: Any, streams: list[str]) -> dict[str, tuple[int, str]]:
+    """``(entries ever added, last id)`` of each stream (``XINFO STREAM``; O(1)); a
+    missing stream counts as empty."""
+    pipe = redis.pipeline(transaction=False)
+    for s in streams:
+        pipe.xinfo_stream(s)
+    out = {}
+    for s, info in zip(streams, pipe.execute(raise_on_error=False)):
+        if isinstance(info, dict):
+            last = info.get("last-generated-id", ZERO_ID)
+            out[s] = (int(info.get("entries-added", 0)), last.decode() if isinstance(last, bytes) else str(last))
+        else:
+            out[s] = (0, ZERO_ID)
+    return out
+
+
 class RedisStreamsReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -85,27 +101,35 @@ class RedisStreamsReader(DataSourceStreamReader):
         budget = self.max_rows if isinstance(limit, ReadAllAvailable) else int(limit.max_rows)
         share = max(1, budget // len(self.streams))
         redis = self.redis
-        pipe = redis.pipeline(transaction=False)
+        infos = _stream_infos(redis, self.streams)
+        ids, read, moved = dict(start["ids"]), dict(start["read"]), False
+        cut = []
         for s in self.streams:
-            self._advance(keys=[s], args=[start["ids"][s], share], client=pipe)
-        ids, read, moved = {}, {}, False
-        for s, (last, n) in zip(self.streams, pipe.execute()):
-            ids[s] = last.decode() if isinstance(last, bytes) else str(last)
-            read[s] = int(start["read"][s]) + int(n)
-            moved = moved or int(n) > 0
+            added, last = infos[s]
+            backlog = added - int(start["read"][s])
+            if backlog <= 0 or last == start["ids"][s]:
+                continue
+            if backlog <= share:  # everything there fits: no need to count entries in Redis
+                ids[s], read[s], moved = last, int(start["read"][s]) + backlog, True
+            else:
+                cut.append(s)
+        if cut:  # a backlog larger than the bound: find the id of the share-th entry in Redis
+            pipe = redis.pipeline(transaction=False)
+            for s in cut:
+                self._advance(keys=[s], args=[start["ids"][s], share], client=pipe)
+            for s, (last, n) in zip(cut, pipe.execute()):
+                ids[s] = last.decode() if isinstance(last, bytes) else str(last)
+                read[s] = int(start["read"][s]) + int(n)
+                moved = moved or int(n) > 0
         return {"ids": ids, "read": read, "done": self.stop_at_end and not moved}
 
     def reportLatestOffset(self) -> dict | None:
         """Entries added to each stream so far (``lag`` = added - read, in progress reports)."""
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            for s in self.streams:
-                pipe.xinfo_stream(s)
-            infos = pipe.execute(raise_on_error=False)
+            infos = _stream_infos(self.redis, self.streams)
         except Exception:  # noqa: BLE001 - a report, not a reason to fail the batch
             return None
-        added = {s: int(i.get("entries-added", 0)) if isinstance(i, dict) else 0 for s, i in zip(self.streams, infos)}
-        return {"added": added}
+        return {"added": {s: added for s, (added, _) in infos.items()}}
 
     def partitions(self, start: dict, end: dict) -> list[_StreamRange]:
         return [
@@ -116,6 +140,7 @@ class RedisStreamsReader(DataSourceStreamReader):
 
     def read(self, part: _StreamRange) -> Iterator[pa.RecordBatch]:
         redis = _client(self.url)
+        redis.set_response_callback("XRANGE", _raw)  # [[id, [field, value, ...]], ...], unparsed
         chunk = int(self.options["read_chunk"])
         dead = self.options["dead_letter"].format(stream=part.stream)
         after = part.after
@@ -128,7 +153,7 @@ class RedisStreamsReader(DataSourceStreamReader):
                 _dead_letter(redis, dead, bad)
             if batch.num_rows:
                 yield batch
-            after = entries[-1][0].decode()
+            after = _text(entries[-1][0])
             if after == part.last:
                 return
 
@@ -136,18 +161,42 @@ class RedisStreamsReader(DataSourceStreamReader):
         pass
 
 
+def _raw(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+RawEntry = tuple[bytes, list[bytes]]  # (id, [field, value, field, value, ...]) as Redis sends it
+
+
+def _field_values(entries: list[RawEntry], names: list[bytes]) -> list[list[bytes | None]]:
+    """Each declared field's values over ``entries``. Fast path: every entry holds
+    exactly the declared fields in the declared order (what a producer writes)."""
+    k = len(names)
+    flat = [x for e in entries for x in e[1]]
+    if len(flat) == 2 * k * len(entries):
+        keys = flat[0::2]
+        if all(keys[i::k].count(name) == len(entries) for i, name in enumerate(names)):
+            values = flat[1::2]
+            return [values[i::k] for i in range(k)]
+    maps = [dict(zip(e[1][0::2], e[1][1::2])) for e in entries]
+    return [[m.get(name) for m in maps] for name in names]
+
+
 def decode_entries(
-    entries: list[tuple[bytes, dict[bytes, bytes]]], fields: list[tuple[str, str, bool]]
+    entries: list[RawEntry], fields: list[tuple[str, str, bool]]
 ) -> tuple[pa.RecordBatch, list[tuple[bytes, dict[bytes, bytes], str]]]:
     """Entries -> one Arrow batch of the declared fields, plus the entries that
-    cannot be read as declared, each with its reason."""
+    cannot be read as declared, each with its raw fields and the reason."""
     columns = []
     failed = False
-    for name, kind, nullable in fields:
-        key = name.encode()
-        raw = pa.array([e[1].get(key) for e in entries], pa.binary())
+    values = _field_values(entries, [f[0].encode() for f in fields])
+    for (name, kind, nullable), raw_values in zip(fields, values):
         try:
-            col = _cast(raw, kind)
+            col = _cast(pa.array(raw_values, pa.binary()), kind)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
             failed = True
             break
@@ -160,8 +209,9 @@ def decode_entries(
         return pa.RecordBatch.from_arrays(columns, schema=schema), []
     good, bad = [], []
     for entry in entries:
-        reason = _entry_error(entry[1], fields)
-        (bad.append((entry[0], entry[1], reason)) if reason else good.append(entry))
+        mapping = dict(zip(entry[1][0::2], entry[1][1::2]))
+        reason = _entry_error(mapping, fields)
+        (bad.append((entry[0], mapping, reason)) if reason else good.append(entry))
     if not good:
         return pa.RecordBatch.from_pylist([], schema=schema), bad
     batch, _ = decode_entries(good, fields)
