@@ -111,7 +111,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
 
     cfg = ChaosConfig(
         args.workload, kills=args.kills, duration_s=args.duration, rate=args.rate, partitions=args.partitions,
-        batch=args.batch, master=args.master, seed=args.seed, keep=args.keep, verbose=not args.json,
+        batch=args.batch, master=args.master, cluster=args.cluster, seed=args.seed, keep=args.keep,
+        verbose=not args.json,
     )
     report = run_chaos(cfg)
     if args.json:
@@ -120,6 +121,27 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
         for key, value in report.items():
             print(f"{key:20} {value}")
     return 0 if report.get("verified") else 1
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    import signal
+    import time
+
+    from ember.tools.cluster import LocalCluster
+
+    cluster = LocalCluster(workers=args.workers, cores=args.cores, memory=args.memory, work_dir=args.work_dir)
+    print(f"[ember cluster] starting a master and {args.workers} worker(s) on 127.0.0.1 ...", file=sys.stderr, flush=True)
+    with cluster:
+        print(cluster.url, flush=True)
+        print(f"[ember cluster] up: run jobs with --master {cluster.url}; master UI http://127.0.0.1:{cluster.ui_port}; "
+              f"Ctrl-C stops it", file=sys.stderr, flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            print("[ember cluster] stopping", file=sys.stderr, flush=True)
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -175,16 +197,25 @@ def _parser() -> argparse.ArgumentParser:
 
     chaos = sub.add_parser("chaos", help="kill a running job repeatedly and verify exactly-once results")
     chaos.add_argument("workload", choices=["statemachine"])
-    chaos.add_argument("--kills", type=int, default=2, help="SIGKILLs of the driver (default 2)")
+    chaos.add_argument("--kills", type=int, default=2, help="SIGKILLs (default 2): of the driver; with --cluster also of executors and workers")
     chaos.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds of production (default 60)")
-    chaos.add_argument("--rate", type=float, default=20_000.0, help="events/s produced (default 20000)")
+    chaos.add_argument("--rate", type=float, default=10_000.0, help="events/s produced (default 10000)")
     chaos.add_argument("--partitions", type=int, default=2, help="Redis streams (default 2)")
-    chaos.add_argument("--batch", type=int, default=200_000, help="records per micro-batch at most (default 200000)")
-    chaos.add_argument("--master", default="local[2]")
+    chaos.add_argument("--batch", type=int, default=50_000, help="records per micro-batch at most (default 50000)")
+    chaos.add_argument("--master", default="local[2]", help="Spark master of the job (default local[2])")
+    chaos.add_argument("--cluster", action="store_true",
+                       help="start a standalone master and 2 workers on loopback, run the job there, kill executors and workers too")
     chaos.add_argument("--seed", type=int, help="seed of the kill schedule (default random)")
     chaos.add_argument("--keep", action="store_true", help="keep the work directory (checkpoint, logs)")
     chaos.add_argument("--json", action="store_true", help="print one JSON object")
     chaos.set_defaults(func=_cmd_chaos)
+
+    cl = sub.add_parser("cluster", help="run a Spark standalone master and workers on loopback until Ctrl-C")
+    cl.add_argument("--workers", type=int, default=2, help="workers (default 2)")
+    cl.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
+    cl.add_argument("--memory", default="2g", help="memory per worker (default 2g)")
+    cl.add_argument("--work-dir", help="logs and executor directories (default: a temporary directory)")
+    cl.set_defaults(func=_cmd_cluster)
     return p
 
 

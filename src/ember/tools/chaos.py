@@ -15,7 +15,6 @@ Recovery time = kill -> the restarted job commits its first new micro-batch.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import random
 import shutil
@@ -43,11 +42,12 @@ class ChaosConfig:
     workload: str = "statemachine"
     kills: int = 2
     duration_s: float = 60.0
-    rate: float = 20_000.0
+    rate: float = 10_000.0
     partitions: int = 2
     invalid_rate: float = 0.001
-    batch: int = 200_000  # records per micro-batch at most (admission control)
+    batch: int = 50_000  # records per micro-batch at most (admission control)
     master: str = "local[2]"
+    cluster: bool = False  # run on a standalone cluster on loopback; kill executors and workers too
     seed: int | None = None  # kill schedule; None: random
     keep: bool = False  # keep the work directory (checkpoint, logs)
     verbose: bool = True
@@ -59,6 +59,8 @@ class ChaosConfig:
             raise ConfigError(f"chaos: kills must be an int >= 0, got {self.kills!r}")
         if self.duration_s <= 0 or self.rate <= 0:
             raise ConfigError("chaos: duration and rate must be > 0")
+        if self.batch < 1 or self.partitions < 1:
+            raise ConfigError("chaos: batch and partitions must be >= 1")
 
 
 @dataclass
@@ -74,6 +76,7 @@ class ChaosRun:
     work: str
     prefix: str
     table: str
+    master: str = "local[2]"
     log_lines: list[str] = field(default_factory=list)
 
     @property
@@ -102,7 +105,7 @@ class ChaosRun:
         self.log_lines.append(log)
         cmd = [
             sys.executable, "-m", "ember.cli", "run", f"ember.tools.chaos_jobs:{self.cfg.workload}",
-            "--master", self.cfg.master, "--checkpoint-dir", os.path.join(self.work, "checkpoints"), "--name", "chaos",
+            "--master", self.master, "--checkpoint-dir", os.path.join(self.work, "checkpoints"), "--name", "chaos",
         ]
         if final:  # the streams are complete: drain them, then stop
             cmd += ["--stop-when-idle", "5"]
@@ -137,9 +140,29 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     client.ping()
     with psycopg.connect(postgres_url(), connect_timeout=5) as conn:
         conn.execute("select 1")
+    cluster = None
+    if cfg.cluster:
+        from ember.tools.cluster import LocalCluster
+
+        cluster = LocalCluster(workers=2, cores=1)
+    try:
+        if cluster is not None:
+            cluster.start()
+        return _run(cfg, client, cluster)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
     rng = random.Random(cfg.seed)
     tag = uuid.uuid4().hex[:8]
-    run = ChaosRun(cfg, tempfile.mkdtemp(prefix="ember-chaos-"), f"ember:chaos:{tag}", f"ember_chaos_alerts_{tag}")
+    run = ChaosRun(
+        cfg, tempfile.mkdtemp(prefix="ember-chaos-"), f"ember:chaos:{tag}", f"ember_chaos_alerts_{tag}",
+        master=cluster.url if cluster is not None else cfg.master,
+    )
+    if cluster is not None:
+        run.say(f"standalone cluster {cluster.url}: master + {len(cluster.worker_names())} workers")
     # Production goes on at the rate until the duration passed and the job recovered from
     # every kill (a restarted job always finds input), then stops.
     produced = ProduceConfig(
@@ -147,7 +170,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         duration_s=10 * cfg.duration_s + 3600, invalid_rate=cfg.invalid_rate,
     )
     stop_producing = threading.Event()
-    report: dict[str, Any] = {"workload": cfg.workload, "work_dir": run.work}
+    report: dict[str, Any] = {"workload": cfg.workload, "master": run.master, "work_dir": run.work}
     producer_result: dict[str, Any] = {}
 
     def producer() -> None:
@@ -161,41 +184,59 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     feeder.start()
     t0 = time.monotonic()
     child = run.start()
-    kill_times: list[float] = []
+    kills: list[tuple[float, str]] = []  # (time, what was killed)
     recoveries_ms: list[float] = []
-    pending_kill: tuple[float, int] | None = None  # (kill time, last committed batch at the kill)
+    by_target: dict[str, list[float]] = collections.defaultdict(list)
+    pending_kill: tuple[float, int, str] | None = None  # (kill time, last committed batch at the kill, target)
+    dead_worker: tuple[int, float] | None = None  # (worker, restart time): a supervisor brings it back
     gap = cfg.duration_s / (cfg.kills + 1) if cfg.kills else cfg.duration_s
     next_kill = t0 + gap * rng.uniform(0.6, 1.4)
     try:
         # Until the production ends, every kill was made and the job recovered from the last one.
         while (
             time.monotonic() - t0 < cfg.duration_s
-            or (len(kill_times) < cfg.kills and time.monotonic() - t0 < 4 * cfg.duration_s + 120)
+            or (len(kills) < cfg.kills and time.monotonic() - t0 < 4 * cfg.duration_s + 120)
             or (pending_kill is not None and time.monotonic() - pending_kill[0] < 300)
         ):
             if child.proc.poll() is not None:
                 raise EmberError(f"the job exited on its own (code {child.proc.returncode}):\n{run.tail(child)}")
             now = time.monotonic()
+            if dead_worker is not None and now >= dead_worker[1]:
+                cluster.restart_worker(dead_worker[0])
+                run.say(f"worker-{dead_worker[0]} restarted")
+                dead_worker = None
             committed = run.committed()
             if pending_kill is not None and committed > pending_kill[1]:
                 recoveries_ms.append((now - pending_kill[0]) * 1000)
-                run.say(f"kill {len(kill_times)}: processing again after {recoveries_ms[-1] / 1000:.1f} s (batch {committed})")
+                by_target[pending_kill[2]].append(recoveries_ms[-1])
+                run.say(f"kill {len(kills)}: processing again after {recoveries_ms[-1] / 1000:.1f} s (batch {committed})")
                 pending_kill = None
                 next_kill = max(next_kill, now + rng.uniform(1.0, 3.0))
-            processing = pending_kill is None and committed >= 0
-            if len(kill_times) < cfg.kills and processing and now >= next_kill:
-                _kill_group(child, signal.SIGKILL)
-                child.proc.wait()
-                kill_times.append(time.monotonic())
-                pending_kill = (kill_times[-1], run.committed())
-                run.say(f"kill {len(kill_times)}/{cfg.kills}: SIGKILL to the driver at batch {pending_kill[1]}; restarting")
-                child = run.start()
-                next_kill = kill_times[-1] + gap * rng.uniform(0.6, 1.4)
+            processing = pending_kill is None and dead_worker is None and committed >= 0
+            if len(kills) < cfg.kills and processing and now >= next_kill:
+                target = _pick_target(rng, cluster)
+                at_batch = committed
+                if target == "driver":
+                    _kill_group(child, signal.SIGKILL)
+                    child.proc.wait()
+                    child = run.start()
+                elif target == "executor":
+                    os.kill(rng.choice(cluster.executor_pids()), signal.SIGKILL)
+                else:
+                    worker = rng.randrange(len(cluster.worker_names()))
+                    cluster.kill_worker(worker)
+                    dead_worker = (worker, time.monotonic() + rng.uniform(2.0, 5.0))
+                kills.append((time.monotonic(), target))
+                pending_kill = (kills[-1][0], at_batch, target)
+                run.say(f"kill {len(kills)}/{cfg.kills}: SIGKILL to the {target} at batch {at_batch}")
+                next_kill = kills[-1][0] + gap * rng.uniform(0.6, 1.4)
             time.sleep(0.05)
         stop_producing.set()
         feeder.join()
         if "error" in producer_result:
             raise EmberError(f"the producer failed: {producer_result['error']}")
+        if dead_worker is not None:
+            cluster.restart_worker(dead_worker[0])
         run.say("producer finished; stopping the job and running it to the end of the streams")
         _kill_group(child, signal.SIGINT)
         try:
@@ -218,22 +259,37 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
         if child.proc.poll() is None:
             _kill_group(child, signal.SIGKILL)
     report.update({
-        "kills": len(kill_times),
+        "kills": len(kills),
+        "killed": dict(collections.Counter(t for _, t in kills)),
         "events": producer_result["report"].events,
-        "recovery_ms": {
-            "p50": _round(_percentile(recoveries_ms, 50)), "p99": _round(_percentile(recoveries_ms, 99)),
-            "max": _round(max(recoveries_ms, default=None)),
-        },
+        "recovery_ms": _summary(recoveries_ms),
+        "recovery_ms_by_target": {t: _summary(v) for t, v in sorted(by_target.items())},
         "seconds": round(time.monotonic() - t0, 1),
     })
-    if len(recoveries_ms) < len(kill_times):
+    if len(recoveries_ms) < len(kills):
         report["verified"] = False
-        report["unrecovered_kills"] = len(kill_times) - len(recoveries_ms)
+        report["unrecovered_kills"] = len(kills) - len(recoveries_ms)
     if not cfg.keep and report.get("verified"):
         shutil.rmtree(run.work, ignore_errors=True)
         _cleanup(run, client)
         report.pop("work_dir")
     return report
+
+
+def _pick_target(rng: random.Random, cluster: Any) -> str:
+    """Local mode: the driver. On the cluster: the driver, an executor or a worker
+    (an executor only while one is running)."""
+    if cluster is None:
+        return "driver"
+    choices = ["driver", "worker"] + (["executor"] if cluster.executor_pids() else [])
+    return rng.choice(choices)
+
+
+def _summary(values: list[float]) -> dict[str, int | None]:
+    return {
+        "p50": _round(_percentile(values, 50)), "p99": _round(_percentile(values, 99)),
+        "max": _round(max(values, default=None)),
+    }
 
 
 def _round(v: float | None) -> int | None:

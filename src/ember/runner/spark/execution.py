@@ -16,6 +16,7 @@ from typing import Any, Callable
 from ember.api.environment import EnvironmentConfig, JobResult
 from ember.errors import JobFailedError
 from ember.graph.graph import Graph
+from ember.runner.spark.compat import check_restart
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.datasources import fixed_origin, origin_file
 from ember.runner.spark.session import configure_for_query
@@ -25,6 +26,12 @@ __all__ = ["run_job", "source_origins"]
 
 POLL_S = 0.1
 PROGRESS_EVERY_S = 5.0
+
+
+def _has_progress(checkpoint: str) -> bool:
+    """Spark planned at least one batch from this checkpoint (its offset log is not empty)."""
+    offsets = os.path.join(checkpoint, "offsets")
+    return os.path.isdir(offsets) and any(f.isdigit() for f in os.listdir(offsets))
 
 
 def last_committed_batch(checkpoint: str) -> int:
@@ -68,6 +75,7 @@ def run_job(
     stop_marker = os.path.join(checkpoint, "ember", "stop")
     if os.path.exists(stop_marker):
         os.remove(stop_marker)  # left by a run that did not finish stopping
+    check_restart(checkpoint, graph, has_progress=_has_progress(checkpoint))
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         end_of_input_marker=marker if bounded else None,

@@ -1,0 +1,194 @@
+"""Restart safety: is a pipeline compatible with the checkpoint it restarts from?
+
+Spark restores a streaming query's state by operator position and its sources by
+position, and checks little else: a pipeline whose key changed would read state
+stored under other keys; one whose stateful step was removed would hand a state
+store to the wrong operator; Python state of another layout would be unpickled
+into a function that does not expect it. Ember writes a manifest of the state
+the pipeline keeps (``<checkpoint>/ember/pipeline.json``) when a checkpoint is
+new and compares the restarted pipeline with it before the query starts.
+
+Compatible: any change to stateless steps (map, filter, select, sinks, ...).
+Refused, with the operator and the reason: a source added, removed or of another
+kind; a stateful operator added, removed or of another kind; its key changed;
+its state changed (a process function's state descriptors, a window's assigner,
+trigger, evictor or aggregation).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from typing import Any
+
+from ember.errors import EmberError
+from ember.graph import nodes as n
+
+__all__ = ["RestartError", "pipeline_manifest", "check_restart", "manifest_path"]
+
+MANIFEST_VERSION = 1
+
+
+class RestartError(EmberError):
+    """The checkpoint was written by a pipeline this one cannot continue."""
+
+
+def manifest_path(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "ember", "pipeline.json")
+
+
+def pipeline_manifest(graph: Any) -> dict[str, Any]:
+    """Sources and stateful operators of ``graph``, in the order Spark numbers them."""
+    sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
+    operators = [_operator(node) for node in graph.nodes if _stateful(node)]
+    bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
+    return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
+
+
+def check_restart(checkpoint: str, graph: Any, has_progress: bool) -> None:
+    """Writes the manifest of a new checkpoint; for one with progress, raises
+    :class:`RestartError` listing every incompatibility with the stored manifest."""
+    path = manifest_path(checkpoint)
+    current = pipeline_manifest(graph)
+    if has_progress and os.path.exists(path):
+        with open(path) as f:
+            try:
+                stored = json.load(f)
+            except ValueError as exc:
+                raise RestartError(f"the checkpoint's pipeline manifest {path} is corrupt ({exc})") from exc
+        problems = compare(stored, current)
+        if problems:
+            listed = "\n  - ".join(problems)
+            raise RestartError(
+                f"this pipeline cannot continue from the checkpoint {checkpoint}:\n  - {listed}\n"
+                "Changes to stateless steps are fine; to change state, start from a new checkpoint directory."
+            )
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(current, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    old_src, new_src = stored.get("sources", []), current["sources"]
+    if len(old_src) != len(new_src):
+        problems.append(
+            f"the checkpoint has {len(old_src)} source(s) ({_names(old_src)}), the pipeline {len(new_src)} ({_names(new_src)})"
+        )
+    else:
+        for old, new in zip(old_src, new_src):
+            if old["kind"] != new["kind"]:
+                problems.append(f"source '{new['name']}' is a {new['kind']}; the checkpoint's was a {old['kind']} ('{old['name']}')")
+    if stored.get("bounded", current["bounded"]) != current["bounded"]:
+        ends = {True: "all end (bounded)", False: "do not all end"}
+        problems.append(
+            f"the checkpoint's sources {ends[stored['bounded']]}, this pipeline's {ends[current['bounded']]}; "
+            "an ending pipeline reads one more internal input (its end-of-input marker), so Spark's inputs differ"
+        )
+    old_ops, new_ops = stored.get("operators", []), current["operators"]
+    for i in range(max(len(old_ops), len(new_ops))):
+        if i >= len(new_ops):
+            problems.append(f"stateful operator '{old_ops[i]['name']}' ({old_ops[i]['kind']}) holds state in the checkpoint but was removed")
+            continue
+        new = new_ops[i]
+        if i >= len(old_ops):
+            problems.append(f"stateful operator '{new['name']}' ({new['kind']}) is new: the checkpoint has no state for it")
+            continue
+        old = old_ops[i]
+        where = f"stateful operator '{new['name']}'" + (f" (was '{old['name']}')" if old["name"] != new["name"] else "")
+        if old["kind"] != new["kind"]:
+            problems.append(f"{where} is a {new['kind']}; the checkpoint holds the state of a {old['kind']}")
+            continue
+        if old["keys"] != new["keys"]:
+            problems.append(f"{where}: key changed from {old['keys']} to {new['keys']}")
+        for what in sorted(set(old["state"]) | set(new["state"])):
+            before, after = old["state"].get(what), new["state"].get(what)
+            if before != after:
+                problems.append(f"{where}: {what} changed from {_show(before)} to {_show(after)}")
+    return problems
+
+
+def _names(items: list[dict[str, Any]]) -> str:
+    return ", ".join(i["name"] for i in items) or "none"
+
+
+def _show(value: Any) -> str:
+    return "nothing" if value is None else json.dumps(value, sort_keys=True)
+
+
+def _stateful(node: n.Node) -> bool:
+    if isinstance(node, n.KeyedProcessNode | n.VectorizedProcessNode | n.WindowNode):
+        return True
+    return isinstance(node, n.WindowAggregateNode)
+
+
+def _operator(node: n.Node) -> dict[str, Any]:
+    keys = [str(k) for k in getattr(node, "keys", ())]
+    if isinstance(node, n.KeyedProcessNode):
+        return {"name": node.name, "kind": "process function", "keys": keys,
+                "state": {"state descriptors": _declared_state(node.fn)}}
+    if isinstance(node, n.VectorizedProcessNode):
+        return {"name": node.name, "kind": "vectorised process function", "keys": keys,
+                "state": {"state schema": str(getattr(node.fn, "state_schema", None))}}
+    if isinstance(node, n.WindowNode):
+        state = {"assigner": _describe(node.assigner), "trigger": _describe(node.trigger), "evictor": _describe(node.evictor)}
+        if node.aggregates:
+            state["aggregation"] = [[name, repr(agg)] for name, agg in node.aggregates]
+        else:
+            fn = node.aggregate_fn or node.reduce_fn or node.window_fn
+            state["aggregation"] = _qualname(fn)
+        return {"name": node.name, "kind": "window", "keys": keys, "state": state}
+    return {"name": node.name, "kind": "window aggregate", "keys": keys,
+            "state": {"assigner": _describe(node.assigner), "aggregation": [[name, repr(agg)] for name, agg in node.aggregates]}}
+
+
+def _describe(obj: Any, depth: int = 0) -> str | None:
+    """A stable description of a declaration: its class and simple settings (no addresses)."""
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return repr(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return repr(obj)
+    fields = getattr(obj, "__dict__", {}) if depth < 3 else {}
+    inner = ", ".join(f"{k}={_describe(v, depth + 1)}" for k, v in sorted(fields.items()) if not k.startswith("_"))
+    return f"{_qualname(obj)}({inner})"
+
+
+def _qualname(obj: Any) -> str | None:
+    if obj is None:
+        return None
+    kind = obj if isinstance(obj, type) else type(obj)
+    if kind.__name__ == "function":
+        return getattr(obj, "__qualname__", repr(obj))
+    return kind.__qualname__
+
+
+class _Recorder:
+    """A RuntimeContext that records what ``open()`` declares (run on a copy of the function)."""
+
+    def __init__(self) -> None:
+        self.declared: dict[str, str] = {}
+
+    def get_state(self, descriptor: Any) -> Any:
+        from ember.runner.spark.keyed.runtime import _Runtime
+
+        self.declared[descriptor.name] = type(descriptor).__name__
+        return _Runtime(event_time=True).get_state(descriptor)
+
+    def __getattr__(self, name: str) -> Any:  # anything else a function's open() might touch
+        raise AttributeError(name)
+
+
+def _declared_state(fn: Any) -> dict[str, str] | str:
+    """State name -> descriptor kind, as ``fn.open`` declares it; a function whose
+    open() cannot run on the driver is recorded as such (its state is not compared)."""
+    recorder = _Recorder()
+    try:
+        copy.deepcopy(fn).open(recorder)
+    except Exception as exc:  # noqa: BLE001 - open() may need the executor; then state is not compared
+        return f"not inspectable ({type(exc).__name__})"
+    return dict(sorted(recorder.declared.items()))
