@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all bench venv clean
+.PHONY: demo test test-all bench chaos venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test-all: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/ember bench grep --duration 10 --rounds 6
 	$(VENV)/bin/ember bench grouping --duration 20 --rounds 3
+
+# The long E4 chaos run on a standalone cluster: >= 20 kills of driver, executors
+# and workers over >= 11 minutes; prints the JSON report (EMBER_CHAOS_KILLS / _DURATION).
+chaos: $(STAMP)
+	$(PY) -m pytest -q -s -m slow tests/integration/test_chaos_and_cluster.py::test_long_chaos_on_the_cluster
 
 clean:
 	rm -rf $(VENV) ember-checkpoints .pytest_cache

@@ -6,7 +6,8 @@ managed keyed state, alerts written exactly once to PostgreSQL
 (``EMBER_CHAOS_TABLE``) and to the Redis stream ``<prefix>:alerts``.
 
 Variables: ``EMBER_CHAOS_PREFIX``, ``EMBER_CHAOS_PARTITIONS``,
-``EMBER_CHAOS_TABLE`` and ``EMBER_CHAOS_BATCH`` (records per micro-batch).
+``EMBER_CHAOS_TABLE``, ``EMBER_CHAOS_ALERTS`` (default ``<prefix>:alerts``) and
+``EMBER_CHAOS_BATCH`` (records per micro-batch).
 """
 
 from __future__ import annotations
@@ -34,4 +35,4 @@ def statemachine(env: StreamEnvironment) -> None:
         .process(StateMachine(), ALERT_SCHEMA, name="state-machine")
     )
     alerts.sink_to(PostgresSink(os.environ.get("EMBER_CHAOS_TABLE", "ember_chaos_alerts")), name="alerts-postgres")
-    alerts.sink_to(RedisStreamSink(f"{prefix}:alerts"), name="alerts-redis")
+    alerts.sink_to(RedisStreamSink(os.environ.get("EMBER_CHAOS_ALERTS", f"{prefix}:alerts")), name="alerts-redis")

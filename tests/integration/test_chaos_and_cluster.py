@@ -1,0 +1,96 @@
+"""Exactly-once under SIGKILL (the E4 chaos smoke) and the same job on a real
+Spark standalone cluster, against the real Redis and PostgreSQL of this machine.
+
+Both run the job in child processes: a process holds one SparkContext, and the
+test session's is local. ``test_long_chaos_on_the_cluster`` is the long run of
+``make chaos`` (marked slow).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import psycopg
+import pytest
+import redis
+
+from ember.connectors.external import postgres_url, redis_url
+from ember.tools.chaos import ChaosConfig, run_chaos
+from ember.tools.cluster import LocalCluster
+from ember.tools.produce import ProduceConfig, produce
+
+
+def _assert_exact(report: dict) -> None:
+    assert report["verified"] is True, report
+    assert report["expected_alerts"] > 0
+    for sink in ("postgres", "redis"):
+        got = report["sinks"][sink]
+        assert (got["lost"], got["duplicated"], got["false_outputs"]) == (0, 0, 0), report
+        assert got["alerts"] == report["expected_alerts"]
+    assert report["recovery_ms"]["p50"] is not None and report["recovery_ms"]["max"] >= report["recovery_ms"]["p50"]
+
+
+def test_chaos_smoke_two_driver_kills_exact_alerts():
+    report = run_chaos(ChaosConfig(kills=2, duration_s=20, rate=5_000, batch=20_000, seed=7, verbose=False))
+    assert report["kills"] == 2 and report["killed"] == {"driver": 2}
+    assert "unrecovered_kills" not in report
+    _assert_exact(report)
+
+
+def _run_job(master: str, workdir: str, prefix: str, table: str, alerts: str) -> None:
+    env = dict(os.environ, EMBER_CHAOS_PREFIX=prefix, EMBER_CHAOS_PARTITIONS="2", EMBER_CHAOS_TABLE=table,
+               EMBER_CHAOS_ALERTS=alerts, EMBER_CHAOS_BATCH="20000", PYSPARK_PYTHON=sys.executable)
+    cmd = [sys.executable, "-m", "ember.cli", "run", "ember.tools.chaos_jobs:statemachine", "--master", master,
+           "--checkpoint-dir", workdir, "--name", "sm", "--stop-when-idle", "3"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_state_machine_on_a_standalone_cluster_equals_local_mode(tmp_path):
+    client = redis.Redis.from_url(redis_url())
+    prefix = f"ember:test:cluster:{uuid.uuid4().hex[:8]}"
+    produced = ProduceConfig("statemachine", prefix=prefix, partitions=2, events=60_000, invalid_rate=0.002)
+    produce(produced)
+    expected = collections.Counter(produced.source().expected_alerts(60_000))
+    assert sum(expected.values()) > 20
+    results = {}
+    try:
+        with LocalCluster(workers=2, cores=1) as cluster:
+            assert cluster.alive_workers() == 2
+            _run_job(cluster.url, str(tmp_path / "cluster"), prefix, f"ember_cl_{prefix[-8:]}_c", f"{prefix}:alerts:c")
+            apps = cluster.status().get("completedapps", []) + cluster.status().get("activeapps", [])
+            assert apps, "the job did not run as an application of the cluster"
+        _run_job("local[2]", str(tmp_path / "local"), prefix, f"ember_cl_{prefix[-8:]}_l", f"{prefix}:alerts:l")
+        with psycopg.connect(postgres_url()) as conn:
+            for mode in ("c", "l"):
+                rows = conn.execute(f'select address, state, type from "ember_cl_{prefix[-8:]}_{mode}"').fetchall()
+                in_redis = [
+                    (int(f[b"address"]), f[b"state"].decode(), int(f[b"type"]))
+                    for _, f in client.xrange(f"{prefix}:alerts:{mode}")
+                ]
+                results[mode] = (collections.Counter((int(a), s, int(t)) for a, s, t in rows), collections.Counter(in_redis))
+    finally:
+        keys = list(client.scan_iter(f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        with psycopg.connect(postgres_url(), autocommit=True) as conn:
+            for mode in ("c", "l"):
+                conn.execute(f'drop table if exists "ember_cl_{prefix[-8:]}_{mode}"')
+    assert results["c"] == results["l"] == (expected, expected)
+
+
+@pytest.mark.slow
+def test_long_chaos_on_the_cluster():
+    """>= 20 kills of the driver, executors and workers over >= 10 minutes (``make chaos``)."""
+    kills = int(os.environ.get("EMBER_CHAOS_KILLS", "24"))
+    duration = float(os.environ.get("EMBER_CHAOS_DURATION", "660"))
+    report = run_chaos(ChaosConfig(kills=kills, duration_s=duration, rate=5_000, batch=20_000, cluster=True, verbose=True))
+    print("\nember chaos report:", json.dumps(report))
+    assert report["kills"] == kills and report["seconds"] >= duration
+    assert set(report["killed"]) == {"driver", "executor", "worker"}
+    _assert_exact(report)
