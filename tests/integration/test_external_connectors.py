@@ -4,11 +4,9 @@ service fails these tests, it does not skip them)."""
 
 import collections
 import os
-import uuid
 
 import psycopg
 import pytest
-import redis
 
 from ember import (
     CollectSink,
@@ -19,35 +17,11 @@ from ember import (
     StreamEnvironment,
 )
 from ember.bench.jobs import ALERT_SCHEMA, StateMachine
-from ember.connectors.external import postgres_url, redis_url
+from ember.connectors.external import postgres_url
 from ember.errors import PipelineError
 from ember.tools.produce import STATEMACHINE_SCHEMA, ProduceConfig, produce
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-def r():
-    client = redis.Redis.from_url(redis_url())
-    client.ping()
-    return client
-
-
-@pytest.fixture
-def prefix(r):
-    name = f"ember:test:{uuid.uuid4().hex[:8]}"
-    yield name
-    keys = list(r.scan_iter(f"{name}*"))
-    if keys:
-        r.delete(*keys)
-
-
-@pytest.fixture
-def table():
-    name = f"ember_test_{uuid.uuid4().hex[:8]}"
-    yield name
-    with psycopg.connect(postgres_url(), autocommit=True) as conn:
-        conn.execute(f'drop table if exists "{name}"')
 
 
 def _pg_rows(table, columns="*"):

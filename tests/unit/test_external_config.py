@@ -32,7 +32,7 @@ def test_schema_parsing_normalises_types_and_nullability() -> None:
         ("", "schema"),
         ("a int, a string", "declared twice"),
         ("a map<string,int>", "cannot read schema field"),
-        ("a timestamp", "stream fields can be read as"),
+        ("a timestamp", "fields can be read as"),
     ],
 )
 def test_schema_errors(schema: str, message: str) -> None:

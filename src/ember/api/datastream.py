@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ember.connectors.base import Sink
 from ember.connectors.sinks import ConsoleSink
-from ember.errors import PipelineError
+from ember.errors import ConfigError, PipelineError
 from ember.graph import nodes as n
 from ember.windowing.aggregates import Agg, Aggregate
 from ember.windowing.assigners import WindowAssigner
@@ -112,11 +112,16 @@ class DataStream:
         inputs = (self._node, *(o._node for o in others))
         return DataStream(self._env, self._add(n.UnionNode, name, "union", inputs=inputs))
 
-    def join_lookup(self, table: Any, on: str | Iterable[str], how: str = "inner", *, name: str | None = None) -> "DataStream":
+    def join_lookup(
+        self, table: Any, on: str | Iterable[str], how: str = "inner", *, unmatched: Any = None, name: str | None = None
+    ) -> "DataStream":
         """Join every record with a static lookup table (broadcast to every task).
 
         ``table`` is a pandas DataFrame, a Spark DataFrame, or a list of dicts.
         ``how`` is ``"inner"`` (drop records without a match) or ``"left"``.
+        ``unmatched`` (an :class:`OutputTag`, inner joins only) sends the records
+        without a match to that side output instead of dropping them, as dead
+        letters: ``raw`` (the record as JSON) and ``error`` (which key had no match).
         """
         keys = (on,) if isinstance(on, str) else tuple(on)
         if not keys or not all(isinstance(k, str) and k for k in keys):
@@ -125,7 +130,36 @@ class DataStream:
             raise PipelineError(f"join_lookup how must be one of {', '.join(_JOIN_KINDS)}, got {how!r}", name or "join_lookup")
         if table is None:
             raise PipelineError("join_lookup needs a table", name or "join_lookup")
-        node = self._add(n.LookupJoinNode, name, "join_lookup", table=table, on=keys, how=how)
+        if unmatched is not None:
+            if how != "inner":
+                raise PipelineError("join_lookup: unmatched records exist only for how='inner'", name or "join_lookup")
+            unmatched = _dead_letter_tag(unmatched, "join_lookup unmatched", name)
+        node = self._add(n.LookupJoinNode, name, "join_lookup", table=table, on=keys, how=how, unmatched=unmatched)
+        return DataStream(self._env, node)
+
+    def parse_json(self, field: str, schema: str, *, dead_letter: Any, name: str | None = None) -> "DataStream":
+        """Decode the JSON object in the text field ``field`` into the fields of
+        ``schema`` (``"ad_id string not null, event_time bigint, ..."``; types
+        string, boolean, tinyint, smallint, int, bigint, float, double; keys not
+        declared are ignored). The other fields of the stream are kept.
+
+        A record that is not a JSON object, has a field of the wrong type, or
+        lacks a ``NOT NULL`` field goes to the side output ``dead_letter`` (an
+        :class:`OutputTag`) with ``raw`` (the text) and ``error`` (the reason);
+        the pipeline must read it (``get_side_output(dead_letter)``), so no bad
+        record is lost unnoticed. Decoding is vectorised (Arrow's JSON reader,
+        record by record only for a batch holding a bad record)."""
+        from ember.connectors.external import parse_field_schema
+
+        step = name or "parse_json"
+        if not isinstance(field, str) or not field:
+            raise PipelineError(f"parse_json: field must name the JSON text field, got {field!r}", step)
+        try:
+            fields = parse_field_schema(schema, "parse_json")
+        except ConfigError as exc:
+            raise PipelineError(str(exc), step) from None
+        tag = _dead_letter_tag(dead_letter, "parse_json dead_letter", name)
+        node = self._add(n.ParseJsonNode, name, "parse_json", field=field, fields=fields, dead_letter=tag)
         return DataStream(self._env, node)
 
     # -- keys and windows ----------------------------------------------------------------
@@ -166,10 +200,19 @@ class DataStream:
 
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
-        if not isinstance(self._node, n.KeyedProcessNode | n.WindowNode):
+        if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode):
+            own = self._node.dead_letter if isinstance(self._node, n.ParseJsonNode) else self._node.unmatched
+            if own is None or tag != own:
+                raise PipelineError(
+                    f"step '{self._node.name}' emits no side output '{tag.name}'"
+                    + (f" (its dead letters go to '{own.name}')" if own is not None else ""),
+                    name or "side_output",
+                )
+            tag = own
+        elif not isinstance(self._node, n.KeyedProcessNode | n.WindowNode):
             raise PipelineError(
                 f"step '{self._node.name}' ({self._node.kind}) has no side outputs; "
-                "side outputs come from process functions and windows",
+                "side outputs come from process functions, windows, parse_json and join_lookup(unmatched=...)",
                 name or "side_output",
             )
         if isinstance(self._node, n.WindowNode) and tag != self._node.late_tag and self._node.window_fn is None:
@@ -459,6 +502,20 @@ class WindowedStream:
 class _Unsinked(Sink):
     def describe(self) -> str:
         return "(no sink yet)"
+
+
+def _dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
+    """``tag`` typed as a dead-letter output (``raw string, error string``)."""
+    from ember.api.functions import DEAD_LETTER_SCHEMA, OutputTag
+
+    if not isinstance(tag, OutputTag):
+        raise PipelineError(f"{what} must be an OutputTag, got {tag!r}", name or what.split()[0])
+    if tag.schema not in (None, DEAD_LETTER_SCHEMA):
+        raise PipelineError(
+            f"{what}: tag '{tag.name}' carries dead letters ({DEAD_LETTER_SCHEMA}); declare it without a schema",
+            name or what.split()[0],
+        )
+    return OutputTag(tag.name, DEAD_LETTER_SCHEMA)
 
 
 def _require_callable(fn: Any, op: str, name: str | None) -> None:

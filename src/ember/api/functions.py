@@ -43,6 +43,9 @@ class OutputTag:
         return hash(("OutputTag", self.name))
 
 
+DEAD_LETTER_SCHEMA = "raw string, error string"  # a dead-letter record: the input as text, and why it failed
+
+
 class AggregateFunction:
     """Incremental aggregation: ``create_accumulator``, ``add``, ``merge``, ``get_result``."""
 

@@ -134,23 +134,28 @@ class RedisStreamSource(Source):
 
 def parse_stream_schema(schema: str) -> tuple[tuple[str, str, bool], ...]:
     """``"a int, b string not null"`` -> ``(("a", "int", True), ("b", "string", False))``."""
+    return parse_field_schema(schema, "RedisStreamSource")
+
+
+def parse_field_schema(schema: str, who: str) -> tuple[tuple[str, str, bool], ...]:
+    """Flat fields of simple types, ``name type [NOT NULL]``, for ``who``'s messages."""
     if not isinstance(schema, str) or not schema.strip():
-        raise ConfigError("RedisStreamSource: schema (Spark DDL of the entry fields) is required")
+        raise ConfigError(f"{who}: schema (Spark DDL of the fields) is required")
     out = []
     for part in schema.split(","):
         m = re.fullmatch(r"\s*`?([A-Za-z_][\w]*)`?\s+(\w+)(\s+not\s+null)?\s*", part, flags=re.I)
         if not m:
-            raise ConfigError(f"RedisStreamSource: cannot read schema field {part.strip()!r} (want 'name type [NOT NULL]')")
+            raise ConfigError(f"{who}: cannot read schema field {part.strip()!r} (want 'name type [NOT NULL]')")
         name, kind = m.group(1), m.group(2).lower()
         kind = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint", "real": "float", "bool": "boolean"}.get(kind, kind)
         if kind not in STREAM_FIELD_TYPES:
             raise ConfigError(
-                f"RedisStreamSource: field {name!r} has type {kind!r}; stream fields can be read as {', '.join(STREAM_FIELD_TYPES)}"
+                f"{who}: field {name!r} has type {kind!r}; fields can be read as {', '.join(STREAM_FIELD_TYPES)}"
             )
         out.append((name, kind, m.group(3) is None))
     names = [f[0] for f in out]
     if len(set(names)) != len(names):
-        raise ConfigError(f"RedisStreamSource: a field is declared twice in {schema!r}")
+        raise ConfigError(f"{who}: a field is declared twice in {schema!r}")
     return tuple(out)
 
 

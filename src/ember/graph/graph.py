@@ -56,9 +56,9 @@ class Graph:
 
     def fork(self) -> Node | None:
         """Where a job with several sinks splits: the last step every sink reads
-        from. Ember runs the graph up to it as one streaming query and each
-        branch after it on every micro-batch, so branches must be stateless and
-        read from it alone (None for a job with one sink)."""
+        from whose followers all read from it or from each other. Ember runs the
+        graph up to it as one streaming query and the steps after it on every
+        micro-batch, so those must be stateless (None for a job with one sink)."""
         if len(self.sinks) < 2:
             return None
         shared = None
@@ -71,24 +71,20 @@ class Graph:
             raise PipelineError(
                 f"the sinks {names} read from unrelated pipelines; execute each as its own job"
             )
-        fork = common[-1]
-        branch = [n for n in self.nodes if id(n) not in shared and not isinstance(n, SinkNode)]
-        for node in branch:
-            if isinstance(node, (*_STATEFUL, SourceNode)):
-                raise PipelineError(
-                    f"'{node.name}' ({node.kind}) comes after the point where the job's sinks ({names}) split at "
-                    f"'{fork.name}'; steps after the split run per micro-batch and must be stateless: move it before "
-                    "the split, or run that branch as its own job",
-                    node.name,
-                )
-            for parent in node.inputs:
-                if id(parent) in shared and parent is not fork:
-                    raise PipelineError(
-                        f"'{node.name}' reads '{parent.name}', before the split at '{fork.name}'; after the split "
-                        "every branch must start from that one step",
-                        node.name,
-                    )
-        return fork
+        # The latest shared step after which every step is stateless and reads only
+        # from it or from steps after it (a branch may also read a side output of a
+        # step between the split and its sink, e.g. dead letters of several steps).
+        problem: PipelineError | None = None
+        for fork in reversed(common):
+            before = {id(n) for n in _ancestors(fork)} | {id(fork)}
+            branch = [n for n in self.nodes if id(n) not in before and not isinstance(n, SinkNode)]
+            problem = _branch_problem(branch, before, fork, names)
+            if problem is None:
+                return fork
+            if any(isinstance(n, (*_STATEFUL, SourceNode)) for n in branch):
+                break  # an earlier split would only put more state after it
+        assert problem is not None
+        raise problem
 
     def explain(self) -> str:
         """A readable rendering: one line per step, inputs indented under it."""
@@ -102,6 +98,26 @@ class Graph:
         for sink in self.sinks:
             walk(sink, 0)
         return "\n".join(lines)
+
+
+def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str) -> PipelineError | None:
+    """Why the steps ``branch`` cannot run per micro-batch after a split at ``fork`` (None: they can)."""
+    for node in branch:
+        if isinstance(node, (*_STATEFUL, SourceNode)):
+            return PipelineError(
+                f"'{node.name}' ({node.kind}) comes after the point where the job's sinks ({names}) split at "
+                f"'{fork.name}'; steps after the split run per micro-batch and must be stateless: move it before "
+                "the split, or run that branch as its own job",
+                node.name,
+            )
+        for parent in node.inputs:
+            if id(parent) in before and parent is not fork:
+                return PipelineError(
+                    f"'{node.name}' reads '{parent.name}', before the split at '{fork.name}'; after the split "
+                    "every branch must start from that one step",
+                    node.name,
+                )
+    return None
 
 
 def _topological(sinks: list[SinkNode]) -> list[Node]:

@@ -30,6 +30,7 @@ __all__ = [
     "WindowNode",
     "VectorizedProcessNode",
     "SideOutputNode",
+    "ParseJsonNode",
     "SinkNode",
 ]
 
@@ -134,9 +135,11 @@ class LookupJoinNode(Node):
     table: Any = None
     on: tuple[str, ...] = ()
     how: str = "inner"
+    unmatched: Any = None  # OutputTag: records without a match go there (with how="inner")
 
     def describe(self) -> str:
-        return f"lookup join on {', '.join(self.on)} ({self.how}, broadcast static table)"
+        extra = f"; unmatched -> '{self.unmatched.name}'" if self.unmatched is not None else ""
+        return f"lookup join on {', '.join(self.on)} ({self.how}, broadcast static table{extra})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,6 +226,19 @@ class WindowNode(Node):
                    for f in (self.aggregate_fn, self.reduce_fn, self.window_fn) if f is not None]
             what = " + ".join(fns)
         return f"window {'; '.join(parts)} by {', '.join(self.keys)}: {what} (python, keyed state)"
+
+
+@dataclass(frozen=True, eq=False)
+class ParseJsonNode(Node):
+    """Decode a JSON text field into typed fields; undecodable records go to a dead-letter side output."""
+
+    field: str = ""
+    fields: tuple[tuple[str, str, bool], ...] = ()  # (name, type, nullable)
+    dead_letter: Any = None  # OutputTag
+
+    def describe(self) -> str:
+        decl = ", ".join(f"{n} {t}{'' if null else ' not null'}" for n, t, null in self.fields)
+        return f"parse_json {self.field} -> {decl} (vectorised; bad records -> '{self.dead_letter.name}')"
 
 
 @dataclass(frozen=True, eq=False)

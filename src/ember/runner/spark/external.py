@@ -94,10 +94,10 @@ def redis_stream_writer(stream: str, maxlen: int | None) -> Callable[[Any, dict[
 
 
 def _redis_value(v: Any) -> Any:
+    if isinstance(v, bool):  # before int: bool is an int, and redis-py refuses bools
+        return int(v)
     if isinstance(v, (bytes, str, int, float)):
         return v
-    if isinstance(v, bool):
-        return int(v)
     return json.dumps(v, default=str)
 
 

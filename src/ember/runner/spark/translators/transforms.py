@@ -80,6 +80,10 @@ def _lookup_join(comp: Compilation, node: LookupJoinNode) -> Frame:
     clash = (set(up.df.columns) & set(table.columns)) - set(node.on)
     if clash:
         raise PipelineError(f"stream and lookup table both have fields {sorted(clash)}; rename one side", node.name)
+    if node.unmatched is not None:
+        from ember.runner.spark.translators.decoding import lookup_with_unmatched
+
+        return Frame(lookup_with_unmatched(comp, node, up.df, table), up.time)
     return Frame(up.df.join(F.broadcast(table), list(node.on), node.how), up.time)
 
 

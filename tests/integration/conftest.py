@@ -1,0 +1,34 @@
+"""Fixtures for tests on the real Redis and PostgreSQL servers of this machine
+(EMBER_REDIS_URL, EMBER_POSTGRES_URL; a missing service fails, it does not skip)."""
+
+import uuid
+
+import psycopg
+import pytest
+import redis
+
+from ember.connectors.external import postgres_url, redis_url
+
+
+@pytest.fixture
+def r():
+    client = redis.Redis.from_url(redis_url())
+    client.ping()
+    return client
+
+
+@pytest.fixture
+def prefix(r):
+    name = f"ember:test:{uuid.uuid4().hex[:8]}"
+    yield name
+    keys = list(r.scan_iter(f"{name}*"))
+    if keys:
+        r.delete(*keys)
+
+
+@pytest.fixture
+def table():
+    name = f"ember_test_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        conn.execute(f'drop table if exists "{name}"')

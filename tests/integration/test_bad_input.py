@@ -1,0 +1,85 @@
+"""Bad input (issue 4): malformed records of the Yahoo stream in Redis go to dead-letter
+outputs with the reason and the raw record; the pipeline keeps running and the valid
+records are counted exactly."""
+
+import collections
+import json
+
+import numpy as np
+import pytest
+
+from ember import CollectSink, OutputTag, RedisStreamSink, RedisStreamSource
+from ember.errors import PipelineError
+from ember.tools.produce import ProduceConfig, produce, stream_names
+
+pytestmark = pytest.mark.spark
+
+YAHOO_JSON = "user_id string, ad_id string not null, event_type string not null, event_time string not null"
+
+
+def _pipeline(env, streams, campaigns, dead_stream):
+    bad_json, unknown_ad = OutputTag("bad_json"), OutputTag("unknown_ad")
+    events = env.from_source(RedisStreamSource(streams, "event string not null", stop_at_end=True), None, name="events")
+    parsed = events.parse_json("event", YAHOO_JSON, dead_letter=bad_json, name="decode")
+    joined = parsed.join_lookup(campaigns, on="ad_id", unmatched=unknown_ad, name="campaigns")
+    views = CollectSink()
+    joined.filter("event_type = 'view'").select("campaign_id", "CAST(event_time AS BIGINT) AS event_time").sink_to(views)
+    dead = parsed.get_side_output(bad_json).union(joined.get_side_output(unknown_ad))
+    dead.sink_to(RedisStreamSink(dead_stream), name="dead-letters")
+    return views
+
+
+def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly(env, r, prefix):
+    produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=20_000, rate=None)
+    report = produce(produced)
+    streams = stream_names(prefix, 2)
+    good = dict(user_id="u", ad_id=produced.source().campaign_table()[0][0], event_type="view", event_time="1")
+    bad = {  # raw text -> the reason's beginning
+        "not json {": "invalid JSON",
+        json.dumps({**good, "event_time": 17}): "field 'event_time': expected string, got a number 17",
+        json.dumps([good]): "not a JSON object but an array",
+        json.dumps({k: v for k, v in good.items() if k != "event_type"}): "field 'event_type' is missing or null",
+        "": "the record is empty",
+    }
+    unknown = json.dumps({**good, "ad_id": "no-such-ad"})
+    for i, raw in enumerate([*bad, unknown]):
+        r.xadd(streams[i % 2], {"event": raw})
+    r.xadd(streams[0], {"not_event": "x"})  # no 'event' field: the source's own dead-letter stream
+
+    campaigns = [{"ad_id": ad, "campaign_id": c} for ad, c in produced.source().campaign_table()]
+    views = _pipeline(env, streams, campaigns, f"{prefix}:dead")
+    result = env.execute("bad-input", progress=False)
+    assert result.events == report.events + len(bad) + 1  # the entry without 'event' never enters the job
+
+    # Valid records: exactly the views the generator produced, per campaign.
+    source, total = produced.source(), report.events
+    ref = source.reference(0, total, report.origin_ms)
+    camps = np.array(source.ids["campaigns"], dtype=object)
+    expected = collections.Counter(camps[ref["ad"][ref["event_type"] == 0] // source.ads_per_campaign].tolist())
+    got = collections.Counter(row["campaign_id"] for row in views.rows())
+    assert got == expected and sum(got.values()) > 5_000
+
+    # Every bad record once, with its raw text and reason.
+    dead = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in r.xrange(f"{prefix}:dead")]
+    assert len(dead) == len(bad) + 1
+    by_raw = {d["raw"]: d["error"] for d in dead}
+    for raw, reason in bad.items():
+        assert by_raw[raw].startswith(reason), (raw, by_raw[raw])
+    unmatched = [d for d in dead if d["error"].startswith("no match in the lookup table for ad_id")]
+    assert len(unmatched) == 1 and '"no-such-ad"' in unmatched[0]["error"]
+    assert json.loads(unmatched[0]["raw"])["ad_id"] == "no-such-ad"
+    source_dead = r.xrange(f"{streams[0]}:dead-letter")
+    assert len(source_dead) == 1 and b"'event' is missing" in source_dead[0][1][b"error"]
+
+
+def test_a_dead_letter_output_must_be_read(env):
+    from ember import ScriptedSource
+
+    stream = env.from_source(ScriptedSource([[("{}",)]], "event string"), None)
+    stream.parse_json("event", "a int", dead_letter=OutputTag("bad"), name="decode").print()
+    with pytest.raises(PipelineError, match="side output 'bad', which the pipeline does not read"):
+        env.execute("unread", progress=False)
+    with pytest.raises(PipelineError, match="carries dead letters"):
+        stream.parse_json("event", "a int", dead_letter=OutputTag("bad", "x int"))
+    with pytest.raises(PipelineError, match="only for how='inner'"):
+        stream.join_lookup([{"a": 1}], on="a", how="left", unmatched=OutputTag("bad"))
