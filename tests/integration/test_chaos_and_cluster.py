@@ -85,6 +85,7 @@ def test_state_machine_on_a_standalone_cluster_equals_local_mode(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_long_chaos_on_the_cluster():
     """>= 20 kills of the driver, executors and workers over >= 10 minutes (``make chaos``)."""
     kills = int(os.environ.get("EMBER_CHAOS_KILLS", "24"))
