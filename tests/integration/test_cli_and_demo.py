@@ -69,3 +69,13 @@ def test_ember_run_ships_module_level_functions_to_workers(spark, tmp_path, caps
     job = os.path.join(HERE, "jobs", "module_function_job.py")
     assert main(["run", job, "--checkpoint-dir", str(tmp_path), "--master", "local[2]"]) == 0
     assert "job 'module_function_job': 2 events" in capsys.readouterr().out
+
+
+def test_redis_postgres_example_is_exact(spark, capsys):
+    spec = importlib.util.spec_from_file_location("redis_postgres", os.path.join(ROOT, "examples", "redis_postgres.py"))
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.main(["--events", "10000", "--master", "local[2]"]) == 0
+    out = capsys.readouterr().out
+    assert "EXACT" in out and "dead letters: 3" in out
+    assert "no match in the lookup table for ad_id = {\"ad_id\":\"no-such-ad\"}" in out
