@@ -153,3 +153,37 @@ def test_postgres_sink_checks_the_table_before_starting(env, r, prefix, table):
     env.from_source(RedisStreamSource(f"{prefix}:0", "v int", stop_at_end=True)).sink_to(PostgresSink(table), name="pg")
     with pytest.raises(Exception, match=r"has no column\(s\) \['v'\]"):
         env.execute("pg-check", progress=False)
+
+
+def test_yahoo_windows_in_redis_with_the_benchmark_layout(env, r, prefix):
+    from datetime import timedelta
+
+    import pandas as pd
+
+    from ember import TumblingEventTimeWindows, WatermarkStrategy, YahooSource
+    from ember.connectors.external import yahoo_window_writer
+
+    source = YahooSource(partitions=2, max_events=40_000, nominal_rate=10_000, skew_ms=50, seed=5, start_ms=1_700_000_000_000)
+    campaigns = pd.DataFrame(source.campaign_table(), columns=["ad_id", "campaign_id"])
+    (
+        env.from_source(source, WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "event_time"))
+        .filter("event_type = 'view'")
+        .select("ad_id", "CAST(event_time AS BIGINT) AS event_time")
+        .join_lookup(campaigns, on="ad_id")
+        .key_by("campaign_id")
+        .window(TumblingEventTimeWindows.of(timedelta(seconds=1)))
+        .count()
+        .sink_to(RedisSink(yahoo_window_writer(prefix=f"{prefix}:")), name="yahoo-redis")
+    )
+    env.execute("yahoo-redis", progress=False)
+    expected = source.expected_window_counts(0, 40_000, source.start_ms, 1_000)
+    got = {}
+    for campaign in {c for c, _ in expected}:
+        windows = r.hgetall(f"{prefix}:{campaign}")
+        list_id = windows.pop(b"windows")
+        assert sorted(r.lrange(list_id, 0, -1)) == sorted(windows)  # each window listed once
+        for ts, window_id in windows.items():
+            state = r.hgetall(window_id)
+            got[(campaign, int(ts))] = int(state[b"seen_count"])
+            assert int(state[b"time_updated"]) > 1_700_000_000_000
+    assert got == expected and len(got) > 300

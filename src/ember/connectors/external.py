@@ -32,6 +32,7 @@ __all__ = [
     "PostgresSink",
     "redis_url",
     "postgres_url",
+    "yahoo_window_writer",
 ]
 
 
@@ -180,6 +181,51 @@ class RedisSink(Sink):
 
     def describe(self) -> str:
         return f"redis at {_safe(redis_url(self.url))} ({getattr(self.write, '__name__', 'write')})"
+
+
+_YAHOO_WINDOW = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('HSET', KEYS[1], 'windows', ARGV[3])
+  redis.call('LPUSH', ARGV[3], ARGV[1])
+end
+"""
+
+
+def yahoo_window_writer(
+    key: str = "campaign_id", window: str = "window_start", count: str = "count", *, cumulative: bool = False,
+    prefix: str = "",
+) -> Callable[[Any, dict[str, Any]], None]:
+    """A :class:`RedisSink` write function with the Yahoo benchmark's output layout
+    (WORKLOADS.md E5) for a row ``(campaign, window start ms, views)``:
+
+    - hash ``<campaign>``: field ``<window_ts>`` -> the window's id, field ``windows`` -> the id
+      of the campaign's window list; the list ``<list id>`` gets ``<window_ts>`` pushed once;
+    - hash ``<window id>``: ``seen_count`` and ``time_updated`` (epoch ms of the write).
+
+    Ids are UUIDs derived from (campaign, window), so a window keeps its id across
+    updates and replays. ``cumulative=False`` (final-only results, each window
+    emitted once) adds the row's count with ``HINCRBY``, as the original;
+    ``cumulative=True`` (results updated while a window is open, each row holding
+    the count so far) sets it with ``HSET``. ``prefix`` is put before every key
+    (the original layout has none).
+    """
+    import time
+    import uuid
+
+    namespace = uuid.UUID("6f1d6c1e-2f38-4a53-9a7c-0f3e3d6b5a11")
+
+    def write(pipe: Any, row: dict[str, Any]) -> None:
+        campaign, ts, n = str(row[key]), int(row[window]), int(row[count])
+        window_id = prefix + str(uuid.uuid5(namespace, f"{campaign}/{ts}"))
+        list_id = prefix + str(uuid.uuid5(namespace, f"{campaign}/windows"))
+        pipe.eval(_YAHOO_WINDOW, 1, prefix + campaign, ts, window_id, list_id)
+        if cumulative:
+            pipe.hset(window_id, "seen_count", n)
+        else:
+            pipe.hincrby(window_id, "seen_count", n)
+        pipe.hset(window_id, "time_updated", int(time.time() * 1000))
+
+    return write
 
 
 class RedisStreamSink(Sink):
