@@ -83,3 +83,34 @@ def test_a_dead_letter_output_must_be_read(env):
         stream.parse_json("event", "a int", dead_letter=OutputTag("bad", "x int"))
     with pytest.raises(PipelineError, match="only for how='inner'"):
         stream.join_lookup([{"a": 1}], on="a", how="left", unmatched=OutputTag("bad"))
+
+
+def test_records_a_user_function_fails_on_become_dead_letters(env):
+    from ember import ScriptedSource
+
+    failed_map, failed_filter, failed_flat = OutputTag("failed_map"), OutputTag("failed_filter"), OutputTag("failed_flat")
+    rows = [(i, "x" if i % 7 == 0 else str(i)) for i in range(50)]
+    stream = env.from_source(ScriptedSource([rows[:25], rows[25:]], "id int, text string"), None, name="in")
+    parsed = stream.map(lambda r: {"id": r["id"], "n": int(r["text"])}, "id int, n int", dead_letter=failed_map, name="to-int")
+    kept = parsed.filter(lambda r: 100 // (r["n"] % 5) > 30, dead_letter=failed_filter, name="odd-filter")
+    # the output of id 33 does not fit the schema (a string for an int): a dead letter too
+    spread = kept.flat_map(lambda r: [(r["id"], r["n"] if r["id"] != 33 else "bad")] * 2, "id int, n int",
+                           dead_letter=failed_flat, name="twice")
+    main, dead = CollectSink(), CollectSink()
+    spread.sink_to(main, name="main")
+    parsed.get_side_output(failed_map).union(
+        kept.get_side_output(failed_filter), spread.get_side_output(failed_flat)
+    ).sink_to(dead, name="dead")
+    env.execute("user-dead-letters", progress=False)
+
+    ints = [(i, int(t)) for i, t in rows if t != "x"]
+    passing = [(i, n) for i, n in ints if n % 5 != 0 and 100 // (n % 5) > 30]
+    assert sorted((r["id"], r["n"]) for r in main.rows()) == sorted([p for p in passing if p[0] != 33] * 2)
+    errors = {json.loads(r["raw"])["id"]: r["error"] for r in dead.rows()}
+    assert sorted(errors) == sorted([i for i, t in rows if t == "x"] + [i for i, n in ints if n % 5 == 0] + [33])
+    assert errors[7].startswith("step 'to-int': ")
+    assert errors[7].endswith("<lambda> raised ValueError: invalid literal for int() with base 10: 'x'")
+    assert errors[5].startswith("step 'odd-filter': ")
+    assert errors[5].endswith("<lambda> raised ZeroDivisionError: integer division or modulo by zero")
+    assert errors[33].startswith("step 'twice': ") and "does not fit the output schema" in errors[33]
+    assert json.loads([r for r in dead.rows() if json.loads(r["raw"])["id"] == 7][0]["raw"]) == {"id": 7, "text": "x"}

@@ -44,32 +44,54 @@ class DataStream:
         return cls(name=step, inputs=tuple(inputs or (self._node,)), **fields)
 
     # -- per-record Python ----------------------------------------------------------
-    def map(self, fn: Callable[[dict], Any], output_schema: Any = None, *, name: str | None = None) -> "DataStream":
+    def map(
+        self, fn: Callable[[dict], Any], output_schema: Any = None, *, dead_letter: Any = None, name: str | None = None
+    ) -> "DataStream":
         """Apply ``fn`` to every record (a dict of field -> value).
 
         ``fn`` returns a dict, a tuple in ``output_schema`` order, or (one-column
         schemas) a bare value. ``output_schema`` (Spark DDL string or StructType)
         defaults to the input schema. Runs on Arrow batches inside Spark.
+
+        A record ``fn`` raises on (or whose result does not fit the schema) fails
+        the job, naming the step, the function and the record — or, with
+        ``dead_letter=OutputTag(...)``, goes to that side output (``raw``: the
+        record as JSON, ``error``: what happened) and the job goes on.
         """
         _require_callable(fn, "map", name)
-        return DataStream(self._env, self._add(n.MapNode, name, "map", fn=fn, output_schema=output_schema))
+        dead = _dead_letter_tag(dead_letter, "map dead_letter", name) if dead_letter is not None else None
+        return DataStream(self._env, self._add(n.MapNode, name, "map", fn=fn, output_schema=output_schema, dead_letter=dead))
 
-    def flat_map(self, fn: Callable[[dict], Iterable[Any]], output_schema: Any = None, *, name: str | None = None) -> "DataStream":
-        """Apply ``fn`` to every record; it returns an iterable of zero or more output records."""
+    def flat_map(
+        self, fn: Callable[[dict], Iterable[Any]], output_schema: Any = None, *, dead_letter: Any = None,
+        name: str | None = None,
+    ) -> "DataStream":
+        """Apply ``fn`` to every record; it returns an iterable of zero or more output
+        records. ``dead_letter`` as for :meth:`map` (a failing record emits nothing)."""
         _require_callable(fn, "flat_map", name)
-        return DataStream(self._env, self._add(n.FlatMapNode, name, "flat_map", fn=fn, output_schema=output_schema))
+        dead = _dead_letter_tag(dead_letter, "flat_map dead_letter", name) if dead_letter is not None else None
+        node = self._add(n.FlatMapNode, name, "flat_map", fn=fn, output_schema=output_schema, dead_letter=dead)
+        return DataStream(self._env, node)
 
-    def filter(self, predicate: str | Any | Callable[[dict], bool], *, name: str | None = None) -> "DataStream":
+    def filter(
+        self, predicate: str | Any | Callable[[dict], bool], *, dead_letter: Any = None, name: str | None = None
+    ) -> "DataStream":
         """Keep the records for which ``predicate`` holds.
 
         A string (``"event_type = 'view'"``) or a Spark ``Column`` compiles to
-        native Spark SQL; a Python callable gets each record as a dict.
+        native Spark SQL; a Python callable gets each record as a dict
+        (``dead_letter`` as for :meth:`map`).
         """
         if not (isinstance(predicate, str) and predicate.strip()) and not _is_column(predicate) and not callable(predicate):
             raise PipelineError(
                 f"filter takes a SQL string, a Spark Column or a callable, got {predicate!r}", name or "filter"
             )
-        return DataStream(self._env, self._add(n.FilterNode, name, "filter", predicate=predicate))
+        dead = None
+        if dead_letter is not None:
+            if not callable(predicate) or _is_column(predicate):
+                raise PipelineError("filter: dead_letter is for Python predicates (SQL cannot fail per record)", name or "filter")
+            dead = _dead_letter_tag(dead_letter, "filter dead_letter", name)
+        return DataStream(self._env, self._add(n.FilterNode, name, "filter", predicate=predicate, dead_letter=dead))
 
     # -- vectorised and native ---------------------------------------------------------
     def map_batches(
@@ -200,8 +222,8 @@ class DataStream:
 
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
-        if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode):
-            own = self._node.dead_letter if isinstance(self._node, n.ParseJsonNode) else self._node.unmatched
+        if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode | n.MapNode | n.FlatMapNode | n.FilterNode):
+            own = self._node.unmatched if isinstance(self._node, n.LookupJoinNode) else self._node.dead_letter
             if own is None or tag != own:
                 raise PipelineError(
                     f"step '{self._node.name}' emits no side output '{tag.name}'"
@@ -212,7 +234,8 @@ class DataStream:
         elif not isinstance(self._node, n.KeyedProcessNode | n.WindowNode):
             raise PipelineError(
                 f"step '{self._node.name}' ({self._node.kind}) has no side outputs; "
-                "side outputs come from process functions, windows, parse_json and join_lookup(unmatched=...)",
+                "side outputs come from process functions, windows and dead letters (parse_json, "
+                "join_lookup(unmatched=...), map / flat_map / filter with dead_letter=...)",
                 name or "side_output",
             )
         if isinstance(self._node, n.WindowNode) and tag != self._node.late_tag and self._node.window_fn is None:

@@ -64,15 +64,20 @@ class SourceNode(Node):
         return f"source {self.source.describe()}{time}"
 
 
+def _dead(node: Any) -> str:
+    return f"; failures -> '{node.dead_letter.name}'" if node.dead_letter is not None else ""
+
+
 @dataclass(frozen=True, eq=False)
 class MapNode(Node):
     """A Python function applied to every record (run on Arrow batches)."""
 
     fn: Callable[[dict], Any] | None = None
     output_schema: Any = None  # Spark DDL string / StructType, None = same as input
+    dead_letter: Any = None  # OutputTag: records fn fails on go there instead of failing the job
 
     def describe(self) -> str:
-        return f"map {_callable_name(self.fn)} (python, per record)"
+        return f"map {_callable_name(self.fn)} (python, per record{_dead(self)})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,6 +85,7 @@ class FilterNode(Node):
     """Keeps records for which the predicate holds: a SQL string, a Spark Column or a Python callable."""
 
     predicate: Any = None
+    dead_letter: Any = None  # OutputTag (Python predicates): records it fails on go there
 
     @property
     def is_python(self) -> bool:
@@ -87,7 +93,7 @@ class FilterNode(Node):
 
     def describe(self) -> str:
         if self.is_python:
-            return f"filter {_callable_name(self.predicate)} (python, per record)"
+            return f"filter {_callable_name(self.predicate)} (python, per record{_dead(self)})"
         return f"filter {self.predicate} (native SQL)"
 
 
@@ -95,9 +101,10 @@ class FilterNode(Node):
 class FlatMapNode(Node):
     fn: Callable[[dict], Any] | None = None
     output_schema: Any = None
+    dead_letter: Any = None
 
     def describe(self) -> str:
-        return f"flat_map {_callable_name(self.fn)} (python, per record)"
+        return f"flat_map {_callable_name(self.fn)} (python, per record{_dead(self)})"
 
 
 @dataclass(frozen=True, eq=False)

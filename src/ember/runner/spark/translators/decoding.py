@@ -16,29 +16,18 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ember.errors import PipelineError
-from ember.graph.nodes import LookupJoinNode, Node, ParseJsonNode, SideOutputNode
+from ember.graph.nodes import LookupJoinNode, ParseJsonNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, require_reader
 from ember.runner.spark.keyed.runtime import TAG, side_column
-from ember.runner.spark.translators.python_ops import _arrow_schema
+from ember.runner.spark.translators.python_ops import arrow_schema
 
-__all__ = ["DEAD_LETTER_STRUCT"]
+__all__ = ["lookup_with_unmatched"]
 
-DEAD_LETTER_STRUCT = T.StructType([T.StructField("raw", T.StringType()), T.StructField("error", T.StringType())])
 _SPARK_TYPES = {
     "string": T.StringType(), "boolean": T.BooleanType(), "tinyint": T.ByteType(), "smallint": T.ShortType(),
     "int": T.IntegerType(), "bigint": T.LongType(), "float": T.FloatType(), "double": T.DoubleType(),
 }
-
-
-def _require_reader(comp: Compilation, node: Node, tag: Any) -> None:
-    for consumer in comp.graph.nodes:
-        if isinstance(consumer, SideOutputNode) and consumer.inputs[0] is node and consumer.tag == tag:
-            return
-    raise PipelineError(
-        f"its dead letters go to side output '{tag.name}', which the pipeline does not read; "
-        f"add stream.get_side_output({tag.name}).sink_to(...) so no bad record is lost unnoticed",
-        node.name,
-    )
 
 
 @translates(ParseJsonNode)
@@ -58,15 +47,10 @@ def _parse_json(comp: Compilation, node: ParseJsonNode) -> Frame:
     clash = {f.name for f in rest} & {name for name, _, _ in node.fields}
     if clash:
         raise PipelineError(f"decoded field(s) {sorted(clash)} already exist in the stream; rename them first", node.name)
-    _require_reader(comp, node, node.dead_letter)
+    require_reader(comp, node, node.dead_letter)
     tag, fields, text_field = node.dead_letter.name, node.fields, node.field
-    out = T.StructType(
-        rest
-        + [T.StructField(name, _SPARK_TYPES[kind], True) for name, kind, _ in fields]
-        + [T.StructField(TAG, T.StringType()), T.StructField(side_column(tag, "raw"), T.StringType()),
-           T.StructField(side_column(tag, "error"), T.StringType())]
-    )
-    schema = _arrow_schema(out)
+    out = combined_struct(T.StructType(rest + [T.StructField(name, _SPARK_TYPES[kind], True) for name, kind, _ in fields]), tag)
+    schema = arrow_schema(out)
     rest_names = [f.name for f in rest]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -75,36 +59,31 @@ def _parse_json(comp: Compilation, node: ParseJsonNode) -> Frame:
             decoded, good, reasons = decode_json(texts, fields)
             if decoded.num_rows:
                 keep = pa.array(good)
-                cols = [batch.column(c).filter(keep) for c in rest_names] + [decoded.column(i).combine_chunks()
-                                                                          for i in range(decoded.num_columns)]
-                n = decoded.num_rows
-                cols += [pa.nulls(n, pa.string())] * 3
-                yield pa.RecordBatch.from_arrays(cols, schema=schema)
+                yield main_batch(
+                    [batch.column(c).filter(keep) for c in rest_names]
+                    + [decoded.column(i).combine_chunks() for i in range(decoded.num_columns)],
+                    schema,
+                )
             if reasons:
                 index = sorted(reasons)
                 raw = texts.take(pa.array(index))
                 if not pa.types.is_string(raw.type):
                     raw = pa.array([None if v is None else v.decode("utf-8", "replace") for v in raw.to_pylist()],
                                    pa.string())
-                n = len(index)
-                cols = [pa.nulls(n, f.type) for f in schema][: len(schema) - 3]
-                cols += [pa.array([tag] * n, pa.string()), raw, pa.array([reasons[i] for i in index], pa.string())]
-                yield pa.RecordBatch.from_arrays(cols, schema=schema)
+                yield dead_batch(schema, tag, raw, [reasons[i] for i in index])
 
-    comp.side_types[id(node)] = {tag: DEAD_LETTER_STRUCT}
     return Frame(up.df.mapInArrow(run, out), up.time)
 
 
 def lookup_with_unmatched(comp: Compilation, node: LookupJoinNode, stream: Any, table: Any) -> Any:
     """An inner lookup join whose records without a match become dead letters."""
-    _require_reader(comp, node, node.unmatched)
+    require_reader(comp, node, node.unmatched)
     marker = "__ember_matched"
     tag = node.unmatched.name
     joined = stream.join(F.broadcast(table.withColumn(marker, F.lit(True))), list(node.on), "left")
     missing = F.col(marker).isNull()
     keys = ", ".join(node.on)
     error = F.concat(F.lit(f"no match in the lookup table for {keys} = "), F.to_json(F.struct(*[F.col(k) for k in node.on])))
-    comp.side_types[id(node)] = {tag: DEAD_LETTER_STRUCT}
     return joined.select(
         *[c for c in joined.columns if c != marker],
         F.when(missing, F.lit(tag)).alias(TAG),

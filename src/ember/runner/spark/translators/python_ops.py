@@ -15,9 +15,10 @@ import pyarrow as pa
 from ember.errors import PipelineError, UserFunctionError
 from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, record_text, require_reader
 from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["python_filter", "output_struct"]
+__all__ = ["python_filter", "output_struct", "arrow_schema"]
 
 
 def output_struct(schema: Any, fallback: Any, step: str) -> Any:
@@ -37,7 +38,7 @@ def output_struct(schema: Any, fallback: Any, step: str) -> Any:
     raise PipelineError(f"output_schema must be a Spark DDL string or StructType, got {schema!r}", step)
 
 
-def _arrow_schema(struct: Any) -> pa.Schema:
+def arrow_schema(struct: Any) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(struct)
@@ -78,23 +79,65 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
     """``map`` (one output per record) and ``flat_map`` (an iterable per record)."""
     up = comp.frame(node.inputs[0])
     out = output_struct(node.output_schema, up.df.schema, node.name)
-    schema, names, fn, step = _arrow_schema(out), out.names, node.fn, node.name
+    schema, names, fn, step = arrow_schema(out), out.names, node.fn, node.name
     ship_by_value(fn)
+    if node.dead_letter is None:
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                rows = []
+                for record in batch.to_pylist():
+                    try:
+                        values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
+                        rows.extend(_to_row(v, names, step, fn) for v in values)
+                    except UserFunctionError:
+                        raise
+                    except Exception as exc:
+                        raise _fail(step, fn, record, exc) from exc
+                yield _build(rows, schema, step)
+
+        return Frame(up.df.mapInArrow(run, out), up.time)
+
+    require_reader(comp, node, node.dead_letter)
+    tag, combined = node.dead_letter.name, combined_struct(out, node.dead_letter.name)
+    full = arrow_schema(combined)
+
+    def run_with_dead_letters(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            rows = []
+            produced: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+            raws, errors = [], []
             for record in batch.to_pylist():
                 try:
                     values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
-                    rows.extend(_to_row(v, names, step, fn) for v in values)
-                except UserFunctionError:
-                    raise
-                except Exception as exc:
-                    raise _fail(step, fn, record, exc) from exc
-            yield _build(rows, schema, step)
+                    produced.append((record, [_to_row(v, names, step, fn) for v in values]))
+                except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
+                    raws.append(record_text(record))
+                    errors.append(_reason(step, fn, exc))
+            rows = [row for _, out_rows in produced for row in out_rows]
+            try:
+                built = pa.RecordBatch.from_pylist(rows, schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):  # find the records whose output does not fit
+                rows = []
+                for record, out_rows in produced:
+                    try:
+                        pa.RecordBatch.from_pylist(out_rows, schema=schema)
+                        rows.extend(out_rows)
+                    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+                        raws.append(record_text(record))
+                        errors.append(f"step '{step}': {_fn_name(fn)} returned {out_rows!r}, which does not fit "
+                                      f"the output schema: {exc}")
+                built = pa.RecordBatch.from_pylist(rows, schema=schema)
+            yield main_batch(built.columns, full)
+            if errors:
+                yield dead_batch(full, tag, raws, errors)
 
-    return Frame(up.df.mapInArrow(run, out), up.time)
+    return Frame(up.df.mapInArrow(run_with_dead_letters, combined), up.time)
+
+
+def _reason(step: str, fn: Callable[..., Any], exc: BaseException) -> str:
+    if isinstance(exc, UserFunctionError):
+        return str(exc)
+    return f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc}"
 
 
 @translates(MapNode)
@@ -107,21 +150,42 @@ def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
     return _per_record(comp, node, many=True)
 
 
-def python_filter(df: Any, node: Any) -> Any:
-    fn, step = node.predicate, node.name
+def python_filter(comp: Compilation, df: Any, node: Any) -> Any:
+    fn, step, tag = node.predicate, node.name, node.dead_letter
     ship_by_value(fn)
+    if tag is None:
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                keep = []
+                for record in batch.to_pylist():
+                    try:
+                        keep.append(bool(fn(record)))
+                    except Exception as exc:
+                        raise _fail(step, fn, record, exc) from exc
+                yield batch.filter(pa.array(keep, type=pa.bool_()))
+
+        return df.mapInArrow(run, df.schema)
+
+    require_reader(comp, node, tag)
+    combined = combined_struct(df.schema, tag.name)
+    full = arrow_schema(combined)
+
+    def run_with_dead_letters(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            keep = []
+            keep, raws, errors = [], [], []
             for record in batch.to_pylist():
                 try:
                     keep.append(bool(fn(record)))
-                except Exception as exc:
-                    raise _fail(step, fn, record, exc) from exc
-            yield batch.filter(pa.array(keep, type=pa.bool_()))
+                except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
+                    keep.append(False)
+                    raws.append(record_text(record))
+                    errors.append(_reason(step, fn, exc))
+            yield main_batch(batch.filter(pa.array(keep, type=pa.bool_())).columns, full)
+            if errors:
+                yield dead_batch(full, tag.name, raws, errors)
 
-    return df.mapInArrow(run, df.schema)
+    return df.mapInArrow(run_with_dead_letters, combined)
 
 
 @translates(MapBatchesNode)
@@ -141,7 +205,7 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
 
         return Frame(up.df.mapInPandas(run_pandas, out), up.time)
 
-    schema = _arrow_schema(out)
+    schema = arrow_schema(out)
 
     def run_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

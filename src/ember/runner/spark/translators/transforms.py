@@ -43,7 +43,7 @@ def _select(comp: Compilation, node: SelectNode) -> Frame:
 def _filter(comp: Compilation, node: FilterNode) -> Frame:
     up = comp.frame(node.inputs[0])
     if node.is_python:
-        return Frame(python_filter(up.df, node), up.time)
+        return Frame(python_filter(comp, up.df, node), up.time)
     return Frame(up.df.filter(column(node.predicate)), up.time)
 
 
