@@ -19,7 +19,8 @@ YAHOO_JSON = "user_id string, ad_id string not null, event_type string not null,
 
 def _pipeline(env, streams, campaigns, dead_stream):
     bad_json, unknown_ad = OutputTag("bad_json"), OutputTag("unknown_ad")
-    events = env.from_source(RedisStreamSource(streams, "event string not null", stop_at_end=True), None, name="events")
+    source = RedisStreamSource(streams, "event string not null", stop_at_end=True, max_records_per_batch=2_000)
+    events = env.from_source(source, None, name="events")
     parsed = events.parse_json("event", YAHOO_JSON, dead_letter=bad_json, name="decode")
     joined = parsed.join_lookup(campaigns, on="ad_id", unmatched=unknown_ad, name="campaigns")
     views = CollectSink()
@@ -29,7 +30,7 @@ def _pipeline(env, streams, campaigns, dead_stream):
     return views
 
 
-def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly(env, r, prefix):
+def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly(env, r, prefix, rss_sampler):
     produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=20_000, rate=None)
     report = produce(produced)
     streams = stream_names(prefix, 2)
@@ -48,7 +49,10 @@ def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly
 
     campaigns = [{"ad_id": ad, "campaign_id": c} for ad, c in produced.source().campaign_table()]
     views = _pipeline(env, streams, campaigns, f"{prefix}:dead")
-    result = env.execute("bad-input", progress=False)
+    with rss_sampler() as memory:
+        result = env.execute("bad-input", progress=memory.progress.append)
+    assert len([p for p in memory.progress if p["numInputRows"]]) >= 10
+    assert memory.warm > 0 and memory.growth < 256 * 2**20  # bounded: batches of 2,000, memory flat after warm-up
     assert result.events == report.events + len(bad) + 1  # the entry without 'event' never enters the job
 
     # Valid records: exactly the views the generator produced, per campaign.
@@ -114,3 +118,37 @@ def test_records_a_user_function_fails_on_become_dead_letters(env):
     assert errors[5].endswith("<lambda> raised ZeroDivisionError: integer division or modulo by zero")
     assert errors[33].startswith("step 'twice': ") and "does not fit the output schema" in errors[33]
     assert json.loads([r for r in dead.rows() if json.loads(r["raw"])["id"] == 7][0]["raw"]) == {"id": 7, "text": "x"}
+
+
+def test_json_decoded_at_the_source_feeds_event_time_windows_with_dead_letters(env, r, prefix):
+    from datetime import timedelta
+
+    from ember import TumblingEventTimeWindows, WatermarkStrategy
+
+    produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=20_000, rate=None)
+    report = produce(produced)
+    streams = stream_names(prefix, 2)
+    bad = {"{oops": "invalid JSON", json.dumps({"ad_id": "a", "event_type": "view"}): "field 'event_time' is missing"}
+    for raw in bad:
+        r.xadd(streams[1], {"event": raw})
+    r.xadd(streams[1], {"other": "x"})
+    source = RedisStreamSource(streams, YAHOO_JSON, json_field="event", stop_at_end=True, max_records_per_batch=5_000)
+    campaigns = [{"ad_id": ad, "campaign_id": c} for ad, c in produced.source().campaign_table()]
+    windows = CollectSink()
+    (
+        env.from_source(source, WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "event_time"))
+        .filter("event_type = 'view'")
+        .join_lookup(campaigns, on="ad_id")
+        .key_by("campaign_id")
+        .window(TumblingEventTimeWindows.of(timedelta(seconds=1)))
+        .count()
+        .sink_to(windows)
+    )
+    result = env.execute("json-at-source", progress=False)
+    assert result.events == report.events
+    expected = produced.source().expected_window_counts(0, report.events, report.origin_ms, 1_000)
+    assert {(w["campaign_id"], w["window_start"]): w["count"] for w in windows.rows()} == expected
+    dead = {f[b"event"].decode() if b"event" in f else None: f[b"error"].decode() for _, f in r.xrange(f"{streams[1]}:dead-letter")}
+    assert len(dead) == 3 and dead[None] == "field 'event' is missing"
+    for raw, reason in bad.items():
+        assert dead[raw].startswith(reason), dead

@@ -2,7 +2,6 @@
 faster than the sink writes; admission control bounds every batch, lag is reported and
 grows, then drains; memory stays bounded; nothing crashes and nothing is lost."""
 
-import os
 import threading
 import time
 
@@ -18,30 +17,7 @@ RATE, SECONDS = 25_000, 4  # produced events/s, for this long
 SINK_ROW_S = 2e-4  # the sink spends this per row: ~5 k rows/s per task, ~10 k/s with 2 tasks
 
 
-def _tree_rss_bytes(root: int) -> int:
-    """Resident memory of ``root`` and all its descendants (the JVM, Spark's Python workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
-            pass
-    return total
-
-
-def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, prefix):
+def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, prefix, rss_sampler):
     counter = f"{prefix}:written"
 
     def slow_write(pipe, row):
@@ -55,27 +31,12 @@ def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, 
     while r.xlen(stream_names(prefix, 2)[0]) < 100:  # the source must find input at its first batch
         time.sleep(0.02)
 
-    # Memory once warm (JVM heap grown, Python workers started: after the 3rd batch)
-    # against its peak while the backlog grows and drains.
-    warm, peak, stop = [0], [0], threading.Event()
-    progress = []
-
-    def sample():
-        while not stop.is_set():
-            rss = _tree_rss_bytes(os.getpid())
-            if sum(1 for p in progress if p["numInputRows"]) >= 3:
-                warm[0] = warm[0] or rss
-                peak[0] = max(peak[0], rss)
-            time.sleep(0.1)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     source = RedisStreamSource(stream_names(prefix, 2), STATEMACHINE_SCHEMA, max_records_per_batch=BOUND)
     env.from_source(source, None, name="events").sink_to(RedisSink(slow_write), name="slow")
-    result = env.execute("flow", progress=progress.append, stop_when_idle=3)
-    stop.set()
-    sampler.join()
+    with rss_sampler() as memory:  # RSS once warm (after the 3rd batch) against its peak
+        result = env.execute("flow", progress=memory.progress.append, stop_when_idle=3)
     feeder.join()
+    progress = memory.progress
 
     events = report["done"].events
     assert events == RATE * SECONDS
@@ -85,7 +46,6 @@ def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, 
     lags = [p["lag"] for p in batches]
     assert max(lags) > 5 * BOUND  # the source was throttled: input waited in Redis, not in memory
     assert lags[-1] == 0
-    growth = peak[0] - warm[0]
     print(f"\nflow control: {events:,} events, {len(batches)} batches, max lag {max(lags):,}, "
-          f"RSS warm {warm[0] / 2**20:.0f} MiB, peak {peak[0] / 2**20:.0f} MiB")
-    assert warm[0] > 0 and growth < 256 * 2**20  # memory does not follow the backlog
+          f"RSS warm {memory.warm / 2**20:.0f} MiB, peak {memory.peak / 2**20:.0f} MiB")
+    assert memory.warm > 0 and memory.growth < 256 * 2**20  # memory does not follow the backlog

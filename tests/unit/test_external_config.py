@@ -98,6 +98,8 @@ def test_all_entries_bad_gives_an_empty_batch_of_the_schema() -> None:
         (lambda: RedisStreamSource(["s"], "a int", max_records_per_batch=0), "positive int"),
         (lambda: RedisStreamSource(["s"], "a int", dead_letter="dead"), "must contain"),
         (lambda: RedisStreamSource(["s", "s:dead-letter"], "a int"), "dead-letter stream is also read"),
+        (lambda: RedisStreamSource(["s"], "a int", json_field=""), "json_field must name"),
+        (lambda: RedisStreamSource(["s"], "a binary", json_field="event"), "cannot be binary"),
         (lambda: RedisSink("not a function"), "must be a function"),
         (lambda: RedisStreamSink(""), "non-empty name"),
         (lambda: RedisStreamSink("s", maxlen=0), "positive int"),

@@ -148,7 +148,11 @@ class RedisStreamsReader(DataSourceStreamReader):
             entries = redis.xrange(part.stream, min=f"({after}", max=part.last, count=chunk)
             if not entries:
                 return
-            batch, bad = decode_entries(entries, self.fields)
+            json_field = self.options.get("json_field") or None
+            if json_field:
+                batch, bad = decode_json_entries(entries, json_field, self.fields)
+            else:
+                batch, bad = decode_entries(entries, self.fields)
             if bad:
                 _dead_letter(redis, dead, bad)
             if batch.num_rows:
@@ -215,6 +219,26 @@ def decode_entries(
     if not good:
         return pa.RecordBatch.from_pylist([], schema=schema), bad
     batch, _ = decode_entries(good, fields)
+    return batch, bad
+
+
+def decode_json_entries(
+    entries: list[RawEntry], json_field: str, fields: list[tuple[str, str, bool]]
+) -> tuple[pa.RecordBatch, list[tuple[bytes, dict[bytes, bytes], str]]]:
+    """Entries holding a JSON object in ``json_field`` -> one Arrow batch of the
+    object's declared fields, plus the entries that cannot be decoded, with the reason."""
+    from ember.runner.spark.json_decode import decode_json
+
+    texts = _field_values(entries, [json_field.encode()])[0]
+    table, _, reasons = decode_json(pa.array(texts, pa.binary()), tuple(fields))
+    schema = pa.schema([pa.field(name, ARROW_TYPES[kind], nullable) for name, kind, nullable in fields])
+    batch = pa.RecordBatch.from_arrays([table.column(i).combine_chunks() for i in range(table.num_columns)], schema=schema)
+    bad = []
+    for i, reason in sorted(reasons.items()):
+        entry_id, flat = entries[i]
+        if texts[i] is None:
+            reason = f"field '{json_field}' is missing"
+        bad.append((entry_id, dict(zip(flat[0::2], flat[1::2])), reason))
     return batch, bad
 
 
