@@ -171,13 +171,13 @@ class DataStream:
         the pipeline must read it (``get_side_output(dead_letter)``), so no bad
         record is lost unnoticed. Decoding is vectorised (Arrow's JSON reader,
         record by record only for a batch holding a bad record)."""
-        from ember.connectors.external import parse_field_schema
+        from ember.connectors.external import parse_json_schema
 
         step = name or "parse_json"
         if not isinstance(field, str) or not field:
             raise PipelineError(f"parse_json: field must name the JSON text field, got {field!r}", step)
         try:
-            fields = parse_field_schema(schema, "parse_json")
+            fields = parse_json_schema(schema, "parse_json")
         except ConfigError as exc:
             raise PipelineError(str(exc), step) from None
         tag = _dead_letter_tag(dead_letter, "parse_json dead_letter", name)

@@ -112,13 +112,9 @@ class RedisStreamSource(Source):
                 raise ConfigError(f"RedisStreamSource: {name} must be a positive int, got {value!r}")
         if "{stream}" not in dead_letter:
             raise ConfigError(f"RedisStreamSource: dead_letter must contain '{{stream}}', got {dead_letter!r}")
-        fields = parse_stream_schema(schema)
-        if json_field is not None:
-            if not isinstance(json_field, str) or not json_field:
-                raise ConfigError(f"RedisStreamSource: json_field must name an entry field, got {json_field!r}")
-            binary = [name for name, kind, _ in fields if kind == "binary"]
-            if binary:
-                raise ConfigError(f"RedisStreamSource: JSON has no binary values; field(s) {binary} cannot be binary")
+        if json_field is not None and (not isinstance(json_field, str) or not json_field):
+            raise ConfigError(f"RedisStreamSource: json_field must name an entry field, got {json_field!r}")
+        fields = parse_json_schema(schema, "RedisStreamSource") if json_field is not None else parse_stream_schema(schema)
         for s in names:
             if dead_letter.format(stream=s) in names:
                 raise ConfigError(f"RedisStreamSource: stream {s!r}'s dead-letter stream is also read")
@@ -153,6 +149,15 @@ class RedisStreamSource(Source):
 def parse_stream_schema(schema: str) -> tuple[tuple[str, str, bool], ...]:
     """``"a int, b string not null"`` -> ``(("a", "int", True), ("b", "string", False))``."""
     return parse_field_schema(schema, "RedisStreamSource")
+
+
+def parse_json_schema(schema: str, who: str) -> tuple[tuple[str, str, bool], ...]:
+    """:func:`parse_field_schema` for the fields of a JSON object (JSON has no binary values)."""
+    fields = parse_field_schema(schema, who)
+    binary = [name for name, kind, _ in fields if kind == "binary"]
+    if binary:
+        raise ConfigError(f"{who}: JSON has no binary values; field(s) {binary} cannot be binary")
+    return fields
 
 
 def parse_field_schema(schema: str, who: str) -> tuple[tuple[str, str, bool], ...]:

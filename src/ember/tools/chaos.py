@@ -185,8 +185,7 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
     t0 = time.monotonic()
     child = run.start()
     kills: list[tuple[float, str]] = []  # (time, what was killed)
-    recoveries_ms: list[float] = []
-    by_target: dict[str, list[float]] = collections.defaultdict(list)
+    recoveries: list[tuple[str, float]] = []  # (what was killed, ms until processing again)
     pending_kill: tuple[float, int, str] | None = None  # (kill time, last committed batch at the kill, target)
     dead_worker: tuple[int, float] | None = None  # (worker, restart time): a supervisor brings it back
     gap = cfg.duration_s / (cfg.kills + 1) if cfg.kills else cfg.duration_s
@@ -207,9 +206,8 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
                 dead_worker = None
             committed = run.committed()
             if pending_kill is not None and committed > pending_kill[1]:
-                recoveries_ms.append((now - pending_kill[0]) * 1000)
-                by_target[pending_kill[2]].append(recoveries_ms[-1])
-                run.say(f"kill {len(kills)}: processing again after {recoveries_ms[-1] / 1000:.1f} s (batch {committed})")
+                recoveries.append((pending_kill[2], (now - pending_kill[0]) * 1000))
+                run.say(f"kill {len(kills)}: processing again after {recoveries[-1][1] / 1000:.1f} s (batch {committed})")
                 pending_kill = None
                 next_kill = max(next_kill, now + rng.uniform(1.0, 3.0))
             processing = pending_kill is None and dead_worker is None and committed >= 0
@@ -262,13 +260,13 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         "kills": len(kills),
         "killed": dict(collections.Counter(t for _, t in kills)),
         "events": producer_result["report"].events,
-        "recovery_ms": _summary(recoveries_ms),
-        "recovery_ms_by_target": {t: _summary(v) for t, v in sorted(by_target.items())},
+        "recovery_ms": _summary([ms for _, ms in recoveries]),
+        "recovery_ms_by_target": {t: _summary([ms for k, ms in recoveries if k == t]) for t in sorted({k for k, _ in recoveries})},
         "seconds": round(time.monotonic() - t0, 1),
     })
-    if len(recoveries_ms) < len(kills):
+    if len(recoveries) < len(kills):
         report["verified"] = False
-        report["unrecovered_kills"] = len(kills) - len(recoveries_ms)
+        report["unrecovered_kills"] = len(kills) - len(recoveries)
     if not cfg.keep and report.get("verified"):
         shutil.rmtree(run.work, ignore_errors=True)
         _cleanup(run, client)

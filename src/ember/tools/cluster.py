@@ -184,9 +184,6 @@ class LocalCluster:
         if not worker.alive:
             worker.start(self._env())
 
-    def dead_workers(self) -> list[int]:
-        return [i for i, d in enumerate(self._daemons[1:]) if not d.alive]
-
     def executor_pids(self) -> list[int]:
         """PIDs of the executor JVMs running on this cluster's workers."""
         if not self.work_dir:

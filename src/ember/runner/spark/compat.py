@@ -179,9 +179,6 @@ class _Recorder:
         self.declared[descriptor.name] = type(descriptor).__name__
         return _Runtime(event_time=True).get_state(descriptor)
 
-    def __getattr__(self, name: str) -> Any:  # anything else a function's open() might touch
-        raise AttributeError(name)
-
 
 def _declared_state(fn: Any) -> dict[str, str] | str:
     """State name -> descriptor kind, as ``fn.open`` declares it; a function whose

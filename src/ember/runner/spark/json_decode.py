@@ -21,12 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from ember.runner.spark.redis_source import ARROW_TYPES
+
 __all__ = ["decode_json", "JSON_TYPES"]
 
-JSON_TYPES = {
-    "string": pa.string(), "boolean": pa.bool_(), "tinyint": pa.int8(), "smallint": pa.int16(),
-    "int": pa.int32(), "bigint": pa.int64(), "float": pa.float32(), "double": pa.float64(),
-}
+JSON_TYPES = {kind: t for kind, t in ARROW_TYPES.items() if kind != "binary"}
 _PY_KINDS = {"string": (str,), "boolean": (bool,), "float": (int, float), "double": (int, float)}
 
 Fields = tuple[tuple[str, str, bool], ...]

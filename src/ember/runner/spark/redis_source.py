@@ -144,11 +144,11 @@ class RedisStreamsReader(DataSourceStreamReader):
         chunk = int(self.options["read_chunk"])
         dead = self.options["dead_letter"].format(stream=part.stream)
         after = part.after
+        json_field = self.options.get("json_field") or None
         while True:
             entries = redis.xrange(part.stream, min=f"({after}", max=part.last, count=chunk)
             if not entries:
                 return
-            json_field = self.options.get("json_field") or None
             if json_field:
                 batch, bad = decode_json_entries(entries, json_field, self.fields)
             else:

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.types import _parse_datatype_string
 
 from ember.errors import PipelineError
 from ember.graph.nodes import LookupJoinNode, ParseJsonNode
@@ -23,12 +24,6 @@ from ember.runner.spark.keyed.runtime import TAG, side_column
 from ember.runner.spark.translators.python_ops import arrow_schema
 
 __all__ = ["lookup_with_unmatched"]
-
-_SPARK_TYPES = {
-    "string": T.StringType(), "boolean": T.BooleanType(), "tinyint": T.ByteType(), "smallint": T.ShortType(),
-    "int": T.IntegerType(), "bigint": T.LongType(), "float": T.FloatType(), "double": T.DoubleType(),
-}
-
 
 @translates(ParseJsonNode)
 def _parse_json(comp: Compilation, node: ParseJsonNode) -> Frame:
@@ -40,16 +35,14 @@ def _parse_json(comp: Compilation, node: ParseJsonNode) -> Frame:
         raise PipelineError(f"field '{node.field}' is not in the stream (fields: {', '.join(types)})", node.name)
     if not isinstance(types[node.field], T.StringType | T.BinaryType):
         raise PipelineError(f"field '{node.field}' holds {types[node.field].simpleString()}, not JSON text", node.name)
-    bad_kind = [f"{name} {kind}" for name, kind, _ in node.fields if kind not in _SPARK_TYPES]
-    if bad_kind:
-        raise PipelineError(f"JSON fields can be {', '.join(_SPARK_TYPES)}; not {', '.join(bad_kind)}", node.name)
     rest = [f for f in up.df.schema.fields if f.name != node.field]
     clash = {f.name for f in rest} & {name for name, _, _ in node.fields}
     if clash:
         raise PipelineError(f"decoded field(s) {sorted(clash)} already exist in the stream; rename them first", node.name)
     require_reader(comp, node, node.dead_letter)
     tag, fields, text_field = node.dead_letter.name, node.fields, node.field
-    out = combined_struct(T.StructType(rest + [T.StructField(name, _SPARK_TYPES[kind], True) for name, kind, _ in fields]), tag)
+    decoded = [T.StructField(name, _parse_datatype_string(kind), True) for name, kind, _ in fields]  # kinds checked when declared
+    out = combined_struct(T.StructType(rest + decoded), tag)
     schema = arrow_schema(out)
     rest_names = [f.name for f in rest]
 
