@@ -40,6 +40,7 @@ class EnvironmentConfig:
     changelog_checkpointing: bool = True
     spark_conf: tuple[tuple[str, str], ...] = field(default=())
     combine_windows: bool = True
+    fuse_sources: bool = True
 
 
 @dataclass
@@ -99,6 +100,10 @@ class StreamEnvironment:
     - ``combine_windows``: pre-aggregate a Python ``AggregateFunction``'s windows
       before the shuffle where that cannot change results (docs/windows.md); off =
       every record travels to its key's state partition.
+    - ``fuse_sources``: a Python source (Ember's generators) right before a keyed
+      step packs its records per state bucket itself, saving a pass of every
+      record through the JVM (docs/design/keyed-state.md); off = a separate
+      packing step.
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -113,6 +118,7 @@ class StreamEnvironment:
         state_backend: str = "rocksdb",
         changelog_checkpointing: bool = True,
         combine_windows: bool = True,
+        fuse_sources: bool = True,
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,
@@ -138,6 +144,7 @@ class StreamEnvironment:
             changelog_checkpointing=bool(changelog_checkpointing),
             spark_conf=tuple(sorted((spark_conf or {}).items())),
             combine_windows=bool(combine_windows),
+            fuse_sources=bool(fuse_sources),
         )
         # Spark's Python workers must run this interpreter, which has Ember's dependencies.
         os.environ["PYSPARK_PYTHON"] = sys.executable

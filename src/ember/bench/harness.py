@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ember.bench.memory import RssSampler
 from ember.bench.stats import median, percentiles
 
 __all__ = ["BenchConfig", "RunOutcome", "WORKLOADS", "run_benchmark", "throughput"]
@@ -47,6 +48,8 @@ class RunOutcome:
     verified: bool | None = None
     latencies_ms: list[int] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
+    peak_rss_bytes: int = 0  # this process tree (driver, JVM, Python workers) during the run
+    checkpoint_bytes: int = 0  # the run's checkpoint (offsets, commits, state) on disk at its end
 
 
 def throughput(reports: list[dict[str, Any]], rate: float | None = None, wall_s: float | None = None) -> tuple[int, float, float]:
@@ -75,6 +78,10 @@ def workload(name: str, baseline: Callable[[Any, BenchConfig], RunOutcome] | Non
 def _log(cfg: BenchConfig, msg: str) -> None:
     if cfg.verbose:
         print(f"[ember bench] {msg}", file=sys.stderr, flush=True)
+
+
+def _disk_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, Any]:
@@ -107,7 +114,10 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
         ckpt = tempfile.mkdtemp(prefix=f"ember-bench-{name}-")
         try:
             _log(cfg, f"round {i + 1}/{cfg.rounds}: Ember {name} for {cfg.duration_s:g} s")
-            out = run(spark, cfg, ckpt)
+            with RssSampler() as rss:
+                out = run(spark, cfg, ckpt)
+            out.peak_rss_bytes = rss.peak_any
+            out.checkpoint_bytes = _disk_bytes(ckpt)
             _log(cfg, f"  Ember: {out.events_per_second:,.0f} events/s, verified={out.verified}")
             ember_runs.append(out)
         finally:
@@ -152,6 +162,8 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
         blat = percentiles(x for r in base_runs for x in r.latencies_ms)
         if blat is not None:
             report["baseline_latency_ms"] = blat
+    report["peak_rss_mb"] = round(max(r.peak_rss_bytes for r in ember_runs) / 2**20)
+    report["checkpoint_mb"] = round(max(r.checkpoint_bytes for r in ember_runs) / 2**20, 1)
     for r in ember_runs[:1]:
         report.update(r.detail)
     report["command"] = command

@@ -18,7 +18,7 @@ from ember.api.functions import (
 from ember.connectors.generators import STATE_NAMES, TRANSITIONS
 from ember.state.descriptors import ValueStateDescriptor
 
-__all__ = ["StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate"]
+__all__ = ["StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate", "KeyedCount", "KEYED_COUNT_SCHEMA"]
 
 TERMINAL = 5
 ALERT_SCHEMA = "address int, state string, type int"
@@ -99,3 +99,27 @@ class StateMachineVectorized(VectorizedKeyedFunction):
             alerts = pd.DataFrame({"address": address[at], "state": self.names[s], "type": types[at]})
         updates = pd.DataFrame({"state": np.where(current == 0, np.nan, current)}, index=keys)
         return alerts, updates
+
+
+KEYED_COUNT_SCHEMA = "events bigint, new_keys bigint"
+
+
+class KeyedCount(VectorizedKeyedFunction):
+    """A running count per key (E2 with a keyed state step), vectorised. Per call it
+    outputs how many events it counted and how many of their keys had no state yet,
+    so a run can be checked: the events sum to the input, the new keys to the
+    number of distinct keys."""
+
+    state_schema = "count bigint"
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def process_batch(self, events: pd.DataFrame, state: pd.DataFrame, ctx: BatchContext) -> tuple[Any, Any]:
+        keys = events[self.key].to_numpy()  # sorted by key
+        starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        unique, counts = keys[starts], np.diff(np.r_[starts, len(keys)])
+        prior = state["count"].reindex(unique) if len(state) else pd.Series(np.nan, index=unique)
+        new_keys = int(prior.isna().sum())
+        updates = pd.DataFrame({"count": prior.fillna(0).to_numpy(np.int64) + counts}, index=unique)
+        return pd.DataFrame({"events": [len(keys)], "new_keys": [new_keys]}), updates

@@ -18,7 +18,8 @@ GREP_PATTERN = r"[A-Z]{3}\."  # WORKLOADS.md E1: a full-string match that matche
 
 def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
     return StreamEnvironment(
-        master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=cfg.max_events_per_batch
+        master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=cfg.max_events_per_batch,
+        fuse_sources=cfg.options.get("fuse_sources", True),
     )
 
 
@@ -83,6 +84,29 @@ def grouping(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     return RunOutcome(
         events, seconds, eps, verified=sink.count == result.events, latencies_ms=sink.latencies_ms,
         detail={"sink_count": sink.count, "source_events": result.events},
+    )
+
+
+@workload("grouping-keyed")
+def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """E2 with a keyed state step: records -> key_by(host_id) -> a vectorised running
+    count per key (``--keys`` distinct keys, default 1,000), verified: every event
+    counted once, every key's state created once."""
+    from ember.bench.jobs import KEYED_COUNT_SCHEMA, KeyedCount
+    from ember.connectors.sinks import CollectSink
+
+    env = _env(spark, cfg, ckpt)
+    keys = int(cfg.options.get("keys") or 1000)
+    src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys)
+    sink = CollectSink()
+    (env.from_source(src, name="records").key_by("host_id")
+     .process_batches(KeyedCount("host_id"), KEYED_COUNT_SCHEMA, name="count").sink_to(sink))
+    result, events, seconds, eps = _execute(env, "bench-grouping-keyed", cfg)
+    counted = sum(r["events"] for r in sink.rows())
+    new_keys = sum(r["new_keys"] for r in sink.rows())
+    return RunOutcome(
+        events, seconds, eps, verified=bool(result.events) and counted == result.events and new_keys == min(keys, result.events),
+        detail={"keys": keys, "events_counted": counted, "keys_created": new_keys, "source_events": result.events},
     )
 
 

@@ -80,7 +80,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         duration_s=args.duration, rate=args.rate, rounds=args.rounds,
         max_events_per_batch=args.max_events_per_batch, master=args.master,
         baseline=not args.no_baseline, verbose=True, warmup_s=args.warmup,
-        options={"pattern": args.pattern} if args.pattern else {},
+        options={k: v for k, v in (("pattern", args.pattern), ("keys", args.keys)) if v},
     )
     command = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report = run_benchmark(args.workload, cfg, command)
@@ -170,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.set_defaults(func=_cmd_explain)
 
     bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
-    bench.add_argument("workload", help="grep | grouping | statemachine | statemachine-vectorized | window | countwindow")
+    bench.add_argument("workload", help="grep | grouping | grouping-keyed | statemachine | statemachine-vectorized | window | countwindow")
     bench.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per run (default 20)")
     bench.add_argument("--rate", type=float, help="open-loop input rate, events/s (default: unbounded)")
     bench.add_argument("--rounds", type=int, default=1, help="alternating Ember/baseline rounds (default 1)")
@@ -179,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-baseline", action="store_true", help="skip the plain-PySpark baseline")
     bench.add_argument("--warmup", type=float, default=8.0, metavar="S", help="discarded warm-up run of each side (default 8 s)")
     bench.add_argument("--pattern", help="grep: regex to match (default the E1 pattern)")
+    bench.add_argument("--keys", type=int, help="grouping-keyed: distinct keys in the state (default 1000)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 

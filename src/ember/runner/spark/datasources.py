@@ -5,7 +5,9 @@
   ``[n0, n1)`` gives partition ``p`` the sequence numbers ``seq % P == p``.
   Open loop: under a target rate, event ``seq`` is due at
   ``start_ms + seq * 1000 / rate``; ``latestOffset`` admits what is due, at
-  most ``max_events_per_batch`` (admission control).
+  most ``max_events_per_batch`` (admission control). With the ``pack`` option
+  it emits its records already packed per state bucket for the keyed step
+  right after it (``keyed/packing.py``: source fusion).
 - ``ember_scripted``: one scripted batch per micro-batch (tests).
 - ``ember_end_of_input``: emits one row once the driver marks the input as
   ended, which moves the watermark to the end of time and flushes windows.
@@ -114,7 +116,10 @@ class SequenceReader(DataSourceStreamReader):
             due = min(due, n0 + int(limit.max_rows))
         n1 = max(n0, due)
         done = max_events is not None and n1 >= max_events
-        return {"n": n1, "origin_ms": origin, "done": done}
+        end = {"n": n1, "origin_ms": origin, "done": done}
+        if self.options.get("pack"):
+            end["packed"] = True  # rows are buckets of records: the runner counts events by offsets
+        return end
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         n0, n1 = int(start["n"]), int(end["n"])
@@ -125,7 +130,12 @@ class SequenceReader(DataSourceStreamReader):
     def read(self, part: _Range) -> Iterator[Any]:
         from ember.runner.spark.generator_batches import sequence_batches
 
-        yield from sequence_batches(self.spec, part.partition, part.start, part.end, part.origin_ms, _CHUNK)
+        batches = sequence_batches(self.spec, part.partition, part.start, part.end, part.origin_ms, _CHUNK)
+        if self.options.get("pack"):  # fused with the keyed step after it (keyed/packing.py)
+            from ember.runner.spark.keyed.packing import PackSpec, pack_at_source
+
+            batches = pack_at_source(batches, PackSpec.from_json(self.options["pack"]))
+        yield from batches
 
     def commit(self, end: dict) -> None:
         pass

@@ -235,9 +235,7 @@ class _Follower:
         self.progress.append(report)
         sources = report.get("sources", [])
         offsets = [_offset(s.get("endOffset")) for s in sources]
-        # The end-of-input row is Ember's, not the user's: it does not count as an event.
-        internal = sum(int(s.get("numInputRows") or 0) for s, o in zip(sources, offsets) if "ended" in o)
-        report["numInputRows"] = int(report.get("numInputRows") or 0) - internal
+        report["numInputRows"] = _events(report, sources, offsets)
         self.events += report["numInputRows"]
         lag = _lag(sources)
         if lag is not None:
@@ -280,6 +278,19 @@ class _Follower:
 
     def end_of_input_seen_before(self, batch: int) -> bool:
         return self.eos_batch is not None and batch > self.eos_batch
+
+
+def _events(report: dict[str, Any], sources: list[dict[str, Any]], offsets: list[dict[str, Any]]) -> int:
+    """The batch's input events: Spark's row count, except that the end-of-input
+    row is Ember's, not the user's, and a source packing its records per state
+    bucket (keyed/packing.py) counts events by its offsets (``n``), not rows."""
+    total = int(report.get("numInputRows") or 0)
+    for source, end in zip(sources, offsets):
+        if "ended" in end or end.get("packed"):
+            total -= int(source.get("numInputRows") or 0)
+        if end.get("packed"):
+            total += int(end["n"]) - int(_offset(source.get("startOffset")).get("n", 0))
+    return total
 
 
 def _lag(sources: list[dict[str, Any]]) -> int | None:

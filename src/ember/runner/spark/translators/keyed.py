@@ -21,7 +21,8 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, VectorizedProcessNode, WindowNode
+from ember.connectors.hashing import INT_KINDS
+from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.runner.spark.compiler import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, make_bucket_function, side_column
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
@@ -34,7 +35,7 @@ from ember.runner.spark.keyed.windows import (
     WindowSpec,
 )
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
+from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.translators.eventtime import ANCHOR, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
@@ -107,14 +108,20 @@ def keyed_operator(
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
-    grouped, bucket_fn = _buckets(df, keys, event_time, bucket_fn, packed=combiner is None)
+    grouped, bucket_fn = _buckets(comp, node, up, df, keys, event_time, bucket_fn, packed=combiner is None)
     result = grouped.applyInPandasWithState(bucket_fn, schema, "blob binary", "append", timeout)
     return Frame(result, up.time)
 
 
-def _buckets(df: Any, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, packed: bool) -> tuple[Any, Any]:
-    """``df`` grouped by state bucket, its rows packed per bucket (keyed/packing.py)
-    unless they are few already (a window's partial aggregates)."""
+def _buckets(
+    comp: Compilation, node: Node, up: Frame, df: Any, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, packed: bool
+) -> tuple[Any, Any]:
+    """``df`` (``up`` with its event time) grouped by state bucket, its rows packed
+    per bucket (keyed/packing.py) — by the source itself where it can, else by a
+    ``mapInArrow`` step — unless they are few already (a window's partial aggregates)."""
+    fused = _fused_source(comp, node, up, keys, event_time) if packed else None
+    if fused is not None:  # ``df`` stays unused: Spark plans only what the query reads
+        return fused.groupBy(BUCKET), unpacking(bucket_fn)
     bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int"))
     if not packed:
         return bucketed.groupBy(BUCKET), bucket_fn
@@ -123,6 +130,32 @@ def _buckets(df: Any, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, p
     if event_time:
         rows = restore_anchor(rows)
     return rows.groupBy(BUCKET), unpacking(bucket_fn)
+
+
+def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool) -> Any | None:
+    """The keyed step's input packed per state bucket by its source itself, when
+    the step reads a Python source directly (``source.key_by(...).process(...)``)
+    whose key fields (and event-time field) are integers, nothing else reads that
+    source, and ``fuse_sources`` is on: every record then crosses into the JVM once,
+    packed, instead of twice (docs/design/keyed-state.md). None otherwise."""
+    from ember.runner.spark.translators.sources import packed_source
+
+    key_by = node.inputs[0]
+    source = key_by.inputs[0] if isinstance(key_by, KeyByNode) else None
+    if not comp.config.fuse_sources or not isinstance(source, SourceNode):
+        return None
+    if sum(1 for n in comp.graph.nodes for i in n.inputs if i is source or i is key_by) != 2:
+        return None  # another step reads the source or the keyed stream
+    schema = up.df.schema
+    kinds = tuple(schema[k].dataType.simpleString() for k in keys)
+    time_field = up.time.timestamp_field if event_time else None
+    if any(k not in INT_KINDS for k in kinds) or (time_field and schema[time_field].dataType.simpleString() not in ("int", "bigint")):
+        return None
+    spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None)
+    df = packed_source(comp, source, spec)
+    if df is not None and event_time:
+        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
+    return df
 
 
 def _has_event_time(up: Frame) -> bool:
@@ -151,7 +184,7 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
     if event_time:
         df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
-    grouped, bucket_fn = _buckets(df, node.keys, event_time, bucket_fn, packed=True)
+    grouped, bucket_fn = _buckets(comp, node, up, df, node.keys, event_time, bucket_fn, packed=True)
     result = grouped.applyInPandasWithState(bucket_fn, out, "table binary", "append", timeout)
     return Frame(result, up.time)
 

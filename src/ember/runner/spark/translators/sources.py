@@ -16,8 +16,9 @@ from ember.graph.nodes import SourceNode
 from ember.runner.spark.compiler import Compilation, Frame, registry, translates
 from ember.runner.spark.datasources import fixed_origin, origin_file
 from ember.runner.spark.generator_batches import source_spec
+from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec
 
-__all__ = ["SOURCE_BUILDERS"]
+__all__ = ["SOURCE_BUILDERS", "packed_source"]
 
 SourceBuilder = Callable[[Compilation, SourceNode, Any], Any]
 SOURCE_BUILDERS: dict[type[Source], SourceBuilder] = {}
@@ -104,7 +105,7 @@ def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) 
 
 
 # --------------------------------------------------------------------------- generators
-def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schema: str) -> Any:
+def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schema: str, pack: str | None = None) -> Any:
     """The sequence numbers (``seq``) and event-time origin (``origin_ms``) of a generator.
 
     Rate-limited and bounded generators run on Ember's Python source, which
@@ -114,9 +115,11 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
     """
     per_batch = src.max_events_per_batch or comp.config.max_events_per_batch
     if src.needs_python_driver:
+        reader = comp.spark.readStream.format("ember_sequence")
+        if pack is not None:
+            reader = reader.option("pack", pack)
         return (
-            comp.spark.readStream.format("ember_sequence")
-            .option("schema", schema)
+            reader.option("schema", schema)
             .option("spec", json.dumps(source_spec(src, per_batch)))
             .option("stop_marker", comp.stop_marker or "")
             .option("origin_file", origin_file(comp.checkpoint, node.name))
@@ -194,3 +197,17 @@ def _grouping(comp: Compilation, node: SourceNode, src: g.GroupingSource) -> Any
 @builds(g.StateMachineSource)
 def _statemachine(comp: Compilation, node: SourceNode, src: g.StateMachineSource) -> Any:
     return _sequence(comp, node, src, src.schema_ddl)
+
+
+# --------------------------------------------------------------------------- source fusion
+def packed_source(comp: Compilation, node: SourceNode, spec: PackSpec) -> Any | None:
+    """``node``'s records already packed per state bucket by its Python reader
+    (``(bucket, rows[, latest event time])`` rows, keyed/packing.py), or None when
+    its source cannot pack (Spark-generated or JVM sources)."""
+    src = node.source
+    if not isinstance(src, g.StateMachineSource):  # the generators whose records Python makes
+        return None
+    schema = f"{spec.bucket_column} int, {PACKED_ROWS} binary"
+    if spec.time_field is not None:
+        schema += f", {spec.time_field} bigint"
+    return _sequence(comp, node, src, schema, pack=spec.to_json())

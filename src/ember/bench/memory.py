@@ -1,0 +1,74 @@
+"""Resident memory of a job: this process and everything it started (Spark's JVM,
+its Python workers), sampled from ``/proc`` while the job runs."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+__all__ = ["tree_rss_bytes", "RssSampler"]
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants, in bytes (0 without /proc)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total
+
+
+class RssSampler:
+    """Samples this process tree's RSS every 0.1 s while a job runs: ``warm`` = the RSS
+    once ``warm_batches`` batches with input are done (JVM heap grown, Python workers
+    started), ``peak`` = the highest after that, ``peak_any`` = the highest at all.
+    Pass ``progress.append`` as the job's progress callback, with ``progress`` = this
+    sampler's list (or leave it empty and use ``peak_any``)."""
+
+    def __init__(self, warm_batches: int = 3) -> None:
+        self.progress: list[dict[str, Any]] = []
+        self.warm = self.peak = self.peak_any = 0
+        self._warm_batches = warm_batches
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss = tree_rss_bytes(os.getpid())
+            self.peak_any = max(self.peak_any, rss)
+            if sum(1 for p in self.progress if p["numInputRows"]) >= self._warm_batches:
+                self.warm = self.warm or rss
+                self.peak = max(self.peak, rss)
+            time.sleep(0.1)
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.warm
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
