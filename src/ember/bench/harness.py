@@ -157,6 +157,8 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
         report["baseline_events_per_second"] = round(beps)
         report["baseline_round_events_per_second"] = [round(r.events_per_second) for r in base_runs]
         report["ratio_to_baseline"] = round(eps / beps, 3) if beps else None
+        if all(r.verified is not None for r in base_runs):
+            report["baseline_verified"] = all(r.verified for r in base_runs)
         for r in base_runs[:1]:
             report.update(r.detail)
         blat = percentiles(x for r in base_runs for x in r.latencies_ms)

@@ -76,6 +76,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from ember.bench.harness import BenchConfig, run_benchmark
 
+    if args.workload == "sweep":
+        return _cmd_sweep(args)
     cfg = BenchConfig(
         duration_s=args.duration, rate=args.rate, rounds=args.rounds,
         max_events_per_batch=args.max_events_per_batch, master=args.master,
@@ -90,6 +92,27 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for key, value in report.items():
             print(f"{key:28} {value}")
     return 0 if report.get("verified") is not False else 1
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from ember.bench.sweep import run_sweep
+
+    report = run_sweep(rate=args.rate or 500_000, duration_s=args.duration, master=args.master)
+    report["command"] = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    report["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{'sweep':10} {'trigger ms':>10} {'events/batch':>12} {'events/s':>12} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}  verified")
+        for sweep in ("fixed_rate", "max_rate"):
+            for p in report[sweep]:
+                lat = p["latency_ms"] or {}
+                print(f"{sweep:10} {p['trigger_interval_ms']:>10} {p['max_events_per_batch']:>12,} {p['events_per_second']:>12,} "
+                      f"{lat.get('p50', 0):>8,.0f} {lat.get('p90', 0):>8,.0f} {lat.get('p99', 0):>8,.0f}  {p['verified']}")
+        print(f"max-rate throughput range: {report['max_rate_throughput_range']}x; verified: {report['verified']}")
+    return 0 if report["verified"] else 1
 
 
 def _cmd_produce(args: argparse.Namespace) -> int:
@@ -170,7 +193,9 @@ def _parser() -> argparse.ArgumentParser:
     explain.set_defaults(func=_cmd_explain)
 
     bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
-    bench.add_argument("workload", help="grep | grouping | grouping-keyed | statemachine | statemachine-vectorized | window | countwindow")
+    bench.add_argument("workload", help="grep | grouping | grouping-keyed | statemachine | statemachine-vectorized | window | "
+                       "countwindow | yahoo, or sweep (E3: the grouping job across trigger intervals at --rate, "
+                       "default 500,000, and across per-batch bounds at unbounded rate)")
     bench.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per run (default 20)")
     bench.add_argument("--rate", type=float, help="open-loop input rate, events/s (default: unbounded)")
     bench.add_argument("--rounds", type=int, default=1, help="alternating Ember/baseline rounds (default 1)")
