@@ -51,3 +51,32 @@ def test_knob_sweep_measures_every_setting_and_bigger_batches_raise_throughput(s
     assert all(p["latency_ms"] and p["latency_ms"]["p50"] > 0 for p in report["fixed_rate"])
     small, large = report["max_rate"]
     assert large["events_per_second"] > 3 * small["events_per_second"]
+
+
+def test_generator_lag_is_reported_and_decides_whether_a_rate_is_sustained(spark, tmp_path):
+    from ember.bench.sustainable import sustained
+
+    def grouping_at(rate, per_batch):
+        cfg = BenchConfig(duration_s=6, rate=rate, max_events_per_batch=per_batch, master="local[2]", verbose=False)
+        return WORKLOADS["grouping"][0](spark, cfg, str(tmp_path / f"{rate}-{per_batch}"))
+
+    easy = grouping_at(20_000, 1_000_000)
+    lags = [r["lag"] for r in easy.progress if r["numInputRows"]]
+    assert lags and all(0 <= lag <= 20_000 for lag in lags)
+    assert sustained(easy, 20_000, 2.0)[0] and easy.verified
+    # Admission control caps each batch at 2,000 events: the job cannot keep up with
+    # 50,000 events/s, so the backlog grows and the rate is not sustained.
+    capped = grouping_at(50_000, 2_000)
+    ok, worst = sustained(capped, 50_000, 0.5)
+    assert not ok and worst > 25_000 and capped.verified
+
+
+def test_max_rate_search_probes_below_the_drain_rate_and_verifies_every_run(spark):
+    from ember.bench.sustainable import find_max_rate
+
+    cfg = BenchConfig(duration_s=4, max_events_per_batch=100_000, master="local[2]", verbose=False)
+    report = find_max_rate("grouping", WORKLOADS["grouping"][0], spark, cfg, steps=1)
+    assert report["drain_events_per_second"] > 0 and report["verified"] is True
+    (trial,) = report["trials"]
+    assert trial["rate"] == round(0.6 * report["drain_events_per_second"])
+    assert report["max_sustainable_events_per_second"] == (trial["rate"] if trial["sustained"] else 0)

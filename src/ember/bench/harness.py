@@ -50,6 +50,7 @@ class RunOutcome:
     detail: dict[str, Any] = field(default_factory=dict)
     peak_rss_bytes: int = 0  # this process tree (driver, JVM, Python workers) during the run
     checkpoint_bytes: int = 0  # the run's checkpoint (offsets, commits, state) on disk at its end
+    progress: list[dict[str, Any]] = field(default_factory=list)  # Ember's runs: every batch's report
 
 
 def throughput(reports: list[dict[str, Any]], rate: float | None = None, wall_s: float | None = None) -> tuple[int, float, float]:
@@ -57,10 +58,26 @@ def throughput(reports: list[dict[str, Any]], rate: float | None = None, wall_s:
     steady = reports[WARMUP_BATCHES:] if len(reports) > WARMUP_BATCHES + 2 else reports
     events = sum(int(r.get("numInputRows") or 0) for r in steady)
     seconds = sum(int(r.get("durationMs", {}).get("triggerExecution", 0)) for r in steady) / 1000
-    if rate is not None and wall_s:
+    if rate is not None:
+        # Open loop: a batch admits what fell due since the previous batch started, so
+        # the input taken in between the first and the last steady batch's start is
+        # that of the batches after the first, over the time between those starts.
+        span = _starts_span_s(steady)
+        if span > 0:
+            admitted = sum(int(r.get("numInputRows") or 0) for r in steady[1:])
+            return events, seconds, admitted / span
         total = sum(int(r.get("numInputRows") or 0) for r in reports)
-        return total, seconds, total / wall_s
+        return total, seconds, total / wall_s if wall_s else 0.0
     return events, seconds, events / seconds if seconds > 0 else 0.0
+
+
+def _starts_span_s(reports: list[dict[str, Any]]) -> float:
+    """Seconds from the first batch's start to the last's (0 if unknown)."""
+    if len(reports) < 2 or not all("timestamp" in r for r in (reports[0], reports[-1])):
+        return 0.0
+    first = dt.datetime.fromisoformat(reports[0]["timestamp"].replace("Z", "+00:00"))
+    last = dt.datetime.fromisoformat(reports[-1]["timestamp"].replace("Z", "+00:00"))
+    return max(0.0, (last - first).total_seconds())
 
 
 Workload = tuple[Callable[[Any, BenchConfig, str], RunOutcome], Callable[[Any, BenchConfig], RunOutcome] | None]

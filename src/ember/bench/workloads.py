@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from ember.api.environment import StreamEnvironment
 from ember.bench import baselines
-from ember.bench.harness import BenchConfig, RunOutcome, throughput, workload
+from ember.bench.harness import WARMUP_BATCHES, BenchConfig, RunOutcome, throughput, workload
 from ember.connectors.generators import GrepSource, GroupingSource
 from ember.connectors.sinks import CountSink
 
@@ -59,7 +59,7 @@ def grep(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     result, events, seconds, eps = _execute(env, "bench-grep", cfg)
     expected = src.expected_matches(pattern, 0, result.events)
     return RunOutcome(
-        events, seconds, eps, verified=sink.count == expected,
+        events, seconds, eps, progress=result.progress, verified=sink.count == expected,
         detail={"matches": sink.count, "expected_matches": expected, "pattern": pattern},
     )
 
@@ -81,8 +81,10 @@ def grouping(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     sink = CountSink(latency_field="ts")
     env.from_source(src, name="records").key_by("seq_id").sink_to(sink)
     result, events, seconds, eps = _execute(env, "bench-grouping", cfg)
+    # Open loop: latency in the steady state, past the batches that absorb the start-up.
+    latencies = sink.latencies_after(WARMUP_BATCHES - 1) if cfg.rate else sink.latencies_ms
     return RunOutcome(
-        events, seconds, eps, verified=sink.count == result.events, latencies_ms=sink.latencies_ms,
+        events, seconds, eps, progress=result.progress, verified=sink.count == result.events, latencies_ms=latencies,
         detail={"sink_count": sink.count, "source_events": result.events},
     )
 
@@ -105,7 +107,7 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     counted = sum(r["events"] for r in sink.rows())
     new_keys = sum(r["new_keys"] for r in sink.rows())
     return RunOutcome(
-        events, seconds, eps, verified=bool(result.events) and counted == result.events and new_keys == min(keys, result.events),
+        events, seconds, eps, progress=result.progress, verified=bool(result.events) and counted == result.events and new_keys == min(keys, result.events),
         detail={"keys": keys, "events_counted": counted, "keys_created": new_keys, "source_events": result.events},
     )
 
@@ -155,7 +157,7 @@ def _run_statemachine(spark: Any, cfg: BenchConfig, ckpt: str, name: str, keyed_
     got = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
     expected = src.expected_alerts(result.events)
     return RunOutcome(
-        events, seconds, eps, verified=bool(result.events) and got == expected,
+        events, seconds, eps, progress=result.progress, verified=bool(result.events) and got == expected,
         detail={"alerts": len(got), "injected": len(expected)},
     )
 
@@ -198,7 +200,6 @@ def _yahoo_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     """The same job hand-written in PySpark, on the same generated events."""
     import tempfile
 
-    from ember.bench.verify import check_yahoo_windows
     from ember.connectors.sinks import NoopSink
     from ember.runner.spark.compiler import compile_graph
 
@@ -207,12 +208,7 @@ def _yahoo_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     env.from_source(src, name="ad-events").sink_to(NoopSink())
     job = compile_graph(env.graph(), spark, env.config, job_name="plain-yahoo", checkpoint=tempfile.mkdtemp())
     reports, rows = baselines.yahoo_baseline(spark, job.df, src.campaign_table(), YAHOO_WINDOW_MS, cfg.duration_s)
-    events, seconds, eps = throughput(reports)
-    total = sum(int(r.get("numInputRows") or 0) for r in reports)
-    origin = _origin(env, job)
-    check = check_yahoo_windows(src, rows, total, origin, YAHOO_WINDOW_MS, None) if origin is not None else None
-    verified = bool(check and check.windows and not check.wrong and not check.duplicated)
-    return RunOutcome(events, seconds, eps, verified=verified, detail={"baseline_windows": check.windows if check else 0})
+    return _checked_windows(env, src, job, reports, rows, YAHOO_WINDOW_MS)
 
 
 @workload("yahoo", baseline=_yahoo_baseline)
@@ -235,7 +231,7 @@ def yahoo(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
                                 result.final_watermark_ms)
     latencies = [b.arrival_ms - r["window_end"] for b in sink.batches for r in b.rows] if cfg.rate else []
     return RunOutcome(
-        events, seconds, eps, verified=check.ok and check.windows > 0, latencies_ms=latencies,
+        events, seconds, eps, progress=result.progress, verified=check.ok and check.windows > 0, latencies_ms=latencies,
         detail={"windows": check.windows, "wrong": len(check.wrong), "missing": len(check.missing)},
     )
 
@@ -284,14 +280,20 @@ def _yahoo_views_job(spark: Any, cfg: BenchConfig, name: str) -> tuple[StreamEnv
 
 def _window_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     """The same windowed count in Spark's own ``transformWithStateInPandas`` (event-time timers)."""
-    from ember.bench.verify import check_yahoo_windows
-
     env, src, job = _yahoo_views_job(spark, cfg, "tws-window")
     reports, rows = baselines.window_tws_baseline(spark, job.df, "campaign_id", "event_time", WINDOW_MS, cfg.duration_s)
+    return _checked_windows(env, src, job, reports, rows, WINDOW_MS)
+
+
+def _checked_windows(env: StreamEnvironment, src: Any, job: Any, reports: list[dict], rows: list[dict], size_ms: int) -> RunOutcome:
+    """A baseline run's outcome: its throughput, and its window counts checked
+    against the generator (every emitted count exact, none twice)."""
+    from ember.bench.verify import check_yahoo_windows
+
     events, seconds, eps = throughput(reports)
     total = sum(int(r.get("numInputRows") or 0) for r in reports)
     origin = _origin(env, job)
-    check = check_yahoo_windows(src, rows, total, origin, WINDOW_MS, None) if origin is not None else None
+    check = check_yahoo_windows(src, rows, total, origin, size_ms, None) if origin is not None else None
     verified = bool(check and check.windows and not check.wrong and not check.duplicated)
     return RunOutcome(events, seconds, eps, verified=verified, detail={"baseline_windows": check.windows if check else 0})
 
@@ -323,7 +325,7 @@ def window(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     result, events, seconds, eps = _execute(env, "bench-window", cfg)
     check = check_yahoo_windows(src, sink.rows(), result.events, result.start_ms["ad-events"], WINDOW_MS, result.final_watermark_ms)
     return RunOutcome(
-        events, seconds, eps, verified=check.ok,
+        events, seconds, eps, progress=result.progress, verified=check.ok,
         detail={"windows": check.windows, "wrong": len(check.wrong), "missing": len(check.missing)},
     )
 
@@ -384,4 +386,4 @@ def countwindow(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     )
     result, events, seconds, eps = _execute(env, "bench-countwindow", cfg)
     verified, detail = _check_count_windows(src, sink.rows(), result.events)
-    return RunOutcome(events, seconds, eps, verified=verified, detail=detail)
+    return RunOutcome(events, seconds, eps, verified=verified, detail=detail, progress=result.progress)

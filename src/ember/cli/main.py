@@ -78,6 +78,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.workload == "sweep":
         return _cmd_sweep(args)
+    if args.workload == "report":
+        return _cmd_report(args)
+    if args.max_rate:
+        return _cmd_max_rate(args)
     cfg = BenchConfig(
         duration_s=args.duration, rate=args.rate, rounds=args.rounds,
         max_events_per_batch=args.max_events_per_batch, master=args.master,
@@ -92,6 +96,43 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         for key, value in report.items():
             print(f"{key:28} {value}")
     return 0 if report.get("verified") is not False else 1
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from ember.bench.report import run_report, write_report
+
+    data = run_report(size=args.size, master=args.master)
+    data["command"] = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    path = write_report(data, args.out)
+    print(f"report: {path}")
+    ok = all(r.get("verified") is not False for r in data["workloads"].values()) and data["sweep"]["verified"]
+    return 0 if ok else 1
+
+
+def _cmd_max_rate(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from ember.api.environment import StreamEnvironment
+    from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
+    from ember.bench.harness import WORKLOADS, BenchConfig
+    from ember.bench.sustainable import find_max_rate
+
+    if args.workload not in WORKLOADS:
+        raise SystemExit(f"unknown workload {args.workload!r}; available: {', '.join(sorted(WORKLOADS))}")
+    cfg = BenchConfig(duration_s=args.duration, max_events_per_batch=args.max_events_per_batch, master=args.master,
+                      verbose=True, options={k: v for k, v in (("keys", args.keys),) if v})
+    spark = StreamEnvironment(master=args.master).spark
+    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    report = find_max_rate(args.workload, WORKLOADS[args.workload][0], spark, cfg)
+    report["command"] = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    report["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{args.workload}: drains at {report['drain_events_per_second']:,} events/s; sustains "
+              f"{report['max_sustainable_events_per_second']:,} events/s open loop (backlog <= "
+              f"{report['backlog_bound_s']:g} s of input); verified: {report['verified']}")
+    return 0 if report["verified"] else 1
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -194,8 +235,9 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
     bench.add_argument("workload", help="grep | grouping | grouping-keyed | statemachine | statemachine-vectorized | window | "
-                       "countwindow | yahoo, or sweep (E3: the grouping job across trigger intervals at --rate, "
-                       "default 500,000, and across per-batch bounds at unbounded rate)")
+                       "countwindow | yahoo; sweep (E3: the grouping job across trigger intervals at --rate, "
+                       "default 500,000, and across per-batch bounds at unbounded rate); report (the whole suite: "
+                       "a Markdown report with tables and plots in --out)")
     bench.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per run (default 20)")
     bench.add_argument("--rate", type=float, help="open-loop input rate, events/s (default: unbounded)")
     bench.add_argument("--rounds", type=int, default=1, help="alternating Ember/baseline rounds (default 1)")
@@ -205,6 +247,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=float, default=8.0, metavar="S", help="discarded warm-up run of each side (default 8 s)")
     bench.add_argument("--pattern", help="grep: regex to match (default the E1 pattern)")
     bench.add_argument("--keys", type=int, help="grouping-keyed: distinct keys in the state (default 1000)")
+    bench.add_argument("--size", choices=["tiny", "quick", "full"], default="quick", help="report: run sizes (default quick)")
+    bench.add_argument("--out", default="bench-report", help="report: output directory (default ./bench-report)")
+    bench.add_argument("--max-rate", action="store_true",
+                       help="search the highest open-loop rate the workload sustains (bounded lag), after a drain run")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 

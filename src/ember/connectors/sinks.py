@@ -111,6 +111,11 @@ class CountSink(Sink):
         with self._lock:
             return [x for k in sorted(self._latencies) for x in self._latencies[k]]
 
+    def latencies_after(self, batch_id: int) -> list[int]:
+        """The latency samples of the batches after ``batch_id`` (e.g. past a warm-up)."""
+        with self._lock:
+            return [x for k in sorted(self._latencies) if k > batch_id for x in self._latencies[k]]
+
 
 _FILE_FORMATS = ("parquet", "json", "csv", "orc")
 

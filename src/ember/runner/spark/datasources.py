@@ -112,11 +112,14 @@ class SequenceReader(DataSourceStreamReader):
         if rate is not None:
             elapsed_ms = time.time_ns() // 1_000_000 - origin
             due = min(due, max(0, int(elapsed_ms * float(rate) // 1000)))
+        due_now = due
         if not isinstance(limit, ReadAllAvailable):
             due = min(due, n0 + int(limit.max_rows))
         n1 = max(n0, due)
         done = max_events is not None and n1 >= max_events
         end = {"n": n1, "origin_ms": origin, "done": done}
+        if rate is not None:
+            end["due"] = max(n1, due_now)  # events due by now: due - n is the backlog (lag)
         if self.options.get("pack"):
             end["packed"] = True  # rows are buckets of records: the runner counts events by offsets
         return end

@@ -294,12 +294,17 @@ def _events(report: dict[str, Any], sources: list[dict[str, Any]], offsets: list
 
 
 def _lag(sources: list[dict[str, Any]]) -> int | None:
-    """Records waiting in sources that report them (entries added minus read), after the batch."""
+    """Records waiting in sources that report them, after the batch: entries added
+    minus read (Redis streams), events due minus admitted (rate-limited generators)."""
     total, known = 0, False
     for s in sources:
-        added, read = _offset(s.get("latestOffset")).get("added"), _offset(s.get("endOffset")).get("read")
+        end = _offset(s.get("endOffset"))
+        added, read = _offset(s.get("latestOffset")).get("added"), end.get("read")
         if isinstance(added, dict) and isinstance(read, dict):
             total += sum(max(0, int(added[k]) - int(read.get(k, 0))) for k in added)
+            known = True
+        elif "due" in end and "n" in end:
+            total += max(0, int(end["due"]) - int(end["n"]))
             known = True
     return total if known else None
 
