@@ -78,7 +78,6 @@ def run_sweep(
     return report
 
 
-
 def _point(spark: Any, cfg: BenchConfig) -> Any:
     from ember.bench import workloads
 
