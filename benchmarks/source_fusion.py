@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import tempfile
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,23 +26,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="statemachine-vectorized,statemachine")
     args = parser.parse_args(argv)
 
-    from ember.api.environment import StreamEnvironment
     from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
-    from ember.bench.harness import WORKLOADS, BenchConfig
+    from ember.bench.harness import WORKLOADS, BenchConfig, bench_session, run_once
 
-    spark = StreamEnvironment(master="local[*]").spark
-    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    spark = bench_session("local[*]")
     results: dict[tuple[str, bool], list[float]] = {}
     verified = True
     names = args.workloads.split(",")
     for name in names:  # discarded warm-up of each side
         for fused in (True, False):
-            _run(spark, WORKLOADS[name][0], BenchConfig(duration_s=8, verbose=False, options={"fuse_sources": fused}))
+            run_once(WORKLOADS[name][0], spark, BenchConfig(duration_s=8, verbose=False, options={"fuse_sources": fused}), "ember-fusion")
     for i in range(args.rounds):
         for name in names:
             for fused in ((True, False) if i % 2 == 0 else (False, True)):
                 cfg = BenchConfig(duration_s=args.duration, verbose=False, options={"fuse_sources": fused})
-                out = _run(spark, WORKLOADS[name][0], cfg)
+                out = run_once(WORKLOADS[name][0], spark, cfg, "ember-fusion")
                 verified = verified and bool(out.verified)
                 results.setdefault((name, fused), []).append(out.events_per_second)
                 print(f"round {i + 1}: {name} fused={fused}: {out.events_per_second:,.0f} events/s, verified={out.verified}", flush=True)
@@ -56,14 +52,6 @@ def main(argv: list[str] | None = None) -> int:
                         "unfused_rounds": [round(x) for x in results[(name, False)]]}
     print(json.dumps(report))
     return 0 if verified else 1
-
-
-def _run(spark, run, cfg):
-    ckpt = tempfile.mkdtemp(prefix="ember-fusion-")
-    try:
-        return run(spark, cfg, ckpt)
-    finally:
-        shutil.rmtree(ckpt, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ember.bench.memory import RssSampler
 from ember.bench.stats import median, percentiles
 
-__all__ = ["BenchConfig", "RunOutcome", "WORKLOADS", "run_benchmark", "throughput"]
+__all__ = ["BenchConfig", "RunOutcome", "WORKLOADS", "bench_session", "run_once", "run_benchmark", "throughput"]
 
 WARMUP_BATCHES = 2
 
@@ -101,18 +101,38 @@ def _disk_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
+def bench_session(master: str) -> Any:
+    """The SparkSession benchmarks run on: one shuffle partition per core."""
+    from ember.api.environment import StreamEnvironment
+
+    spark = StreamEnvironment(master=master).spark
+    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    return spark
+
+
+def run_once(run: Callable[[Any, BenchConfig, str], RunOutcome], spark: Any, cfg: BenchConfig, prefix: str) -> RunOutcome:
+    """One run of an Ember workload in a fresh checkpoint (removed afterwards), with
+    the process tree's peak RSS and the checkpoint's size at the end."""
+    ckpt = tempfile.mkdtemp(prefix=f"{prefix}-")
+    try:
+        with RssSampler() as rss:
+            out = run(spark, cfg, ckpt)
+        out.peak_rss_bytes = rss.peak_any
+        out.checkpoint_bytes = _disk_bytes(ckpt)
+        return out
+    finally:
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
 def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, Any]:
     """Run workload ``name`` and return the JSON-able report."""
     from ember import bench  # noqa: F401
     from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
-    from ember.api.environment import StreamEnvironment
 
     if name not in WORKLOADS:
         raise SystemExit(f"unknown workload {name!r}; available: {', '.join(sorted(WORKLOADS))}")
     run, base = WORKLOADS[name]
-    env = StreamEnvironment(master=cfg.master)
-    spark = env.spark
-    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    spark = bench_session(cfg.master)
     ember_runs: list[RunOutcome] = []
     base_runs: list[RunOutcome] = []
     if cfg.warmup_s > 0:
@@ -120,25 +140,15 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
         # discarded run of each so neither side pays for it in the figures.
         _log(cfg, f"warm-up: {cfg.warmup_s:g} s each, not recorded")
         warm = BenchConfig(**{**cfg.__dict__, "duration_s": cfg.warmup_s, "verbose": False})
-        ckpt = tempfile.mkdtemp(prefix=f"ember-bench-{name}-")
-        try:
-            run(spark, warm, ckpt)
-        finally:
-            shutil.rmtree(ckpt, ignore_errors=True)
+        run_once(run, spark, warm, f"ember-bench-{name}")
         if base is not None and cfg.baseline:
             base(spark, warm)
+
     def ember_round(i: int) -> None:
-        ckpt = tempfile.mkdtemp(prefix=f"ember-bench-{name}-")
-        try:
-            _log(cfg, f"round {i + 1}/{cfg.rounds}: Ember {name} for {cfg.duration_s:g} s")
-            with RssSampler() as rss:
-                out = run(spark, cfg, ckpt)
-            out.peak_rss_bytes = rss.peak_any
-            out.checkpoint_bytes = _disk_bytes(ckpt)
-            _log(cfg, f"  Ember: {out.events_per_second:,.0f} events/s, verified={out.verified}")
-            ember_runs.append(out)
-        finally:
-            shutil.rmtree(ckpt, ignore_errors=True)
+        _log(cfg, f"round {i + 1}/{cfg.rounds}: Ember {name} for {cfg.duration_s:g} s")
+        out = run_once(run, spark, cfg, f"ember-bench-{name}")
+        _log(cfg, f"  Ember: {out.events_per_second:,.0f} events/s, verified={out.verified}")
+        ember_runs.append(out)
 
     def baseline_round(i: int) -> None:
         _log(cfg, f"round {i + 1}/{cfg.rounds}: plain PySpark {name} for {cfg.duration_s:g} s")

@@ -59,16 +59,15 @@ def _log(msg: str) -> None:
 
 def run_report(size: str = "quick", master: str = "local[*]", workloads: list[str] | None = None) -> dict[str, Any]:
     """Run the suite at ``size``; returns everything the report shows."""
-    from ember.api.environment import StreamEnvironment
     from ember.bench import workloads as _registry  # noqa: F401 - fills WORKLOADS
-    from ember.bench.harness import WORKLOADS, BenchConfig, run_benchmark
+    from ember.bench.harness import WORKLOADS, BenchConfig, bench_session, run_benchmark
     from ember.bench.sustainable import find_max_rate
     from ember.bench.sweep import run_sweep
 
     s = SIZES[size]
     names = workloads or sorted(WORKLOADS)
     started = time.monotonic()
-    spark = StreamEnvironment(master=master).spark
+    spark = bench_session(master)
     cores = spark.sparkContext.defaultParallelism
     out: dict[str, Any] = {
         "size": size, "cores": cores, "workloads": {},

@@ -12,12 +12,10 @@ between the last sustained and the first unsustained probe and halves the bracke
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from typing import Any, Callable
 
-from ember.bench.harness import BenchConfig, RunOutcome
+from ember.bench.harness import BenchConfig, RunOutcome, run_once
 
 __all__ = ["sustained", "find_max_rate"]
 
@@ -43,11 +41,7 @@ def find_max_rate(
 ) -> dict[str, Any]:
     """The drain rate and the max sustainable rate of workload ``name``."""
     def attempt(rate: float | None) -> RunOutcome:
-        ckpt = tempfile.mkdtemp(prefix=f"ember-maxrate-{name}-")
-        try:
-            return run(spark, BenchConfig(**{**cfg.__dict__, "rate": rate, "verbose": False}), ckpt)
-        finally:
-            shutil.rmtree(ckpt, ignore_errors=True)
+        return run_once(run, spark, BenchConfig(**{**cfg.__dict__, "rate": rate, "verbose": False}), f"ember-maxrate-{name}")
 
     def log(msg: str) -> None:
         if cfg.verbose:
@@ -56,8 +50,9 @@ def find_max_rate(
     log(f"{name}: draining at unbounded rate for {cfg.duration_s:g} s")
     drain = attempt(None)
     log(f"  drain: {drain.events_per_second:,.0f} events/s, verified={drain.verified}")
-    lo, hi = 0.0, 1.2 * drain.events_per_second
-    rate = 0.6 * drain.events_per_second
+    drained = round(drain.events_per_second)
+    lo, hi = 0.0, 1.2 * drained
+    rate = 0.6 * drained
     trials = []
     for i in range(steps):
         out = attempt(rate)
@@ -70,7 +65,7 @@ def find_max_rate(
         rate = (lo + hi) / 2
     return {
         "workload": name,
-        "drain_events_per_second": round(drain.events_per_second),
+        "drain_events_per_second": drained,
         "max_sustainable_events_per_second": round(lo),
         "backlog_bound_s": bound_s,
         "trials": trials,

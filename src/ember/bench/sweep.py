@@ -17,13 +17,11 @@ event reaches the sink exactly once):
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
-from ember.bench.harness import BenchConfig
+from ember.bench.harness import BenchConfig, RunOutcome, bench_session, run_once
 from ember.bench.stats import percentiles
 
 __all__ = ["run_sweep", "TRIGGERS_MS", "BATCH_BOUNDS"]
@@ -42,10 +40,7 @@ def run_sweep(
 ) -> dict[str, Any]:
     """Both sweeps; returns ``{"fixed_rate": [...], "max_rate": [...], ...}``, one
     point per setting with events/s, latency percentiles and ``verified``."""
-    from ember.api.environment import StreamEnvironment
-
-    spark = StreamEnvironment(master=master).spark
-    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    spark = bench_session(master)
     settings = [("fixed_rate", rate, t, max(batch_bounds)) for t in triggers_ms]
     settings += [("max_rate", None, 0, b) for b in batch_bounds]
     if verbose:
@@ -78,11 +73,7 @@ def run_sweep(
     return report
 
 
-def _point(spark: Any, cfg: BenchConfig) -> Any:
+def _point(spark: Any, cfg: BenchConfig) -> RunOutcome:
     from ember.bench import workloads
 
-    ckpt = tempfile.mkdtemp(prefix="ember-sweep-")
-    try:
-        return workloads.grouping(spark, cfg, ckpt)
-    finally:
-        shutil.rmtree(ckpt, ignore_errors=True)
+    return run_once(workloads.grouping, spark, cfg, "ember-sweep")

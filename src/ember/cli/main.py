@@ -112,18 +112,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_max_rate(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from ember.api.environment import StreamEnvironment
     from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
-    from ember.bench.harness import WORKLOADS, BenchConfig
+    from ember.bench.harness import WORKLOADS, BenchConfig, bench_session
     from ember.bench.sustainable import find_max_rate
 
     if args.workload not in WORKLOADS:
         raise SystemExit(f"unknown workload {args.workload!r}; available: {', '.join(sorted(WORKLOADS))}")
     cfg = BenchConfig(duration_s=args.duration, max_events_per_batch=args.max_events_per_batch, master=args.master,
                       verbose=True, options={k: v for k, v in (("keys", args.keys),) if v})
-    spark = StreamEnvironment(master=args.master).spark
-    spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
-    report = find_max_rate(args.workload, WORKLOADS[args.workload][0], spark, cfg)
+    report = find_max_rate(args.workload, WORKLOADS[args.workload][0], bench_session(args.master), cfg)
     report["command"] = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if args.json:

@@ -108,8 +108,7 @@ class CountSink(Sink):
 
     @property
     def latencies_ms(self) -> list[int]:
-        with self._lock:
-            return [x for k in sorted(self._latencies) for x in self._latencies[k]]
+        return self.latencies_after(-1)
 
     def latencies_after(self, batch_id: int) -> list[int]:
         """The latency samples of the batches after ``batch_id`` (e.g. past a warm-up)."""

@@ -85,13 +85,12 @@ def keyed_operator(
     ``combiner(fields)``, when given, returns a ``mapInArrow`` function and its output
     schema: it pre-aggregates each partition before the shuffle, and ``fn`` receives
     its output instead of the records."""
-    df = up.df
-    fields = list(df.columns)
-    if event_time:
-        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
+    fields = list(up.df.columns)
+    partials = None
     if combiner is not None:
         combine, partial_type = combiner(fields)
-        df = restore_anchor(df.mapInArrow(combine, partial_type)) if event_time else df.mapInArrow(combine, partial_type)
+        partials = _timed(comp, node, up, event_time).mapInArrow(combine, partial_type)
+        partials = restore_anchor(partials) if event_time else partials
         fields = [f.name for f in partial_type.fields if f.name != TIME]
     sides = _side_outputs(comp, node, late)
     schema = T.StructType(list(out.fields))
@@ -108,28 +107,37 @@ def keyed_operator(
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
-    grouped, bucket_fn = _buckets(comp, node, up, df, keys, event_time, bucket_fn, packed=combiner is None)
+    grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials)
     result = grouped.applyInPandasWithState(bucket_fn, schema, "blob binary", "append", timeout)
     return Frame(result, up.time)
 
 
+def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool) -> Any:
+    """``up``'s rows with the event-time column and watermark a keyed step needs."""
+    return keep_late_rows(with_event_time(comp, up.df, up.time, node.name)) if event_time else up.df
+
+
 def _buckets(
-    comp: Compilation, node: Node, up: Frame, df: Any, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, packed: bool
+    comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, partials: Any = None
 ) -> tuple[Any, Any]:
-    """``df`` (``up`` with its event time) grouped by state bucket, its rows packed
-    per bucket (keyed/packing.py) — by the source itself where it can, else by a
-    ``mapInArrow`` step — unless they are few already (a window's partial aggregates)."""
-    fused = _fused_source(comp, node, up, keys, event_time) if packed else None
-    if fused is not None:  # ``df`` stays unused: Spark plans only what the query reads
+    """``up``'s rows grouped by state bucket and packed per bucket (keyed/packing.py) —
+    by the source itself where it can, else by a ``mapInArrow`` step — or, when a
+    window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
+    if partials is not None:
+        return partials.withColumn(BUCKET, _bucket_of(keys)).groupBy(BUCKET), bucket_fn
+    fused = _fused_source(comp, node, up, keys, event_time)
+    if fused is not None:
         return fused.groupBy(BUCKET), unpacking(bucket_fn)
-    bucketed = df.withColumn(BUCKET, F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int"))
-    if not packed:
-        return bucketed.groupBy(BUCKET), bucket_fn
+    bucketed = _timed(comp, node, up, event_time).withColumn(BUCKET, _bucket_of(keys))
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
     rows = bucketed.mapInArrow(packer(BUCKET, (ANCHOR,)), schema)
     if event_time:
         rows = restore_anchor(rows)
     return rows.groupBy(BUCKET), unpacking(bucket_fn)
+
+
+def _bucket_of(keys: tuple[str, ...]) -> Any:
+    return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int")
 
 
 def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool) -> Any | None:
@@ -153,9 +161,7 @@ def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...
         return None
     spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None)
     df = packed_source(comp, source, spec)
-    if df is not None and event_time:
-        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
-    return df
+    return None if df is None else _timed(comp, node, Frame(df, up.time), event_time)
 
 
 def _has_event_time(up: Frame) -> bool:
@@ -175,16 +181,13 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
     out = output_struct(node.output_schema, None, node.name)
     state_type = output_struct(node.fn.state_schema, None, node.name)
     event_time = _has_event_time(up)
-    df = up.df
-    fields = list(df.columns)
+    fields = list(up.df.columns)
     ship_by_value(node.fn)
     bucket_fn = make_vectorized_bucket_function(
         node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time
     )
-    if event_time:
-        df = keep_late_rows(with_event_time(comp, df, up.time, node.name))
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
-    grouped, bucket_fn = _buckets(comp, node, up, df, node.keys, event_time, bucket_fn, packed=True)
+    grouped, bucket_fn = _buckets(comp, node, up, node.keys, event_time, bucket_fn)
     result = grouped.applyInPandasWithState(bucket_fn, out, "table binary", "append", timeout)
     return Frame(result, up.time)
 
