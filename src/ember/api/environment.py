@@ -228,6 +228,7 @@ class StreamEnvironment:
         checkpoint: str | os.PathLike[str] | None = None,
         progress: Callable[[dict[str, Any]], None] | bool = True,
         stop_when_idle: timedelta | float | None = None,
+        from_savepoint: str | os.PathLike[str] | None = None,
     ) -> JobResult:
         """Compile the pipeline to one Spark Structured Streaming query and run it.
 
@@ -238,6 +239,12 @@ class StreamEnvironment:
         source has data waiting (drain what is there, then stop) — whichever
         comes first. ``progress``: True prints a line every few seconds to stderr; a callable
         receives each Spark progress report; False is silent.
+
+        ``from_savepoint``: start from a savepoint (ember.savepoints) instead of
+        nothing; the job's checkpoint must then be new. The savepoint is verified and
+        this pipeline compared with the one that wrote it before the job starts; with
+        ``parallelism`` set to another value than the savepoint's, its state is
+        repartitioned first.
         """
         from ember.runner.spark.execution import run_job
 
@@ -261,6 +268,7 @@ class StreamEnvironment:
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=os.path.abspath(ckpt),
                 duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock, idle_s=idle,
+                from_savepoint=os.fspath(from_savepoint) if from_savepoint is not None else None,
             )
         finally:
             self._sinks.clear()

@@ -8,11 +8,13 @@ into a function that does not expect it. Ember writes a manifest of the state
 the pipeline keeps (``<checkpoint>/ember/pipeline.json``) when a checkpoint is
 new and compares the restarted pipeline with it before the query starts.
 
-Compatible: any change to stateless steps (map, filter, select, sinks, ...).
+Compatible: any change to stateless steps (map, filter, select, sinks, ...) and
+new state in a process function (a state descriptor added: it starts empty).
 Refused, with the operator and the reason: a source added, removed or of another
 kind; a stateful operator added, removed or of another kind; its key changed;
-its state changed (a process function's state descriptors, a window's assigner,
-trigger, evictor or aggregation).
+its state changed (a process function's state descriptor removed or of another
+kind, a window's assigner, trigger, evictor or aggregation). The same check
+guards a restore from a savepoint (ember.savepoints).
 """
 
 from __future__ import annotations
@@ -108,9 +110,28 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
             problems.append(f"{where}: key changed from {old['keys']} to {new['keys']}")
         for what in sorted(set(old["state"]) | set(new["state"])):
             before, after = old["state"].get(what), new["state"].get(what)
-            if before != after:
+            if what == "state descriptors" and isinstance(before, dict) and isinstance(after, dict):
+                problems += _descriptor_changes(where, before, after)
+            elif before != after:
                 problems.append(f"{where}: {what} changed from {_show(before)} to {_show(after)}")
     return problems
+
+
+def _descriptor_changes(where: str, before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """A process function's state: new states are fine (they start empty); a state
+    that changed kind or was removed is not (its stored values would be misread or dropped)."""
+    changed = {n: (before[n], after[n]) for n in before if n in after and before[n] != after[n]}
+    removed = sorted(n for n in before if n not in after)
+    if not changed and not removed:
+        return []
+    return [
+        f"{where}: state descriptors changed from {_show(before)} to {_show(after)} ("
+        + "; ".join(
+            [f"'{n}' was a {a}, now a {b}" for n, (a, b) in sorted(changed.items())]
+            + [f"'{n}' ({before[n]}) was removed: its stored values would be dropped" for n in removed]
+        )
+        + ")"
+    ]
 
 
 def _names(items: list[dict[str, Any]]) -> str:

@@ -65,6 +65,7 @@ class Compilation:
     tagged: dict[int, Frame] = field(default_factory=dict)  # combined main + side outputs of a step
     side_types: dict[int, Any] = field(default_factory=dict)  # step -> {side output: StructType}
     counters: dict[str, Any] = field(default_factory=dict)  # Spark accumulators, by name
+    key_types: dict[str, list[str]] = field(default_factory=dict)  # keyed step -> its key fields' Spark types
 
     @property
     def job_id(self) -> str:

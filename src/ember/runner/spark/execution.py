@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sys
 from typing import Any, Callable
 
@@ -20,11 +21,14 @@ from ember.runner.spark.compat import check_restart
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.datasources import fixed_origin, origin_file
 from ember.runner.spark.session import configure_for_query
+from ember.savepoints.store import last_batch
 from ember.time.clock import Clock
 
 __all__ = ["run_job", "source_origins"]
 
 POLL_S = 0.1
+RUNNING = "running"  # in <checkpoint>/ember while a job runs: its pid and host
+STOP_REQUEST = "stop-request"  # written by `ember savepoint create --stop`: stop at a clean cut
 PROGRESS_EVERY_S = 5.0
 
 
@@ -36,9 +40,7 @@ def _has_progress(checkpoint: str) -> bool:
 
 def last_committed_batch(checkpoint: str) -> int:
     """The newest batch id in Spark's commit log (-1 when none)."""
-    commits = os.path.join(checkpoint, "commits")
-    ids = [int(f) for f in os.listdir(commits) if f.isdigit()] if os.path.isdir(commits) else []
-    return max(ids, default=-1)
+    return last_batch(checkpoint, "commits")
 
 
 def source_origins(checkpoint: str, graph: Graph) -> dict[str, int]:
@@ -66,21 +68,29 @@ def run_job(
     progress: Callable[[dict[str, Any]], None] | bool,
     clock: Clock,
     idle_s: float | None = None,
+    from_savepoint: str | None = None,
 ) -> JobResult:
     configure_for_query(spark, config)
+    if from_savepoint is not None:
+        from ember.savepoints import restore_savepoint
+
+        restore_savepoint(spark, from_savepoint, checkpoint, graph, config.parallelism)
     bounded_sources = [n for n in graph.sources if n.source.bounded]
     bounded = bool(bounded_sources) and len(bounded_sources) == len(graph.sources)
     os.makedirs(os.path.join(checkpoint, "ember"), exist_ok=True)  # Ember's own files: origins, markers
     marker = os.path.join(checkpoint, "ember", "end-of-input")
     stop_marker = os.path.join(checkpoint, "ember", "stop")
-    if os.path.exists(stop_marker):
-        os.remove(stop_marker)  # left by a run that did not finish stopping
+    stop_request = os.path.join(checkpoint, "ember", STOP_REQUEST)  # `ember savepoint create --stop`
+    for left in (stop_marker, stop_request):
+        if os.path.exists(left):
+            os.remove(left)  # left by a run that did not finish stopping
     check_restart(checkpoint, graph, has_progress=_has_progress(checkpoint))
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         end_of_input_marker=marker if bounded else None,
         stop_marker=stop_marker,
     )
+    _write_json(os.path.join(checkpoint, "ember", "operators.json"), {"key_types": job.compilation.key_types})
     job.prepare_sinks()
     needs_flush = job.compilation.uses_end_of_input
     writer = (
@@ -92,7 +102,13 @@ def run_job(
     )
     follower = _Follower(progress, name, clock)
     start = clock.monotonic()
-    query = writer.start()
+    running = os.path.join(checkpoint, "ember", RUNNING)
+    _write_json(running, {"pid": os.getpid(), "host": socket.gethostname(), "job": name})
+    try:
+        query = writer.start()
+    except BaseException:
+        os.remove(running)
+        raise
     reason = "running"
     flushing = False  # end of input marked; waiting for the batch after the end-of-input row
     idle_since = clock.monotonic()
@@ -116,6 +132,9 @@ def run_job(
             if max_events is not None and follower.events >= max_events:
                 reason = f"{max_events:,} events processed"
                 break
+            if os.path.exists(stop_request):
+                reason = "stopped for a savepoint"
+                break
             if bounded:
                 if not flushing and follower.sources_done(len(bounded_sources)):
                     if not needs_flush:
@@ -136,11 +155,14 @@ def run_job(
         reason = "interrupted"
     finally:
         try:
-            _stop_gracefully(query, stop_marker, follower, clock)
+            _stop_gracefully(query, stop_marker, follower, clock, checkpoint)
+            if reason == "stopped for a savepoint" and query.exception() is None:
+                query = _finish_planned_batch(writer, query, stop_marker, follower, clock, checkpoint)
         finally:
             follower.poll(query)
-            if os.path.exists(stop_marker):
-                os.remove(stop_marker)
+            for done in (stop_marker, stop_request, running):
+                if os.path.exists(done):
+                    os.remove(done)
     # Driver-side sinks keep exactly the batches this result counts: not a batch stopped after
     # its sink ran but before Spark committed it, nor one committed but stopped before Spark
     # reported its progress (its input would be missing from ``events``).
@@ -166,13 +188,15 @@ def run_job(
     )
 
 
-def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock: Clock) -> None:
+def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock: Clock, checkpoint: str) -> None:
     """Stop between micro-batches rather than interrupting one.
 
     Ember's sources stop admitting input once the stop marker exists; the
-    runner then waits for the batch in flight (bounded by a few batch
-    durations) and stops the idle query. Interrupting a batch is safe for
-    exactly-once (it is replayed on restart) but makes Spark log errors.
+    runner then waits for the batch in flight — until every batch in the
+    offset log is in the commit log and no trigger runs (bounded by a few batch
+    durations) — and stops the idle query. Interrupting a batch is safe for
+    exactly-once (it is replayed on restart) but makes Spark log errors, and a
+    savepoint wants a clean cut.
     """
     if query.isActive and query.exception() is None:
         open(stop_marker, "a").close()
@@ -181,9 +205,39 @@ def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock:
         deadline = clock.monotonic() + min(30.0, 2.0 + 3 * last / 1000)
         idle_polls = 0
         while clock.monotonic() < deadline and query.isActive and idle_polls < 3:
-            idle_polls = idle_polls + 1 if not query.status["isTriggerActive"] else 0
+            clean = not query.status["isTriggerActive"] and _planned_batch(checkpoint) is None
+            idle_polls = idle_polls + 1 if clean else 0
             clock_sleep(0.01)
     query.stop()
+
+
+def _planned_batch(checkpoint: str) -> int | None:
+    """The batch Spark planned (offset log) but has not committed, if any."""
+    planned, committed = last_batch(checkpoint, "offsets"), last_committed_batch(checkpoint)
+    return planned if planned > committed else None
+
+
+def _finish_planned_batch(writer: Any, query: Any, stop_marker: str, follower: "_Follower", clock: Clock, checkpoint: str) -> Any:
+    """After a stop for a savepoint: if a planned batch was interrupted, run the query
+    once more (the stop marker admits no new input, so Spark only replays that batch
+    from its logged offsets) so the savepoint's cut leaves nothing half-written."""
+    for _ in range(2):
+        if _planned_batch(checkpoint) is None:
+            break
+        query = writer.start()
+        deadline = clock.monotonic() + 120
+        while clock.monotonic() < deadline and query.isActive and _planned_batch(checkpoint) is not None:
+            follower.poll(query)
+            clock_sleep(POLL_S)
+        _stop_gracefully(query, stop_marker, follower, clock, checkpoint)
+    return query
+
+
+def _write_json(path: str, value: Any) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, sort_keys=True)
+    os.replace(tmp, path)
 
 
 def clock_sleep(seconds: float) -> None:

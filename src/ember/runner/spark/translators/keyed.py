@@ -123,6 +123,7 @@ def _buckets(
     """``up``'s rows grouped by state bucket and packed per bucket (keyed/packing.py) —
     by the source itself where it can, else by a ``mapInArrow`` step — or, when a
     window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
+    comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if partials is not None:
         return partials.withColumn(BUCKET, _bucket_of(keys)).groupBy(BUCKET), bucket_fn
     fused = _fused_source(comp, node, up, keys, event_time)

@@ -1,0 +1,303 @@
+"""Savepoints: stop, version, inspect, modify, rescale and restore a job's state.
+
+- :func:`create_savepoint` — an addressable copy of a job's consistent state at
+  a committed micro-batch; with ``stop=True`` the running job first stops at a
+  clean cut (stop-with-savepoint: nothing processed twice or lost across the switch).
+- ``env.execute(..., from_savepoint=path)`` / ``ember run --from-savepoint`` —
+  start a (possibly changed, possibly rescaled) pipeline from it (:func:`restore_savepoint`).
+- :class:`Savepoint` — inspect one, read an operator's state as a pandas
+  DataFrame, write a modified state into a new savepoint.
+
+Layout and guarantees: store.py; reading and writing state: state.py;
+design: docs/design/savepoints.md; guide: docs/savepoints.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import time
+from typing import Any, Callable
+
+import pandas as pd
+
+from ember.savepoints.store import (
+    SavepointError,
+    SavepointInfo,
+    copy_into_checkpoint,
+    cut_checkpoint,
+    delete_savepoint,
+    last_batch,
+    list_savepoints,
+    verify,
+)
+
+__all__ = [
+    "Savepoint",
+    "SavepointError",
+    "SavepointInfo",
+    "create_savepoint",
+    "restore_savepoint",
+    "list_savepoints",
+    "delete_savepoint",
+    "DEFAULT_ROOT",
+]
+
+DEFAULT_ROOT = "ember-savepoints"
+_CHECKPOINT_ENTRIES = {"ember", "offsets", "commits", "state", "sources", "metadata", ".metadata.crc"}
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def _alive(info: dict[str, Any]) -> bool:
+    """Is the job that wrote this ``running`` marker still running (as far as we can tell)?"""
+    if info.get("host") != socket.gethostname():
+        return True  # another machine's process: trust the marker
+    try:
+        os.kill(int(info["pid"]), 0)
+    except (ProcessLookupError, ValueError, KeyError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _stop_job(checkpoint: str, timeout_s: float, progress: Callable[[str], None]) -> bool:
+    """Ask the job running on ``checkpoint`` to stop at a clean cut and wait for it;
+    False when no job was running."""
+    from ember.runner.spark.execution import RUNNING, STOP_REQUEST
+
+    running = os.path.join(checkpoint, "ember", RUNNING)
+    info = _read_json(running)
+    if info is None or not _alive(info):
+        return False
+    open(os.path.join(checkpoint, "ember", STOP_REQUEST), "a").close()
+    progress(f"asked job '{info.get('job', '?')}' (pid {info.get('pid')}) to stop at a clean cut ...")
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(running):
+        current = _read_json(running)
+        if current is not None and not _alive(current):
+            break
+        if time.monotonic() > deadline:
+            raise SavepointError(f"the job did not stop within {timeout_s:g} s; no savepoint was taken")
+        time.sleep(0.1)
+    return True
+
+
+def _source_offsets(checkpoint: str, batch: int) -> list[Any]:
+    with open(os.path.join(checkpoint, "offsets", str(batch))) as f:
+        lines = f.read().splitlines()[2:]
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            out.append(line)
+    return out
+
+
+def _describe_job(checkpoint: str, job: str | None) -> dict[str, Any]:
+    from pyspark import __version__ as spark_version
+
+    from ember import __version__ as ember_version
+    from ember.runner.spark.compat import manifest_path
+
+    pipeline = _read_json(manifest_path(checkpoint))
+    if pipeline is None:
+        raise SavepointError(f"{checkpoint} is not an Ember job's checkpoint (no ember/pipeline.json)")
+    types = (_read_json(os.path.join(checkpoint, "ember", "operators.json")) or {}).get("key_types", {})
+    for op in pipeline.get("operators", []):
+        if op["name"] in types:
+            op["key_types"] = types[op["name"]]
+    return {
+        "job": job or os.path.basename(os.path.normpath(checkpoint)),
+        "checkpoint": os.path.abspath(checkpoint),
+        "pipeline": pipeline,
+        "spark_version": spark_version,
+        "ember_version": ember_version,
+    }
+
+
+def create_savepoint(
+    checkpoint: str,
+    dest: str | None = None,
+    *,
+    root: str = DEFAULT_ROOT,
+    stop: bool = False,
+    job: str | None = None,
+    timeout_s: float = 300.0,
+    progress: Callable[[str], None] = lambda _: None,
+) -> "Savepoint":
+    """Take a savepoint of the job whose checkpoint is ``checkpoint``.
+
+    The cut is the newest committed micro-batch: source positions, every
+    operator's state and the sinks' progress (batch id) agree there. With
+    ``stop``, a running job is first asked to stop; it stops between batches,
+    finishing any batch it had planned, so the cut is where it stopped. The
+    savepoint goes to ``dest`` or ``<root>/<job>-b<batch>-<UTC time>``.
+    """
+    checkpoint = os.path.abspath(checkpoint)
+    if not os.path.isdir(checkpoint):
+        raise SavepointError(f"no checkpoint at {checkpoint}")
+    stopped = _stop_job(checkpoint, timeout_s, progress) if stop else False
+    from ember.runner.spark.execution import RUNNING
+
+    running = os.path.exists(os.path.join(checkpoint, "ember", RUNNING))
+    meta = _describe_job(checkpoint, job)
+    batch = last_batch(checkpoint, "commits")
+    if batch < 0:
+        raise SavepointError(f"the job at {checkpoint} has not committed a micro-batch yet: nothing to save")
+    meta["stopped"] = stopped or not running
+    meta["sources"] = _source_offsets(checkpoint, batch)
+    if dest is None:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        dest = os.path.join(root, f"{meta['job']}-b{batch}-{stamp}")
+    cut_checkpoint(checkpoint, dest, meta, batch)
+    progress(f"savepoint of '{meta['job']}' at batch {batch}: {os.path.abspath(dest)}")
+    return Savepoint(dest)
+
+
+def _clear_checkpoint(checkpoint: str) -> None:
+    """Make way for a restore: the job's checkpoint must hold no progress."""
+    if not os.path.exists(checkpoint):
+        return
+    if last_batch(checkpoint, "offsets") >= 0:
+        raise SavepointError(
+            f"the job's checkpoint {checkpoint} already has progress: a savepoint starts a job from a new "
+            "checkpoint (give the job another name, or delete that checkpoint)"
+        )
+    unknown = set(os.listdir(checkpoint)) - _CHECKPOINT_ENTRIES
+    if unknown:
+        raise SavepointError(f"{checkpoint} holds files that are not a checkpoint's ({', '.join(sorted(unknown))}); not replacing it")
+    shutil.rmtree(checkpoint)
+
+
+def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parallelism: int | None = None) -> dict[str, Any]:
+    """Make ``checkpoint`` (new) continue from the savepoint at ``path`` with the
+    pipeline ``graph``: the savepoint is verified and the pipeline compared with
+    the one that wrote it before anything is copied; with ``parallelism`` other
+    than the savepoint's, its state is repartitioned (Spark's offline state
+    repartitioning). The restored job gets a new identity, so its exactly-once
+    sinks fence their writes apart from the original's (a what-if run and the
+    original can write side by side)."""
+    from ember.runner.spark.compat import RestartError, compare, pipeline_manifest
+
+    manifest = verify(path)
+    problems = compare(manifest["pipeline"], pipeline_manifest(graph))
+    if problems:
+        listed = "\n  - ".join(problems)
+        raise RestartError(
+            f"this pipeline cannot start from the savepoint {path}:\n  - {listed}\n"
+            "Changes to stateless steps, sinks and added state are fine."
+        )
+    _clear_checkpoint(checkpoint)
+    copy_into_checkpoint(path, checkpoint)
+    for identity in ("job-id",):
+        file = os.path.join(checkpoint, "ember", identity)
+        if os.path.exists(file):
+            os.remove(file)
+    with open(os.path.join(checkpoint, "ember", "restored-from.json"), "w") as f:
+        json.dump({"savepoint": os.path.abspath(path), "batch_id": manifest["batch_id"]}, f)
+    if parallelism is not None and manifest.get("partitions") and parallelism != manifest["partitions"]:
+        rescale_checkpoint(spark, checkpoint, parallelism)
+    return manifest
+
+
+def rescale_checkpoint(spark: Any, checkpoint: str, parallelism: int) -> None:
+    """Repartition a stopped checkpoint's state to ``parallelism`` state partitions
+    (Spark 4.3's offline repartitioning: it appends a batch that rewrites every
+    operator's state under the new partitioning)."""
+    try:
+        spark._jsparkSession.streamingCheckpointManager().repartition(checkpoint, int(parallelism), True)
+    except Exception as exc:  # noqa: BLE001 - Spark's error, reworded
+        text = str(getattr(exc, "desc", None) or exc).splitlines()[0]
+        raise SavepointError(f"rescaling the state to {parallelism} partitions failed: {text}") from exc
+
+
+class Savepoint:
+    """A savepoint on disk (verified when opened)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+        self.manifest = verify(self.path)
+
+    @property
+    def job(self) -> str:
+        return self.manifest["job"]
+
+    @property
+    def batch_id(self) -> int:
+        return int(self.manifest["batch_id"])
+
+    @property
+    def partitions(self) -> int | None:
+        return self.manifest.get("partitions")
+
+    @property
+    def operators(self) -> list[dict[str, Any]]:
+        """The stateful operators, in Spark's order: name, kind, keys, state."""
+        return list(self.manifest["pipeline"]["operators"])
+
+    def state_bytes(self, index: int) -> int:
+        """Bytes of operator ``index``'s state files in the savepoint."""
+        prefix = os.path.join("state", str(index)) + os.sep
+        return sum(int(size) for rel, (size, _) in self.manifest["files"].items() if rel.startswith(prefix))
+
+    def read_state(self, operator: str, spark: Any = None) -> pd.DataFrame:
+        """Operator ``operator``'s state as a pandas DataFrame (see state.read_state)."""
+        from ember.savepoints.state import read_state
+
+        return read_state(spark or _session(), self.path, operator)
+
+    def write_state(
+        self, operator: str, state: pd.DataFrame | Callable[[pd.DataFrame], pd.DataFrame], dest: str, spark: Any = None
+    ) -> "Savepoint":
+        """A new savepoint at ``dest`` with ``operator``'s state replaced (see state.write_state)."""
+        from ember.savepoints.state import write_state
+
+        write_state(spark or _session(), self.path, operator, state, dest)
+        return Savepoint(dest)
+
+    def describe(self, spark: Any = None) -> str:
+        """What ``ember savepoint inspect`` prints: the job, the cut, and per operator its keys and state size."""
+        m = self.manifest
+        lines = [
+            f"savepoint {self.path}",
+            f"  job {m['job']} (checkpoint {m.get('checkpoint', '?')}), batch {m['batch_id']}, "
+            f"{m.get('partitions')} state partition(s), taken {m['created']}"
+            + (" after the job stopped" if m.get("stopped") else " while the job ran"),
+            f"  Spark {m.get('spark_version')}, Ember {m.get('ember_version')}; "
+            f"{len(m['files'])} files, {sum(int(s) for s, _ in m['files'].values()):,} bytes",
+        ]
+        if m.get("derived_from"):
+            d = m["derived_from"]
+            lines.append(f"  written from {d['savepoint']} (batch {d['batch_id']}, operator '{d['operator']}' changed)")
+        for i, source in enumerate(m.get("sources", [])):
+            lines.append(f"  source {i}: offset {json.dumps(source, sort_keys=True)}")
+        for i, op in enumerate(self.operators):
+            keys = ", ".join(op.get("keys", [])) or "-"
+            line = f"  operator {i} '{op['name']}': {op['kind']}, key ({keys}), {self.state_bytes(i):,} bytes of state files"
+            if spark is not None:
+                frame = self.read_state(op["name"], spark)
+                key_cols = [k for k in op.get("keys", []) if k in frame.columns]
+                n_keys = len(frame.drop_duplicates(key_cols)) if key_cols else len(frame)
+                line += f", {n_keys:,} key(s), {len(frame):,} state row(s)"
+            lines.append(line)
+            for what, value in op.get("state", {}).items():
+                lines.append(f"      {what}: {json.dumps(value) if not isinstance(value, str) else value}")
+        return "\n".join(lines)
+
+
+def _session() -> Any:
+    from ember.api.environment import StreamEnvironment
+
+    return StreamEnvironment().spark
