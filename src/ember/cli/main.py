@@ -1,4 +1,4 @@
-"""``ember run | explain | bench``."""
+"""``ember run | explain | bench | savepoint | produce | chaos | cluster``."""
 
 from __future__ import annotations
 
@@ -60,9 +60,58 @@ def _cmd_run(args: argparse.Namespace) -> int:
     env = _env_from(args)
     build(env)
     name = args.name or os.path.splitext(os.path.basename(args.target.partition(":")[0]))[0].replace(".", "-")
-    result = env.execute(name, duration=args.duration, max_events=args.max_events, stop_when_idle=args.stop_when_idle)
+    result = env.execute(
+        name, duration=args.duration, max_events=args.max_events, stop_when_idle=args.stop_when_idle,
+        from_savepoint=args.from_savepoint,
+    )
     print(result.summary())
     return 0
+
+
+def _checkpoint_of(job: str, checkpoint_dir: str | None) -> str:
+    """A job name (under the checkpoint root) or a checkpoint directory -> the checkpoint."""
+    if os.path.isdir(os.path.join(job, "offsets")) or os.path.isdir(os.path.join(job, "ember")):
+        return job
+    root = checkpoint_dir or os.path.join(os.getcwd(), "ember-checkpoints")
+    path = os.path.join(root, job)
+    if not os.path.isdir(path):
+        raise EmberError(f"no job {job!r}: {path} does not exist (give --checkpoint-dir, or the checkpoint's path)")
+    return path
+
+
+def _cmd_savepoint(args: argparse.Namespace) -> int:
+    from ember import savepoints as sp
+
+    say = (lambda m: print(f"[ember] {m}", file=sys.stderr, flush=True))
+    if args.action == "create":
+        point = sp.create_savepoint(
+            _checkpoint_of(args.job, args.checkpoint_dir), args.out, root=args.dir, stop=args.stop,
+            timeout_s=args.timeout, progress=say,
+        )
+        print(point.path)
+    elif args.action == "list":
+        found = sp.list_savepoints(args.dir)
+        if not found:
+            print(f"no savepoints in {os.path.abspath(args.dir)}")
+        for s in found:
+            print(f"{s.created}  {s.job:20} batch {s.batch_id:>6}  {s.partitions} partition(s)  {s.size_bytes:>12,} B  {s.path}")
+    elif args.action == "inspect":
+        point = sp.Savepoint(args.path)
+        spark = None if args.no_state else _session(args.master)
+        print(point.describe(spark))
+        if args.state:
+            frame = point.read_state(args.state, spark or _session(args.master))
+            print(frame.to_string(max_rows=args.rows))
+    elif args.action == "delete":
+        sp.delete_savepoint(args.path)
+        print(f"deleted {args.path}")
+    return 0
+
+
+def _session(master: str) -> Any:
+    from ember.api.environment import StreamEnvironment
+
+    return StreamEnvironment(master=master).spark
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -223,7 +272,30 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-events", type=int, help="stop after this many events")
     run.add_argument("--stop-when-idle", type=float, metavar="S", help="stop once no input arrived for S seconds (drain, then stop)")
     run.add_argument("--name", help="job name (checkpoint subdirectory); default: the file name")
+    run.add_argument("--from-savepoint", metavar="PATH",
+                     help="start from a savepoint (a new job name: its checkpoint must be new); with --parallelism, rescale")
     run.set_defaults(func=_cmd_run)
+
+    save = sub.add_parser("savepoint", help="create, list, inspect or delete savepoints (docs/savepoints.md)")
+    save_sub = save.add_subparsers(dest="action", required=True)
+    create = save_sub.add_parser("create", help="save a job's state at its newest committed batch")
+    create.add_argument("job", help="job name (under --checkpoint-dir) or checkpoint directory")
+    create.add_argument("--stop", action="store_true", help="stop the running job first, at a clean cut (stop-with-savepoint)")
+    create.add_argument("--checkpoint-dir", help="checkpoint root (default ./ember-checkpoints)")
+    create.add_argument("--dir", default="ember-savepoints", help="savepoint root (default ./ember-savepoints)")
+    create.add_argument("--out", help="exact savepoint directory (default DIR/JOB-bBATCH-TIME)")
+    create.add_argument("--timeout", type=float, default=300.0, metavar="S", help="--stop: wait at most S s (default 300)")
+    listing = save_sub.add_parser("list", help="the savepoints under --dir")
+    listing.add_argument("--dir", default="ember-savepoints", help="savepoint root (default ./ember-savepoints)")
+    inspect = save_sub.add_parser("inspect", help="verify a savepoint and show its job, cut, operators, keys and state sizes")
+    inspect.add_argument("path")
+    inspect.add_argument("--state", metavar="OPERATOR", help="also print this operator's state")
+    inspect.add_argument("--rows", type=int, default=50, help="--state: rows shown (default 50)")
+    inspect.add_argument("--no-state", action="store_true", help="skip reading state (no Spark start: files and manifest only)")
+    inspect.add_argument("--master", default="local[2]", help="Spark master for reading state (default local[2])")
+    delete = save_sub.add_parser("delete", help="delete a savepoint (refused for a directory that is not one)")
+    delete.add_argument("path")
+    save.set_defaults(func=_cmd_savepoint)
 
     explain = sub.add_parser("explain", help="show the Ember graph and Spark's plan")
     job_options(explain)

@@ -272,21 +272,32 @@ def write_state(spark: Any, path: str, operator: str, state: pd.DataFrame | Call
         new = _new_keyed_blobs(spark, old, op, frame)
     payload = {b: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for b, v in new.items()}
     batch = int(manifest["batch_id"])
+    partitions = int(manifest.get("partitions") or spark.sparkContext.defaultParallelism)
     calls: list[int] = []
+    wrong: list[str] = []
 
     def rewrite(df: Any) -> Any:
-        # The rewriter reads operators in id order; only ours changes.
+        # The rewriter visits operators in id order (checked: the key must be a bucket, and
+        # every operator visited once); only ours changes.
         index = len(calls)
         calls.append(index)
         if index != op_id:
             return df
         from pyspark.sql import types as T
 
+        key_type = df.schema["partition_key"].dataType if "partition_key" in df.schema.names else None
+        if not isinstance(key_type, T.StructType) or key_type.names != ["__ember_bucket"]:
+            wrong.append(str(key_type))  # not the operator we meant: leave it, fail below
+            return df
+
         rows = [
             ({"__ember_bucket": b}, _encode_key(b), _encode_value(blob, _timeout(new[b])), "default")
             for b, blob in sorted(payload.items())
         ]
-        return spark.createDataFrame(rows, df.schema) if rows else spark.createDataFrame([], df.schema or T.StructType())
+        # The rewriter writes the DataFrame's partition i into state partition i: place
+        # each bucket where the job's hash partitioning by bucket looks for it.
+        frame = spark.createDataFrame(rows, df.schema) if rows else spark.createDataFrame([], df.schema or T.StructType())
+        return frame.repartition(partitions, "partition_key")
 
     with tempfile.TemporaryDirectory(prefix="ember-state-write-") as tmp:
         staging = os.path.join(tmp, "checkpoint")
@@ -294,6 +305,11 @@ def write_state(spark: Any, path: str, operator: str, state: pd.DataFrame | Call
 
         copy_into_checkpoint(path, staging)
         _rewrite_checkpoint(spark, staging, batch, rewrite)
+        if wrong:
+            raise SavepointError(
+                f"Spark's state rewriter gave operator {op_id} with state key {wrong[0]}, not an Ember keyed "
+                f"operator's bucket: the state was not written"
+            )
         if len(calls) != len(manifest["pipeline"]["operators"]):
             raise SavepointError(
                 f"Spark's state rewriter visited {len(calls)} operator(s), the savepoint has "
