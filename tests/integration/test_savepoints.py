@@ -221,3 +221,16 @@ def test_savepoint_cli_create_list_inspect_delete(spark, tmp_path, capsys):
     assert "is not a savepoint" in capsys.readouterr().err
     assert main(["savepoint", "delete", path]) == 0
     assert not os.path.exists(path)
+
+
+def test_bugfix_example_repairs_state_and_rescales(spark, tmp_path):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "savepoint_bugfix.py")
+    spec = importlib.util.spec_from_file_location("savepoint_bugfix", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    out = example.run(spark, str(tmp_path / "work"))
+    assert out["before"] > 0 and out["after"] > 0 and out["ids_exact"]
+    assert out["final"] == out["expected"]
+    assert out["partitions"] == (2, 2)

@@ -192,6 +192,15 @@ def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parall
     from ember.runner.spark.compat import RestartError, compare, pipeline_manifest
 
     manifest = verify(path)
+    rescale = parallelism is not None and bool(manifest.get("partitions")) and parallelism != manifest["partitions"]
+    if rescale:
+        provider = _provider(path, int(manifest["batch_id"]))
+        if provider is not None and not provider.endswith("RocksDBStateStoreProvider"):
+            raise SavepointError(
+                f"the savepoint's state is in {provider.rsplit('.', 1)[-1]}: rescaling (parallelism "
+                f"{manifest['partitions']} -> {parallelism}) needs the RocksDB state backend (Ember's default); "
+                "restore it without changing parallelism"
+            )
     problems = compare(manifest["pipeline"], pipeline_manifest(graph))
     if problems:
         listed = "\n  - ".join(problems)
@@ -207,9 +216,23 @@ def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parall
             os.remove(file)
     with open(os.path.join(checkpoint, "ember", "restored-from.json"), "w") as f:
         json.dump({"savepoint": os.path.abspath(path), "batch_id": manifest["batch_id"]}, f)
-    if parallelism is not None and manifest.get("partitions") and parallelism != manifest["partitions"]:
-        rescale_checkpoint(spark, checkpoint, parallelism)
+    if rescale:
+        try:
+            rescale_checkpoint(spark, checkpoint, parallelism)
+        except BaseException:
+            shutil.rmtree(checkpoint, ignore_errors=True)  # no half-restored job is left behind
+            raise
     return manifest
+
+
+def _provider(path: str, batch: int) -> str | None:
+    """The state store provider the savepoint's job ran with (from its offset log)."""
+    try:
+        with open(os.path.join(path, "offsets", str(batch))) as f:
+            conf = json.loads(f.read().splitlines()[1]).get("conf", {})
+    except (OSError, IndexError, ValueError):
+        return None
+    return conf.get("spark.sql.streaming.stateStore.providerClass")
 
 
 def rescale_checkpoint(spark: Any, checkpoint: str, parallelism: int) -> None:
