@@ -85,17 +85,7 @@ def uninterrupted(spark, tmp_path_factory):
 def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp_path, uninterrupted):
     root = tmp_path / "ckpt"
     env, sink = _job(spark, root, BATCHES, trigger_ms=250)
-    result = {}
-    runner = threading.Thread(target=lambda: result.setdefault("r", env.execute("orders", progress=False)))
-    runner.start()
-    commits = root / "orders" / "commits"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len([f for f in os.listdir(commits) if f.isdigit()] if commits.exists() else []) < 4:
-        time.sleep(0.05)
-    point = create_savepoint(str(root / "orders"), root=str(tmp_path / "sp"), stop=True, timeout_s=120)
-    runner.join(60)
-    assert not runner.is_alive()
-    assert result["r"].stopped_because == "stopped for a savepoint"
+    point = _stop_with_savepoint(env, "orders", root, str(tmp_path / "sp"), 4)
     first = _rows(sink)
     assert 0 < len(first) < len(uninterrupted), "the job must stop mid-way for this test to mean anything"
     assert point.manifest["stopped"] is True and point.batch_id >= 3
@@ -234,3 +224,103 @@ def test_bugfix_example_repairs_state_and_rescales(spark, tmp_path):
     assert out["before"] > 0 and out["after"] > 0 and out["ids_exact"]
     assert out["final"] == out["expected"]
     assert out["partitions"] == (2, 2)
+
+
+
+
+def _vector_fn():
+    import numpy as np
+
+    from ember.api.functions import VectorizedKeyedFunction
+
+    class Totals(VectorizedKeyedFunction):
+        state_schema = "n bigint, total bigint"
+
+        def process_batch(self, events, state, ctx):
+            out = []
+            updates = {}
+            for k, group in events.groupby("k", sort=True):
+                n0, t0 = (int(state.loc[k, "n"]), int(state.loc[k, "total"])) if k in state.index else (0, 0)
+                ns = n0 + np.arange(1, len(group) + 1)
+                ts = t0 + group["v"].cumsum().to_numpy()
+                out.append(pd.DataFrame({"k": k, "n": ns, "total": ts, "ts": group["ts"].to_numpy()}))
+                updates[k] = (int(ns[-1]), int(ts[-1]))
+            upd = pd.DataFrame.from_dict(updates, orient="index", columns=["n", "total"])
+            return pd.concat(out), upd
+
+    return Totals()
+
+
+def test_vectorised_state_read_and_write(spark, tmp_path):
+    root = tmp_path / "ckpt"
+
+    def run(name, batches, sp=None):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2, spark=spark)
+        sink = CollectSink()
+        (env.from_source(ScriptedSource(batches, SCHEMA), None, name="events")
+         .key_by("k").process_batches(_vector_fn(), OUT, name="vtotals").sink_to(sink))
+        env.execute(name, progress=False, from_savepoint=sp)
+        return _rows(sink)
+
+    head = run("v1", BATCHES[:6])
+    point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
+    state = point.read_state("vtotals", spark)
+    last = {}
+    for k, n, total, _ in head:
+        last[k] = max(last.get(k, (0, 0)), (n, total))
+    assert sorted(state.itertuples(index=False, name=None)) == sorted((k, n, t) for k, (n, t) in last.items())
+    state.loc[state.k == "b", ["n", "total"]] = [500, 5]
+    written = point.write_state("vtotals", state, str(tmp_path / "sp" / "w"), spark)
+    plain, after = run("plain", BATCHES, point.path), run("after", BATCHES, written.path)
+    for (k, n, total, ts), (k2, n2, total2, ts2) in zip(sorted(plain, key=lambda r: r[3]), sorted(after, key=lambda r: r[3])):
+        assert (k, ts) == (k2, ts2)
+        if k == "b":
+            assert (n2, total2) == (n - last["b"][0] + 500, total - last["b"][1] + 5)
+        else:
+            assert (n2, total2) == (n, total)
+
+
+def _stop_with_savepoint(env, name, root, sp_root, commits_wanted):
+    """Run ``env``'s job in a thread; once it committed ``commits_wanted`` batches, stop it with a savepoint."""
+    result = {}
+    runner = threading.Thread(target=lambda: result.setdefault("r", env.execute(name, progress=False)))
+    runner.start()
+    commits = root / name / "commits"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len([f for f in os.listdir(commits) if f.isdigit()] if commits.exists() else []) < commits_wanted:
+        time.sleep(0.05)
+    point = create_savepoint(str(root / name), root=sp_root, stop=True, timeout_s=120)
+    runner.join(60)
+    assert not runner.is_alive() and result["r"].stopped_because == "stopped for a savepoint"
+    return point
+
+
+def test_native_window_state_is_readable_and_rescales(spark, tmp_path):
+    from ember import TumblingEventTimeWindows, WatermarkStrategy
+
+    root = tmp_path / "ckpt"
+
+    def job(parallelism, trigger_ms=0):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=parallelism, trigger_interval=trigger_ms, spark=spark)
+        sink = CollectSink()
+        (env.from_source(ScriptedSource(BATCHES, SCHEMA), WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
+         .key_by("k").window(TumblingEventTimeWindows.of(40)).sum("v", name="sums").sink_to(sink))
+        return env, sink
+
+    def rows(sink):
+        return sorted((r["k"], r["window_start"], r["sum_v"]) for r in sink.rows())
+
+    env, sink = job(2)
+    env.execute("whole", progress=False)
+    whole = rows(sink)
+    env, sink = job(2, trigger_ms=250)
+    point = _stop_with_savepoint(env, "p2", root, str(tmp_path / "sp"), 5)
+    head = rows(sink)
+    assert point.operators[0]["kind"] == "window aggregate"
+    state = point.read_state("sums", spark)
+    assert len(state) > 0 and "k" in state.columns  # the open windows, as Spark keeps them
+    env, sink = job(3)
+    env.execute("p3", progress=False, from_savepoint=point.path)
+    assert create_savepoint(str(root / "p3"), root=str(tmp_path / "sp")).partitions == 3
+    assert 0 < len(head) < len(whole)
+    assert sorted(head + rows(sink)) == whole

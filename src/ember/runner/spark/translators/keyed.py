@@ -123,6 +123,12 @@ def _buckets(
     """``up``'s rows grouped by state bucket and packed per bucket (keyed/packing.py) —
     by the source itself where it can, else by a ``mapInArrow`` step — or, when a
     window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
+    if comp.key_types and node.name not in comp.key_types:
+        raise PipelineError(
+            f"Spark runs one applyInPandasWithState per query, and step '{next(iter(comp.key_types))}' already keeps "
+            "Ember keyed state: a job can have one process function, process_batches or Python window step "
+            "(built-in aggregates on time/session windows compile to Spark's own and may be added)", node.name,
+        )
     comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if partials is not None:
         return partials.withColumn(BUCKET, _bucket_of(keys)).groupBy(BUCKET), bucket_fn
