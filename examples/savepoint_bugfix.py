@@ -29,11 +29,11 @@ from ember.savepoints import create_savepoint
 from ember.state import ValueStateDescriptor
 
 ACCOUNTS = [f"acct-{i}" for i in range(6)]
-# 40 micro-batches of payments: (event id, account, kind, amount).
+# 20 micro-batches of payments: (event id, account, kind, amount).
 BATCHES = [
     [(b * 8 + i, ACCOUNTS[(b * 3 + i) % 6], "withdrawal" if (b + i) % 3 == 0 else "deposit", 10 + (b * 7 + i * 13) % 90)
      for i in range(8)]
-    for b in range(40)
+    for b in range(20)
 ]
 SCHEMA = "id bigint, account string, kind string, amount bigint"
 OUT = "account string, balance bigint, id bigint"
@@ -82,7 +82,7 @@ def run(spark: Any = None, work: str | None = None) -> dict[str, Any]:
         v1 = threading.Thread(target=env.execute, args=("balances",), kwargs={"progress": False})
         v1.start()
         commits = os.path.join(checkpoints, "balances", "commits")
-        while not os.path.isdir(commits) or len([f for f in os.listdir(commits) if f.isdigit()]) < 8:
+        while not os.path.isdir(commits) or len([f for f in os.listdir(commits) if f.isdigit()]) < 6:
             time.sleep(0.05)
         # ... until someone notices the bug: stop it with a savepoint.
         point = create_savepoint(os.path.join(checkpoints, "balances"), root=savepoints, stop=True, progress=say)

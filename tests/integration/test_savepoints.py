@@ -21,8 +21,8 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "ts bigint, k string, v bigint"
 KEYS = ["a", "b", "c", "d", "e"]
-# 24 micro-batches of 5 records each; key and value vary so every count and sum is distinct.
-BATCHES = [[(b * 10 + i, KEYS[(b + i * i) % 5], b * 7 + i) for i in range(5)] for b in range(24)]
+# 8 micro-batches of 8 records each; key and value vary so every count and sum is distinct.
+BATCHES = [[(b * 10 + i, KEYS[(b + i * i) % 5], b * 7 + i) for i in range(8)] for b in range(8)]
 OUT = "k string, n bigint, total bigint, ts bigint"
 
 
@@ -85,10 +85,10 @@ def uninterrupted(spark, tmp_path_factory):
 def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp_path, uninterrupted):
     root = tmp_path / "ckpt"
     env, sink = _job(spark, root, BATCHES, trigger_ms=250)
-    point = _stop_with_savepoint(env, "orders", root, str(tmp_path / "sp"), 4)
+    point = _stop_with_savepoint(env, "orders", root, str(tmp_path / "sp"), 3)
     first = _rows(sink)
     assert 0 < len(first) < len(uninterrupted), "the job must stop mid-way for this test to mean anything"
-    assert point.manifest["stopped"] is True and point.batch_id >= 3
+    assert point.manifest["stopped"] is True and point.batch_id >= 2
     assert not os.path.exists(root / "orders" / "ember" / "running")
     rest = _run(spark, root, "orders-v2", BATCHES, from_savepoint=point.path)
     # Nothing lost, nothing twice: together exactly the uninterrupted output.
@@ -98,7 +98,7 @@ def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp
 
 def test_restore_into_compatible_changed_pipelines_side_by_side(spark, tmp_path, uninterrupted):
     root = tmp_path / "ckpt"
-    head = _run(spark, root, "v1", BATCHES[:8])
+    head = _run(spark, root, "v1", BATCHES[:3])
     point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
     assert list_savepoints(str(tmp_path / "sp"))[0].path == point.path
     # What-if: two versions of the pipeline from the same savepoint.
@@ -118,7 +118,7 @@ def test_restore_into_compatible_changed_pipelines_side_by_side(spark, tmp_path,
 
 def test_incompatible_change_is_refused_before_anything_is_restored(spark, tmp_path):
     root = tmp_path / "ckpt"
-    _run(spark, root, "v1", BATCHES[:4])
+    _run(spark, root, "v1", BATCHES[:2])
     point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
     with pytest.raises(RestartError, match=r"cannot start from the savepoint .*\n  - stateful operator 'totals': key changed from \['k'\] to \['ts'\]"):
         _run(spark, root, "v2", BATCHES, from_savepoint=point.path, key="ts")
@@ -127,10 +127,10 @@ def test_incompatible_change_is_refused_before_anything_is_restored(spark, tmp_p
 
 def test_rescale_2_4_1_keeps_results_identical(spark, tmp_path, uninterrupted):
     root, sp = tmp_path / "ckpt", str(tmp_path / "sp")
-    out = _run(spark, root, "p2", BATCHES[:8], parallelism=2)
+    out = _run(spark, root, "p2", BATCHES[:3], parallelism=2)
     first = create_savepoint(str(root / "p2"), root=sp)
     assert first.partitions == 2
-    out += _run(spark, root, "p4", BATCHES[:16], parallelism=4, from_savepoint=first.path)
+    out += _run(spark, root, "p4", BATCHES[:5], parallelism=4, from_savepoint=first.path)
     second = create_savepoint(str(root / "p4"), root=sp)
     assert second.partitions == 4
     out += _run(spark, root, "p1", BATCHES, parallelism=1, from_savepoint=second.path)
@@ -140,7 +140,7 @@ def test_rescale_2_4_1_keeps_results_identical(spark, tmp_path, uninterrupted):
 
 def test_state_read_matches_the_job_and_written_state_changes_the_output_exactly(spark, tmp_path, uninterrupted):
     root = tmp_path / "ckpt"
-    head = _run(spark, root, "v1", BATCHES[:10])
+    head = _run(spark, root, "v1", BATCHES[:4])
     point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
     state = point.read_state("totals", spark)
     last = {}
@@ -262,7 +262,7 @@ def test_vectorised_state_read_and_write(spark, tmp_path):
         env.execute(name, progress=False, from_savepoint=sp)
         return _rows(sink)
 
-    head = run("v1", BATCHES[:6])
+    head = run("v1", BATCHES[:3])
     point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
     state = point.read_state("vtotals", spark)
     last = {}
@@ -304,7 +304,7 @@ def test_native_window_state_is_readable_and_rescales(spark, tmp_path):
         env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=parallelism, trigger_interval=trigger_ms, spark=spark)
         sink = CollectSink()
         (env.from_source(ScriptedSource(BATCHES, SCHEMA), WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
-         .key_by("k").window(TumblingEventTimeWindows.of(40)).sum("v", name="sums").sink_to(sink))
+         .key_by("k").window(TumblingEventTimeWindows.of(10)).sum("v", name="sums").sink_to(sink))
         return env, sink
 
     def rows(sink):
@@ -314,7 +314,7 @@ def test_native_window_state_is_readable_and_rescales(spark, tmp_path):
     env.execute("whole", progress=False)
     whole = rows(sink)
     env, sink = job(2, trigger_ms=250)
-    point = _stop_with_savepoint(env, "p2", root, str(tmp_path / "sp"), 5)
+    point = _stop_with_savepoint(env, "p2", root, str(tmp_path / "sp"), 4)
     head = rows(sink)
     assert point.operators[0]["kind"] == "window aggregate"
     state = point.read_state("sums", spark)
