@@ -196,6 +196,27 @@ def test_continuous_processing_time_trigger_fires_every_interval():
     assert [r["total"] for r in main] == [3]
 
 
+def test_continuous_processing_time_trigger_with_a_final_firing_at_the_window_end():
+    # The Yahoo output: the count every second of processing time while the window is
+    # open, and the final count once the watermark passes its end; then nothing more.
+    d = _driver(TumblingEventTimeWindows.of(10_000), ContinuousProcessingTimeTrigger.of(1000, fire_at_end=True),
+                aggregate=SumX())
+    main, _ = d.batch([(100, "a", 1), (200, "a", 2), (300, "b", 5)], watermark=0, now=500)
+    assert main == []
+    main, _ = d.batch([(4000, "a", 4)], watermark=0, now=1100)  # the 1 s update, then 4 joins
+    assert _totals(main) == [("a", 0, 3), ("b", 0, 5)]
+    main, _ = d.batch([], watermark=3000, now=2000)
+    assert _totals(main) == [("a", 0, 7), ("b", 0, 5)]
+    main, _ = d.batch([], watermark=9999, now=2500)  # end of the window: final, before the next update is due
+    assert _totals(main) == [("a", 0, 7), ("b", 0, 5)]
+    for now in (3000, 4000):
+        main, _ = d.batch([], watermark=20_000, now=now)
+        assert main == []  # cleaned up: no timer left firing
+    import pickle
+
+    assert d.blob is None or not pickle.loads(d.blob)["keys"]  # the windows' state is gone
+
+
 def test_evictor_keeps_the_last_elements_for_the_window_function():
     out = ["k", "start", "xs"]
     d = _driver(TumblingEventTimeWindows.of(10_000), evictor=CountEvictor.of(2), window_fn=Elements(), out=out)

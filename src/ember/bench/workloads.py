@@ -236,6 +236,82 @@ def yahoo(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     )
 
 
+YAHOO_REDIS_RATE = 100_000  # events/s when --rate is not given: yahoo-redis measures latency, open loop
+
+
+def _redis_windows(prefix: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """(campaign, window start) -> (seen_count, time_updated) as the Yahoo layout stores them under ``prefix``."""
+    import redis
+
+    from ember.connectors.external import redis_url
+
+    client = redis.Redis.from_url(redis_url(), decode_responses=True)
+    out = {}
+    for key in client.scan_iter(match=f"{prefix}*", count=1000):
+        if client.type(key) != "hash":
+            continue
+        fields = client.hgetall(key)
+        if "seen_count" in fields:
+            continue  # a window's hash; reached through its campaign's
+        for ts, window_id in fields.items():
+            if ts.isdigit():
+                w = client.hgetall(window_id)
+                out[(key[len(prefix):], int(ts))] = (int(w["seen_count"]), int(w["time_updated"]))
+    return out
+
+
+def _delete_prefix(prefix: str) -> None:
+    import redis
+
+    from ember.connectors.external import redis_url
+
+    client = redis.Redis.from_url(redis_url())
+    keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+    for i in range(0, len(keys), 1000):
+        client.delete(*keys[i:i + 1000])
+
+
+@workload("yahoo-redis")
+def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """E5 as the original: open-loop ad events (``--rate``, default 100,000/s, event
+    time = generation time) -> views -> campaign -> 10 s event-time windows on Ember's
+    window operator whose count is written to the real Redis (the Yahoo layout, exactly
+    once) every second while the window is open and finally at its end. Verified from
+    Redis: every closed window's final ``seen_count`` equals the generator's count.
+    Latency per closed window = its final ``time_updated`` minus its end."""
+    import uuid
+
+    from ember.bench.verify import check_yahoo_windows
+    from ember.connectors.external import RedisSink, yahoo_window_writer
+    from ember.connectors.generators import YahooSource
+    from ember.windowing.assigners import TumblingEventTimeWindows
+    from ember.windowing.triggers import ContinuousProcessingTimeTrigger
+
+    env = _env(spark, cfg, ckpt)
+    rate = cfg.rate or YAHOO_REDIS_RATE
+    size_ms = int(cfg.options.get("window_ms") or YAHOO_WINDOW_MS)  # smaller in the CI smoke: windows close sooner
+    src = YahooSource(rate=rate, partitions=spark.sparkContext.defaultParallelism)
+    prefix = f"ember:bench:yahoo-redis:{uuid.uuid4().hex[:8]}:"
+    sink = RedisSink(write=yahoo_window_writer(cumulative=True, prefix=prefix))
+    (_yahoo_views(env, src).window(TumblingEventTimeWindows.of(size_ms)).trigger(ContinuousProcessingTimeTrigger.of(1000, fire_at_end=True))
+     .count(name="views-per-window").sink_to(sink, name="redis"))
+    try:
+        result, events, seconds, eps = _execute(env, "bench-yahoo-redis", cfg)
+        stored = _redis_windows(prefix)
+    finally:
+        _delete_prefix(prefix)
+    watermark = result.final_watermark_ms
+    closed = {k: v for k, v in stored.items() if watermark is not None and k[1] + size_ms <= watermark}
+    rows = [{"campaign_id": c, "window_start": ts, "count": n} for (c, ts), (n, _) in closed.items()]
+    check = check_yahoo_windows(src, rows, result.events, result.start_ms["ad-events"], size_ms, watermark)
+    latencies = [updated - (ts + size_ms) for (_, ts), (_, updated) in closed.items()]
+    return RunOutcome(
+        events, seconds, eps, progress=result.progress, verified=check.ok and check.windows > 0, latencies_ms=latencies,
+        detail={"windows": check.windows, "open_windows_in_redis": len(stored) - len(closed), "wrong": len(check.wrong),
+                "missing": len(check.missing), "rate": rate, "window_ms": size_ms},
+    )
+
+
 # --------------------------------------------------------------------------- windows on Ember's operator
 WINDOW_MS = 1000  # 1 s windows: a 20 s run closes enough of them to verify
 

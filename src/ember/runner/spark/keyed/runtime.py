@@ -273,11 +273,18 @@ class _Runtime(RuntimeContext, Context):
     def register_processing_time_timer(self, timestamp: int) -> None:
         self._register(_PT, timestamp)
 
+    def _delete(self, kind: str, timestamp: int) -> None:
+        timers = self.current.get(kind)
+        if timers is not None:
+            timers.discard(timestamp)  # its queue entry is skipped when due
+            if not timers:
+                del self.current[kind]  # a key left with no state and no timers is dropped
+
     def delete_event_time_timer(self, timestamp: int) -> None:
-        self.current.get(_ET, set()).discard(timestamp)  # its queue entry is skipped when due
+        self._delete(_ET, timestamp)
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
-        self.current.get(_PT, set()).discard(timestamp)
+        self._delete(_PT, timestamp)
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         state = state_object(self, descriptor)

@@ -34,6 +34,7 @@ from ember.windowing.evictors import Evictor, TimestampedValue
 from ember.windowing.triggers import (
     CountTrigger,
     EventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
     ProcessingTimeTrigger,
     PurgingTrigger,
     Trigger,
@@ -206,13 +207,15 @@ class WindowOperator(KeyedProcessFunction):
 
     @property
     def _batchable(self) -> bool:
-        """Fixed time windows with the default time trigger and an incremental function:
-        per element, that trigger only (re)registers the window's end timer, so a batch
-        can be grouped by (key, window) first and the trigger run once per new window."""
+        """Fixed time windows with the default time trigger (or a continuous one) and an
+        incremental function: per element, those triggers only (re)register timers that
+        depend on the window (and the batch's time), never on the element, so a batch can
+        be grouped by (key, window) first and the trigger run once per new window
+        (elements behind the watermark still go one by one)."""
         spec = self.spec
         return (
             isinstance(spec.assigner, TumblingWindows | SlidingWindows)
-            and type(spec.trigger) in (EventTimeTrigger, ProcessingTimeTrigger)
+            and type(spec.trigger) in (EventTimeTrigger, ProcessingTimeTrigger, ContinuousProcessingTimeTrigger)
             and spec.evictor is None
             and not spec.keeps_elements
         )
