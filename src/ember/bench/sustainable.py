@@ -41,7 +41,10 @@ def find_max_rate(
 ) -> dict[str, Any]:
     """The drain rate and the max sustainable rate of workload ``name``."""
     def attempt(rate: float | None) -> RunOutcome:
-        return run_once(run, spark, BenchConfig(**{**cfg.__dict__, "rate": rate, "verbose": False}), f"ember-maxrate-{name}")
+        # "drain" tells a workload that runs open loop by default (yahoo-redis) to run unbounded.
+        options = {**cfg.options, "drain": rate is None}
+        return run_once(run, spark, BenchConfig(**{**cfg.__dict__, "rate": rate, "verbose": False, "options": options}),
+                        f"ember-maxrate-{name}")
 
     def log(msg: str) -> None:
         if cfg.verbose:

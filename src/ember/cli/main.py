@@ -304,7 +304,8 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
     bench.add_argument("workload", help="grep | grouping | grouping-keyed | statemachine | statemachine-vectorized | window | "
-                       "countwindow | yahoo; sweep (E3: the grouping job across trigger intervals at --rate, "
+                       "countwindow | yahoo | yahoo-redis (open loop, --rate default 100,000; counts written to Redis "
+                       "every second and at each window's end; latency percentiles); sweep (E3: the grouping job across trigger intervals at --rate, "
                        "default 500,000, and across per-batch bounds at unbounded rate); report (the whole suite: "
                        "a Markdown report with tables and plots in --out)")
     bench.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per run (default 20)")
