@@ -103,6 +103,8 @@ def test_restore_into_compatible_changed_pipelines_side_by_side(spark, tmp_path,
     assert list_savepoints(str(tmp_path / "sp"))[0].path == point.path
     # What-if: two versions of the pipeline from the same savepoint.
     same = _run(spark, root, "v1-again", BATCHES, from_savepoint=point.path)
+    with pytest.raises(SavepointError, match="already has progress.*to continue a job restored earlier, run it without"):
+        _run(spark, root, "v1-again", BATCHES, from_savepoint=point.path)
     changed = _run(spark, root, "v2", BATCHES, from_savepoint=point.path, fn=RunningTotalWithMax(), doubled=True)
     assert Counter(head + same) == Counter(uninterrupted)
     assert len(changed) == len(same)

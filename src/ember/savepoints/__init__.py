@@ -173,7 +173,8 @@ def _clear_checkpoint(checkpoint: str) -> None:
     if last_batch(checkpoint, "offsets") >= 0:
         raise SavepointError(
             f"the job's checkpoint {checkpoint} already has progress: a savepoint starts a job from a new "
-            "checkpoint (give the job another name, or delete that checkpoint)"
+            "checkpoint (give the job another name, or delete that checkpoint; to continue a job restored "
+            "earlier, run it without --from-savepoint)"
         )
     unknown = set(os.listdir(checkpoint)) - _CHECKPOINT_ENTRIES
     if unknown:
