@@ -80,7 +80,7 @@ def run_report(size: str = "quick", master: str = "local[*]", workloads: list[st
         cfg = BenchConfig(duration_s=s.duration_s, rounds=s.rounds, warmup_s=s.warmup_s, verbose=False,
                           max_events_per_batch=s.max_events_per_batch, master=master,
                           options=_options(name, size))
-        report = run_benchmark(name, cfg, _command(name, s))
+        report = run_benchmark(name, cfg, _command(name, s, size))
         out["workloads"][name] = report
         _log(f"   {report['events_per_second']:,} events/s, verified={report['verified']}"
              + (f", baseline {report['baseline_events_per_second']:,}" if "baseline_events_per_second" in report else ""))
@@ -105,9 +105,10 @@ def _options(name: str, size: str) -> dict[str, Any]:
     return {}
 
 
-def _command(name: str, s: Size) -> str:
+def _command(name: str, s: Size, size: str = "full") -> str:
+    window = _options(name, size).get("window_ms")
     return (f"ember bench {name} --duration {s.duration_s:g} --rounds {s.rounds} --warmup {s.warmup_s:g} "
-            f"--max-events-per-batch {s.max_events_per_batch} --json")
+            f"--max-events-per-batch {s.max_events_per_batch}" + (f" --window-ms {window}" if window else "") + " --json")
 
 
 def _subprocess_bench(name: str, master: str, s: Size) -> dict[str, Any]:

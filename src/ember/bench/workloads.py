@@ -319,8 +319,9 @@ def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     rows = [{"campaign_id": c, "window_start": ts, "count": n} for (c, ts), (n, _) in closed.items()]
     check = check_yahoo_windows(src, rows, result.events, result.start_ms["ad-events"], size_ms, watermark)
     # Latency in steady state: windows that ended after the warm-up batches started (the first
-    # batches also start the job's Python workers; a window ending then waits for them).
-    steady_from = _batch_start_ms(result.progress, WARMUP_BATCHES)
+    # batches also start the job's Python workers; a window ending then waits for them) — as
+    # for throughput, a run of too few batches counts them all.
+    steady_from = _batch_start_ms(result.progress, WARMUP_BATCHES) if len(result.progress) > WARMUP_BATCHES + 2 else 0
     latencies = [updated - (ts + size_ms) for (_, ts), (_, updated) in closed.items() if ts + size_ms >= steady_from] if rate else []
     return RunOutcome(
         events, seconds, eps, progress=result.progress, verified=check.ok and check.windows > 0, latencies_ms=latencies,
