@@ -249,13 +249,8 @@ def _batch_start_ms(progress: list[dict[str, Any]], index: int) -> int:
     return int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def _redis_windows(prefix: str) -> dict[tuple[str, int], tuple[int, int]]:
+def _redis_windows(client: Any, prefix: str) -> dict[tuple[str, int], tuple[int, int]]:
     """(campaign, window start) -> (seen_count, time_updated) as the Yahoo layout stores them under ``prefix``."""
-    import redis
-
-    from ember.connectors.external import redis_url
-
-    client = redis.Redis.from_url(redis_url(), decode_responses=True)
     out = {}
     for key in client.scan_iter(match=f"{prefix}*", count=1000):
         if client.type(key) != "hash":
@@ -270,12 +265,7 @@ def _redis_windows(prefix: str) -> dict[tuple[str, int], tuple[int, int]]:
     return out
 
 
-def _delete_prefix(prefix: str) -> None:
-    import redis
-
-    from ember.connectors.external import redis_url
-
-    client = redis.Redis.from_url(redis_url())
+def _delete_prefix(client: Any, prefix: str) -> None:
     keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
     for i in range(0, len(keys), 1000):
         client.delete(*keys[i:i + 1000])
@@ -292,8 +282,10 @@ def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     after the warm-up batches started)."""
     import uuid
 
+    import redis
+
     from ember.bench.verify import check_yahoo_windows
-    from ember.connectors.external import RedisSink, yahoo_window_writer
+    from ember.connectors.external import RedisSink, redis_url, yahoo_window_writer
     from ember.connectors.generators import YahooSource
     from ember.windowing.assigners import TumblingEventTimeWindows
     from ember.windowing.triggers import ContinuousProcessingTimeTrigger
@@ -309,11 +301,12 @@ def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     sink = RedisSink(write=yahoo_window_writer(cumulative=True, prefix=prefix))
     (_yahoo_views(env, src).window(TumblingEventTimeWindows.of(size_ms)).trigger(ContinuousProcessingTimeTrigger.of(1000, fire_at_end=True))
      .count(name="views-per-window").sink_to(sink, name="redis"))
+    client = redis.Redis.from_url(redis_url(), decode_responses=True)
     try:
         result, events, seconds, eps = _execute(env, "bench-yahoo-redis", cfg)
-        stored = _redis_windows(prefix)
+        stored = _redis_windows(client, prefix)
     finally:
-        _delete_prefix(prefix)
+        _delete_prefix(client, prefix)
     watermark = result.final_watermark_ms
     closed = {k: v for k, v in stored.items() if watermark is not None and k[1] + size_ms <= watermark}
     rows = [{"campaign_id": c, "window_start": ts, "count": n} for (c, ts), (n, _) in closed.items()]

@@ -27,11 +27,13 @@ import pandas as pd
 from ember.savepoints.store import (
     SavepointError,
     SavepointInfo,
+    batch_conf,
     copy_into_checkpoint,
     cut_checkpoint,
     delete_savepoint,
     last_batch,
     list_savepoints,
+    offset_log_entry,
     verify,
 )
 
@@ -93,18 +95,6 @@ def _stop_job(checkpoint: str, timeout_s: float, progress: Callable[[str], None]
     return True
 
 
-def _source_offsets(checkpoint: str, batch: int) -> list[Any]:
-    with open(os.path.join(checkpoint, "offsets", str(batch))) as f:
-        lines = f.read().splitlines()[2:]
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            out.append(line)
-    return out
-
-
 def _describe_job(checkpoint: str, job: str | None) -> dict[str, Any]:
     from pyspark import __version__ as spark_version
 
@@ -157,7 +147,7 @@ def create_savepoint(
     if batch < 0:
         raise SavepointError(f"the job at {checkpoint} has not committed a micro-batch yet: nothing to save")
     meta["stopped"] = stopped or not running
-    meta["sources"] = _source_offsets(checkpoint, batch)
+    meta["sources"] = offset_log_entry(checkpoint, batch)[1]
     if dest is None:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
         dest = os.path.join(root, f"{meta['job']}-b{batch}-{stamp}")
@@ -195,7 +185,7 @@ def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parall
     manifest = verify(path)
     rescale = parallelism is not None and bool(manifest.get("partitions")) and parallelism != manifest["partitions"]
     if rescale:
-        provider = _provider(path, int(manifest["batch_id"]))
+        provider = batch_conf(path, int(manifest["batch_id"])).get("spark.sql.streaming.stateStore.providerClass")
         if provider is not None and not provider.endswith("RocksDBStateStoreProvider"):
             raise SavepointError(
                 f"the savepoint's state is in {provider.rsplit('.', 1)[-1]}: rescaling (parallelism "
@@ -225,15 +215,6 @@ def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parall
             raise
     return manifest
 
-
-def _provider(path: str, batch: int) -> str | None:
-    """The state store provider the savepoint's job ran with (from its offset log)."""
-    try:
-        with open(os.path.join(path, "offsets", str(batch))) as f:
-            conf = json.loads(f.read().splitlines()[1]).get("conf", {})
-    except (OSError, IndexError, ValueError):
-        return None
-    return conf.get("spark.sql.streaming.stateStore.providerClass")
 
 
 def rescale_checkpoint(spark: Any, checkpoint: str, parallelism: int) -> None:

@@ -31,14 +31,14 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ember.savepoints.store import SavepointError, cut_checkpoint, verify
+from ember.runner.spark.keyed.runtime import _ET, _PT, _empty_blob  # the keyed runtime's bucket layout
+from ember.savepoints.store import SavepointError, copy_into_checkpoint, cut_checkpoint, verify
 
 __all__ = ["read_state", "write_state", "STATE_KINDS_WRITABLE"]
 
 KEYED = ("process function", "window")
 VECTORISED = "vectorised process function"
 STATE_KINDS_WRITABLE = ("process function", VECTORISED)
-_ET, _PT = "\x00event_timers", "\x00processing_timers"  # runtime.py's reserved per-key timer slots
 NO_TIMEOUT = -1
 
 
@@ -51,16 +51,15 @@ def _operator(manifest: dict[str, Any], name: str) -> tuple[int, dict[str, Any]]
     raise SavepointError(f"the savepoint has no stateful operator '{name}' (it has: {known})")
 
 
-def _state_rows(spark: Any, path: str, batch: int, op_id: int) -> list[Any]:
-    return (
-        spark.read.format("statestore").option("batchId", batch).option("operatorId", op_id).load(path).collect()
-    )
+def _state_frame(spark: Any, path: str, manifest: dict[str, Any], op_id: int) -> Any:
+    """Operator ``op_id``'s state rows at the savepoint's batch (Spark's state data source)."""
+    return spark.read.format("statestore").option("batchId", int(manifest["batch_id"])).option("operatorId", op_id).load(path)
 
 
 def _buckets(spark: Any, path: str, manifest: dict[str, Any], op_id: int) -> dict[int, Any]:
     """bucket -> its unpickled state (Ember's keyed operators)."""
     out = {}
-    for row in _state_rows(spark, path, int(manifest["batch_id"]), op_id):
+    for row in _state_frame(spark, path, manifest, op_id).collect():
         blob = row["value"]["groupState"][0]
         out[int(row["key"][0])] = pickle.loads(blob)
     return out
@@ -94,8 +93,7 @@ def read_state(spark: Any, path: str, operator: str) -> pd.DataFrame:
         table = pd.concat(tables)
         table.index.names = keys
         return table.reset_index().sort_values(keys, ignore_index=True)
-    df = spark.read.format("statestore").option("batchId", int(manifest["batch_id"])).option("operatorId", op_id).load(path)
-    return df.select("key.*", "value.*").toPandas()
+    return _state_frame(spark, path, manifest, op_id).select("key.*", "value.*").toPandas()
 
 
 # -- writing -----------------------------------------------------------------------------
@@ -116,18 +114,22 @@ def _encode_value(payload: bytes, timeout: int) -> bytes:
     return struct.pack("<qqq", 0, (24 << 32) | len(inner), timeout) + inner
 
 
-def _bucket_of_keys(spark: Any, keys: list[str], key_types: list[str], values: list[tuple[Any, ...]]) -> list[int]:
-    """Each key's state bucket, computed by Spark exactly as the running job does."""
-    from pyspark.sql import functions as F
+def _place_new_keys(spark: Any, op: dict[str, Any], where: dict[Any, int], keys: list[Any]) -> None:
+    """Add the state bucket of each key in ``keys`` (not yet in ``where``) to ``where``,
+    computed by Spark with the job's own bucket expression and key types."""
+    from ember.runner.spark.translators.keyed import bucket_of
 
-    from ember.runner.spark.keyed.runtime import STATE_BUCKETS
-
-    if not values:
-        return []
-    ddl = ", ".join(f"`{k}` {t}" for k, t in zip(keys, key_types))
-    df = spark.createDataFrame([tuple(v) for v in values], ddl)
-    bucket = F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int")
-    return [int(r[0]) for r in df.select(bucket).collect()]
+    new = [k for k in keys if k not in where]
+    if not new:
+        return
+    types, names = op.get("key_types"), list(op["keys"])
+    if not types:
+        raise SavepointError(
+            f"operator '{op['name']}': this savepoint does not record its key types, so new keys cannot be placed"
+        )
+    ddl = ", ".join(f"`{k}` {t}" for k, t in zip(names, types))
+    df = spark.createDataFrame([k if len(names) > 1 else (k,) for k in new], ddl)
+    where.update(zip(new, (int(r[0]) for r in df.select(bucket_of(tuple(names))).collect())))
 
 
 def _new_keyed_blobs(
@@ -147,16 +149,8 @@ def _new_keyed_blobs(
     for record in frame[[*keys, "state", "value"]].itertuples(index=False):
         key = tuple(record[: len(keys)]) if len(keys) > 1 else record[0]
         slots.setdefault(key, {})[record[-2]] = record[-1]
-    new_keys = [k for k in slots if k not in where]
-    if new_keys:
-        types = op.get("key_types")
-        if not types:
-            raise SavepointError(
-                f"operator '{op['name']}': this savepoint does not record its key types, so new keys cannot be placed"
-            )
-        values = [k if len(keys) > 1 else (k,) for k in new_keys]
-        where.update(zip(new_keys, _bucket_of_keys(spark, keys, types, values)))
-    blobs: dict[int, Any] = {b: {"keys": {}, _ET: [], _PT: [], "n": 0} for b in set(old) | {where[k] for k in slots}}
+    _place_new_keys(spark, op, where, list(slots))
+    blobs: dict[int, Any] = {b: _empty_blob() for b in set(old) | {where[k] for k in slots}}
     for key, states in slots.items():
         timers = {n: t for n, t in old_slots.get(key, {}).items() if n in (_ET, _PT)}  # a kept key keeps its timers
         blobs[where[key]]["keys"][key] = {**states, **timers}
@@ -186,13 +180,7 @@ def _new_vectorised_tables(spark: Any, old: dict[int, Any], op: dict[str, Any], 
         if extra:
             raise SavepointError(f"the new state has column(s) {extra} that are not in the operator's state schema {columns}")
         indexed = indexed.reindex(columns=columns)
-    new_keys = [k for k in indexed.index if k not in where]
-    if new_keys:
-        types = op.get("key_types")
-        if not types:
-            raise SavepointError(f"operator '{op['name']}': this savepoint does not record its key types")
-        values = [k if len(keys) > 1 else (k,) for k in new_keys]
-        where.update(zip(new_keys, _bucket_of_keys(spark, keys, types, values)))
+    _place_new_keys(spark, op, where, list(indexed.index))
     buckets = pd.Series([where[k] for k in indexed.index], index=indexed.index)
     out = {}
     for bucket, part in indexed.groupby(buckets.to_numpy()):
@@ -301,8 +289,6 @@ def write_state(spark: Any, path: str, operator: str, state: pd.DataFrame | Call
 
     with tempfile.TemporaryDirectory(prefix="ember-state-write-") as tmp:
         staging = os.path.join(tmp, "checkpoint")
-        from ember.savepoints.store import copy_into_checkpoint
-
         copy_into_checkpoint(path, staging)
         _rewrite_checkpoint(spark, staging, batch, rewrite)
         if wrong:

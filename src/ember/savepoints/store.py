@@ -44,6 +44,8 @@ __all__ = [
     "list_savepoints",
     "delete_savepoint",
     "checkpoint_partitions",
+    "batch_conf",
+    "offset_log_entry",
 ]
 
 MANIFEST = "_savepoint.json"
@@ -76,15 +78,38 @@ def last_batch(checkpoint: str, log: str) -> int:
     return max(ids, default=-1)
 
 
+def offset_log_entry(checkpoint: str, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
+    """Spark's offset log entry of batch ``batch_id``: its metadata (watermark, batch
+    time, the session settings it ran with) and each source's offset (parsed JSON,
+    or the text when it is not JSON). Raises OSError when there is none."""
+    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as f:
+        lines = f.read().splitlines()  # "v1", the metadata, then one line per source
+    try:
+        meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    except ValueError:
+        meta = {}
+    sources = []
+    for line in lines[2:]:
+        try:
+            sources.append(json.loads(line))
+        except ValueError:
+            sources.append(line)
+    return meta if isinstance(meta, dict) else {}, sources
+
+
+def batch_conf(checkpoint: str, batch_id: int) -> dict[str, str]:
+    """The Spark settings batch ``batch_id`` ran with ({} when unknown)."""
+    try:
+        return offset_log_entry(checkpoint, batch_id)[0].get("conf", {})
+    except OSError:
+        return {}
+
+
 def checkpoint_partitions(checkpoint: str, batch_id: int) -> int | None:
     """The state partition count (Spark shuffle partitions) batch ``batch_id`` ran with."""
-    path = os.path.join(checkpoint, "offsets", str(batch_id))
     try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-        conf = json.loads(lines[1]).get("conf", {})
-        return int(conf["spark.sql.shuffle.partitions"])
-    except (OSError, IndexError, ValueError, KeyError):
+        return int(batch_conf(checkpoint, batch_id)["spark.sql.shuffle.partitions"])
+    except (KeyError, ValueError):
         return None
 
 

@@ -181,9 +181,11 @@ class CountTrigger(Trigger):
 
 
 class _Continuous(Trigger):
-    """Shared by the continuous triggers: fire every ``interval`` while the window is open."""
+    """Shared by the continuous triggers: fire every ``interval`` while the window is
+    open and, when ``fire_at_end``, once more when the watermark passes its end."""
 
     processing = False
+    fire_at_end = True  # the event-time trigger always does; the processing-time one when asked
 
     def __init__(self, interval: timedelta | int) -> None:
         self.interval_ms = to_ms(interval, "trigger interval")
@@ -199,7 +201,7 @@ class _Continuous(Trigger):
         (ctx.delete_processing_time_timer if self.processing else ctx.delete_event_time_timer)(at)
 
     def on_element(self, element: Any, timestamp: int, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
-        if not self.processing:
+        if self.fire_at_end:
             wm = ctx.current_watermark
             if wm is not None and window.max_timestamp <= wm:
                 return TriggerResult.FIRE  # late element within the allowed lateness
@@ -226,7 +228,7 @@ class _Continuous(Trigger):
         if nxt.value() is not None:
             self._delete(ctx, nxt.value())
             nxt.clear()
-        if not self.processing:
+        if self.fire_at_end:
             ctx.delete_event_time_timer(window.max_timestamp)
 
     def describe(self) -> str:
@@ -250,24 +252,11 @@ class ContinuousProcessingTimeTrigger(_Continuous):
     def of(interval: timedelta | int, fire_at_end: bool = False) -> "ContinuousProcessingTimeTrigger":
         return ContinuousProcessingTimeTrigger(interval, fire_at_end)
 
-    def on_element(self, element: Any, timestamp: int, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
-        if self.fire_at_end:
-            wm = ctx.current_watermark
-            if wm is not None and window.max_timestamp <= wm:
-                return TriggerResult.FIRE  # late element within the allowed lateness
-            ctx.register_event_time_timer(window.max_timestamp)
-        return super().on_element(element, timestamp, window, ctx)
-
     def on_processing_time(self, time: int, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
         return self._on_time(time, window, ctx)
 
     def on_event_time(self, time: int, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
         return TriggerResult.FIRE if self.fire_at_end and time == window.max_timestamp else TriggerResult.CONTINUE
-
-    def clear(self, window: TimeWindow, ctx: TriggerContext) -> None:
-        super().clear(window, ctx)
-        if self.fire_at_end:
-            ctx.delete_event_time_timer(window.max_timestamp)
 
     def describe(self) -> str:
         return super().describe() + (" + at the window's end" if self.fire_at_end else "")

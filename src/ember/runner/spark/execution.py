@@ -34,8 +34,7 @@ PROGRESS_EVERY_S = 5.0
 
 def _has_progress(checkpoint: str) -> bool:
     """Spark planned at least one batch from this checkpoint (its offset log is not empty)."""
-    offsets = os.path.join(checkpoint, "offsets")
-    return os.path.isdir(offsets) and any(f.isdigit() for f in os.listdir(offsets))
+    return last_batch(checkpoint, "offsets") >= 0
 
 
 def last_committed_batch(checkpoint: str) -> int:

@@ -131,11 +131,11 @@ def _buckets(
         )
     comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if partials is not None:
-        return partials.withColumn(BUCKET, _bucket_of(keys)).groupBy(BUCKET), bucket_fn
+        return partials.withColumn(BUCKET, bucket_of(keys)).groupBy(BUCKET), bucket_fn
     fused = _fused_source(comp, node, up, keys, event_time)
     if fused is not None:
         return fused.groupBy(BUCKET), unpacking(bucket_fn)
-    bucketed = _timed(comp, node, up, event_time).withColumn(BUCKET, _bucket_of(keys))
+    bucketed = _timed(comp, node, up, event_time).withColumn(BUCKET, bucket_of(keys))
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
     rows = bucketed.mapInArrow(packer(BUCKET, (ANCHOR,)), schema)
     if event_time:
@@ -143,7 +143,8 @@ def _buckets(
     return rows.groupBy(BUCKET), unpacking(bucket_fn)
 
 
-def _bucket_of(keys: tuple[str, ...]) -> Any:
+def bucket_of(keys: tuple[str, ...]) -> Any:
+    """A row's state bucket: ``pmod(xxhash64(keys), STATE_BUCKETS)`` (savepoints place new keys with it too)."""
     return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int")
 
 
