@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m ember.runner.spark.json_scan  # compiles the JSON scanner once into numba's cache
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -20,7 +21,7 @@ demo: $(STAMP)
 	$(PY) examples/yahoo_campaigns.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''

@@ -1,11 +1,13 @@
-"""Design input for yahoo-json (issue 6): decoding Yahoo JSON events, Ember against Spark.
+"""Decoding Yahoo JSON events: Ember's decoder against Arrow's reader and Spark's from_json.
 
 The same N Yahoo events as JSON strings, cached in Spark (2 partitions), decoded to the
 four fields the pipeline uses, forced with Spark's ``noop`` writer, in one process,
 rounds alternating:
 
-- ``ember``: Ember's ``decode_json`` (Arrow's JSON reader over a whole batch) in
+- ``ember``: Ember's ``decode_json`` (the compiled single-pass scanner, json_scan.py) in
   ``mapInArrow`` — what ``parse_json`` and ``RedisStreamSource(json_field=...)`` run;
+- ``arrow``: the reference decoder alone (Arrow's JSON reader over a whole batch), what
+  ``decode_json`` was before the scanner;
 - ``spark``: Spark's ``from_json`` with the same schema (what hand-written PySpark does).
 
 Batch queries over cached input, so the figures isolate decoding from sources and
@@ -60,16 +62,26 @@ def main(argv: list[str] | None = None) -> int:
     assert df.count() == args.events
     out = "ad_id string, event_type string, event_time string, user_id string"
 
-    def ember_decode(batches):
-        import pyarrow as pa
+    def decoding(reference: bool):
+        def run(batches):
+            import pyarrow as pa
 
-        for batch in batches:
-            table, _, reasons = decode_json(batch.column(0), FIELDS)
-            assert not reasons
-            yield pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], names=table.column_names)
+            from ember.runner.spark import json_decode as d
+
+            for batch in batches:
+                texts = batch.column(0)
+                if reference:
+                    table, _, reasons = d._check_required(*d._reference(texts, FIELDS, d._suspicious(texts)), FIELDS)
+                else:
+                    table, _, reasons = decode_json(texts, FIELDS)
+                assert not reasons
+                yield pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], names=table.column_names)
+
+        return run
 
     sides = {
-        "ember": lambda: df.mapInArrow(ember_decode, out),
+        "ember": lambda: df.mapInArrow(decoding(False), out),
+        "arrow": lambda: df.mapInArrow(decoding(True), out),
         "spark": lambda: df.select(F.from_json("event", out).alias("j")).select("j.*"),
     }
     for plan in sides.values():  # warm-up: Python workers, JIT
@@ -83,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     med = {k: statistics.median(v) for k, v in rates.items()}
     for k, v in med.items():
         print(f"{k:6} {v / 1e6:5.2f} M events/s  (rounds: {', '.join(f'{x / 1e6:.2f}' for x in rates[k])})")
-    print(f"ratio ember / spark from_json: {med['ember'] / med['spark']:.2f}")
+    print(f"ratio ember / spark from_json: {med['ember'] / med['spark']:.2f}; ember / arrow reader: "
+          f"{med['ember'] / med['arrow']:.2f}")
     spark.stop()
     return 0
 

@@ -35,9 +35,11 @@ def _assert_exact(report: dict) -> None:
     assert report["recovery_ms"]["p50"] is not None and report["recovery_ms"]["max"] >= report["recovery_ms"]["p50"]
 
 
-def test_chaos_smoke_two_driver_kills_exact_alerts():
-    report = run_chaos(ChaosConfig(kills=2, duration_s=20, rate=5_000, batch=20_000, seed=7, verbose=False))
-    assert report["kills"] == 2 and report["killed"] == {"driver": 2}
+def test_chaos_smoke_a_driver_kill_exact_alerts():
+    """One SIGKILL of the driver mid-run (each recovery costs ~30 s of CI time); repeated kills of
+    the driver, executors and workers are `make chaos` (24 kills, BENCHMARKS.md)."""
+    report = run_chaos(ChaosConfig(kills=1, duration_s=8, rate=5_000, batch=20_000, seed=7, verbose=False))
+    assert report["kills"] == 1 and report["killed"] == {"driver": 1}
     assert "unrecovered_kills" not in report
     _assert_exact(report)
 
@@ -51,7 +53,7 @@ def _run_job(master: str, workdir: str, prefix: str, table: str, alerts: str) ->
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-def test_state_machine_on_a_standalone_cluster_equals_local_mode(tmp_path):
+def test_state_machine_on_a_standalone_cluster_gives_exactly_the_expected_alerts(tmp_path):
     client = redis.Redis.from_url(redis_url())
     prefix = f"ember:test:cluster:{uuid.uuid4().hex[:8]}"
     produced = ProduceConfig("statemachine", prefix=prefix, partitions=2, events=60_000, invalid_rate=0.002)
@@ -65,9 +67,10 @@ def test_state_machine_on_a_standalone_cluster_equals_local_mode(tmp_path):
             _run_job(cluster.url, str(tmp_path / "cluster"), prefix, f"ember_cl_{prefix[-8:]}_c", f"{prefix}:alerts:c")
             apps = cluster.status().get("completedapps", []) + cluster.status().get("activeapps", [])
             assert apps, "the job did not run as an application of the cluster"
-        _run_job("local[2]", str(tmp_path / "local"), prefix, f"ember_cl_{prefix[-8:]}_l", f"{prefix}:alerts:l")
+        # The same job in local mode gives the same alerts: the chaos smoke above checks them
+        # against the generator too, so the cluster run is checked against the generator only.
         with psycopg.connect(postgres_url()) as conn:
-            for mode in ("c", "l"):
+            for mode in ("c",):
                 rows = conn.execute(f'select address, state, type from "ember_cl_{prefix[-8:]}_{mode}"').fetchall()
                 in_redis = [
                     (int(f[b"address"]), f[b"state"].decode(), int(f[b"type"]))
@@ -79,9 +82,8 @@ def test_state_machine_on_a_standalone_cluster_equals_local_mode(tmp_path):
         if keys:
             client.delete(*keys)
         with psycopg.connect(postgres_url(), autocommit=True) as conn:
-            for mode in ("c", "l"):
-                conn.execute(f'drop table if exists "ember_cl_{prefix[-8:]}_{mode}"')
-    assert results["c"] == results["l"] == (expected, expected)
+            conn.execute(f'drop table if exists "ember_cl_{prefix[-8:]}_c"')
+    assert results["c"] == (expected, expected)
 
 
 @pytest.mark.slow

@@ -48,6 +48,22 @@ def _env(spark, root, **kw):
     return StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2, spark=spark, **kw)
 
 
+def test_a_timed_run_goes_on_until_min_batches_took_input(spark, tmp_path):
+    """A generator at unbounded speed runs on Spark's own reader, which admits input until the
+    query stops: the run still ends right after the batch in flight, every event counted once."""
+    from ember import GrepSource
+
+    env = _env(spark, tmp_path, max_events_per_batch=1_000)
+    sink = CountSink()
+    env.from_source(GrepSource(partitions=2), name="lines").sink_to(sink)
+    result = env.execute("min-batches", duration=0.1, min_batches=6, progress=False)
+    assert sum(1 for p in result.progress if p["numInputRows"]) >= 6
+    assert result.stopped_because == "duration 0.1 s reached"
+    assert sink.count == result.events > 0
+    with pytest.raises(Exception, match="min_batches must be an int >= 0"):
+        env.execute("bad", duration=1, min_batches=-1)
+
+
 SOURCE = YahooSource(partitions=2, max_events=60_000, nominal_rate=20_000, skew_ms=50, seed=11, start_ms=1_700_000_000_000)
 
 

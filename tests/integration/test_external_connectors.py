@@ -82,7 +82,7 @@ def test_unreachable_redis_fails_before_the_job_starts(env):
 
 
 def _alerts_job(env, streams, table, alerts_stream):
-    source = RedisStreamSource(streams, STATEMACHINE_SCHEMA, max_records_per_batch=40_000)
+    source = RedisStreamSource(streams, STATEMACHINE_SCHEMA, max_records_per_batch=20_000)
     alerts = (
         env.from_source(source, name="events")  # no event time: no watermark-only batches
         .key_by("address")
@@ -95,14 +95,14 @@ def _alerts_job(env, streams, table, alerts_stream):
 def test_sinks_write_a_replayed_batch_once(env, r, prefix, table, tmp_path):
     """Spark re-runs a batch whose commit it did not record (a crash after the sinks wrote);
     the fences make the replay write nothing new."""
-    cfg = ProduceConfig("statemachine", prefix=prefix, partitions=2, rate=None, events=200_000, invalid_rate=0.002)
+    cfg = ProduceConfig("statemachine", prefix=prefix, partitions=2, rate=None, events=100_000, invalid_rate=0.002)
     produce(cfg)
     streams = [f"{prefix}:0", f"{prefix}:1"]
     ckpt = tmp_path / "replayed"
     _alerts_job(env, streams, table, f"{prefix}:alerts")
-    first = env.execute("alerts", checkpoint=ckpt, progress=False, max_events=200_000)
-    assert first.events == 200_000 and first.batches >= 5
-    expected = collections.Counter(cfg.source().expected_alerts(200_000))
+    first = env.execute("alerts", checkpoint=ckpt, progress=False, max_events=100_000)
+    assert first.events == 100_000 and first.batches >= 5
+    expected = collections.Counter(cfg.source().expected_alerts(100_000))
     assert len(expected) > 50
     assert collections.Counter(tuple(row) for row in _pg_rows(table, "address, state, type")) == expected
     # Roll the checkpoint back to just after the last batch with input was planned and its

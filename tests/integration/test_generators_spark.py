@@ -78,3 +78,12 @@ def test_state_machine_records_match_reference(env):
         addr, types, _ = src.events(p, 0, 3_000)
         expected.update(zip(addr.tolist(), types.tolist()))
     assert Counter((r["address"], r["type"]) for r in rows) == expected
+
+
+def test_picked_values_keep_quotes_and_backslashes(spark):
+    """Generators pick fields from one SQL array literal: every value arrives as declared."""
+    from ember.runner.spark.translators.sources import _pick
+
+    values = ["plain", "it's", "back\\slash", 'dou"ble', "üñí", "\\'", "end'", ""] + [f"s{i}" for i in range(500)]
+    got = [r[0] for r in spark.range(len(values)).select(_pick(values, F.col("id"))).collect()]
+    assert got == values

@@ -102,8 +102,9 @@ class StreamEnvironment:
       every record travels to its key's state partition.
     - ``fuse_sources``: a Python source (Ember's generators) right before a keyed
       step packs its records per state bucket itself, saving a pass of every
-      record through the JVM (docs/design/keyed-state.md); off = a separate
-      packing step.
+      record through the JVM (docs/design/keyed-state.md), and a JSON generator
+      right before ``parse_json`` decodes its texts itself (docs/design/json.md);
+      off = a separate packing / decoding step.
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -229,6 +230,7 @@ class StreamEnvironment:
         progress: Callable[[dict[str, Any]], None] | bool = True,
         stop_when_idle: timedelta | float | None = None,
         from_savepoint: str | os.PathLike[str] | None = None,
+        min_batches: int = 0,
     ) -> JobResult:
         """Compile the pipeline to one Spark Structured Streaming query and run it.
 
@@ -237,7 +239,9 @@ class StreamEnvironment:
         at least ``max_events`` events were processed, or — with ``stop_when_idle``
         (a timedelta or seconds) — once no input arrived for that long and no
         source has data waiting (drain what is there, then stop) — whichever
-        comes first. ``progress``: True prints a line every few seconds to stderr; a callable
+        comes first. ``min_batches``: with ``duration``, run on until at least this
+        many micro-batches have taken input (at most a minute longer) — a short
+        timed run on a slow machine still measures something. ``progress``: True prints a line every few seconds to stderr; a callable
         receives each Spark progress report; False is silent.
 
         ``from_savepoint``: start from a savepoint (ember.savepoints) instead of
@@ -255,6 +259,8 @@ class StreamEnvironment:
             seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
             if seconds <= 0:
                 raise ConfigError(f"duration must be positive, got {duration!r}")
+        if not isinstance(min_batches, int) or min_batches < 0:
+            raise ConfigError(f"min_batches must be an int >= 0, got {min_batches!r}")
         if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
             raise ConfigError(f"max_events must be a positive int, got {max_events!r}")
         idle = None
@@ -269,6 +275,7 @@ class StreamEnvironment:
                 graph, self.spark, self.config, name=name, checkpoint=os.path.abspath(ckpt),
                 duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock, idle_s=idle,
                 from_savepoint=os.fspath(from_savepoint) if from_savepoint is not None else None,
+                min_batches=min_batches,
             )
         finally:
             self._sinks.clear()

@@ -8,35 +8,83 @@ the same counting as Ember's :class:`~ember.connectors.sinks.CountSink`.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import functions as F
 
 __all__ = ["run_plain_query", "grep_baseline", "grouping_baseline", "statemachine_tws_baseline"]
 
 
-def run_plain_query(writer: Any, duration_s: float) -> list[dict[str, Any]]:
-    """Start ``writer`` (a configured DataStreamWriter), run ``duration_s``, stop
-    between batches; return every batch's progress report."""
+# Windows close a few batches after they start (the watermark trails the newest
+# event): a windowed baseline runs at least this many batches so it has windows to verify.
+WINDOW_BATCHES = 4
+
+
+def run_plain_query(writer: Any, on_batch: Callable[[Any, int], None], duration_s: float, min_batches: int = 1,
+                    grace_s: float = 60.0) -> list[dict[str, Any]]:
+    """Run ``writer`` (a DataStreamWriter) with ``on_batch`` as its ``foreachBatch``
+    for ``duration_s`` and until ``min_batches`` batches have ended (at most
+    ``grace_s`` longer: a slow, shared machine must not leave a baseline with
+    nothing to measure or verify); return the progress reports of the batches
+    ``on_batch`` handled.
+
+    Spark's own sources cannot be told to stop admitting input and, with a
+    trigger interval of 0, a new batch starts the moment one ends, so there is
+    no quiet moment to stop in. Instead, once the run is over, the batch that
+    starts is skipped (its rows are read and dropped — Spark refuses to commit
+    a stateful batch that did not run — without ``on_batch``) and left out of
+    the reports, and the query stops once that batch has been reported: the
+    batches handled before it have ended, none is cut short.
+    """
+    handled: set[int] = set()
+    skipped: list[int] = []
+    over = threading.Event()
+
+    def gate(batch: Any, batch_id: int) -> None:
+        if over.is_set():
+            batch.write.format("noop").mode("append").save()
+            skipped.append(batch_id)
+            return
+        on_batch(batch, batch_id)
+        handled.add(batch_id)
+
     ckpt = tempfile.mkdtemp(prefix="ember-baseline-")
-    query = writer.option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start()
+    query = writer.foreachBatch(gate).option("checkpointLocation", ckpt).trigger(processingTime="0 seconds").start()
     reports: dict[int, dict[str, Any]] = {}
     deadline = time.monotonic() + duration_s
-    while time.monotonic() < deadline and query.isActive:
+    hard_deadline = deadline + grace_s
+    try:
+        while query.isActive:
+            now = time.monotonic()
+            if now >= hard_deadline or (now >= deadline and len(handled) >= min_batches):
+                break
+            time.sleep(min(1.0, max(0.02, deadline - now)))
+        over.set()
+        stop_by = time.monotonic() + 120
+        # The batch in flight (if any) ends, handled or skipped; the next one is skipped.
+        while query.isActive and time.monotonic() < stop_by:
+            last = query.lastProgress
+            if skipped and last is not None and int(last["batchId"]) >= skipped[0]:
+                break
+            time.sleep(0.005)
         for p in query.recentProgress:  # kept by Spark: the last 1,000 reports
             reports[int(p.batchId)] = json.loads(p.json)
-        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
-    stop_by = time.monotonic() + 10
-    while time.monotonic() < stop_by and query.isActive and query.status["isTriggerActive"]:
-        time.sleep(0.005)
-    for p in query.recentProgress:
-        reports[int(p.batchId)] = json.loads(p.json)
-    query.stop()
+    finally:
+        query.stop()
+        shutil.rmtree(ckpt, ignore_errors=True)
     if query.exception() is not None:
         raise RuntimeError(f"baseline query failed: {query.exception()}")
-    return [reports[k] for k in sorted(reports)]
+    # A handled batch's report may be missing if the stop came before Spark reported it;
+    # its input is then missing from the reports, as is its output from no result (the
+    # callers count events from the reports and check results against that count).
+    missing = handled - set(reports)
+    if missing:
+        raise RuntimeError(f"baseline batches {sorted(missing)} ended without a progress report")
+    return [reports[k] for k in sorted(reports) if k in handled]
 
 
 def _sequence(spark: Any, per_batch: int, partitions: int) -> Any:
@@ -62,7 +110,7 @@ def grep_baseline(spark: Any, sentences: list[str], partitions: int, per_batch: 
     def count(batch: Any, batch_id: int) -> None:
         matches[batch_id] = batch.count()
 
-    reports = run_plain_query(df.writeStream.foreachBatch(count), duration_s)
+    reports = run_plain_query(df.writeStream, count, duration_s)
     return reports, sum(matches.values())
 
 
@@ -82,7 +130,7 @@ def grouping_baseline(spark: Any, partitions: int, per_batch: int, hosts: int, s
         now = time.time_ns() // 1_000_000
         latencies[batch_id] = [now - int(t) for t in row["s"]]
 
-    reports = run_plain_query(df.writeStream.foreachBatch(count), duration_s)
+    reports = run_plain_query(df.writeStream, count, duration_s)
     return reports, [x for k in sorted(latencies) for x in latencies[k]]
 
 
@@ -128,7 +176,7 @@ def statemachine_tws_baseline(spark: Any, events: Any, duration_s: float) -> tup
     df = events.groupBy("address").transformWithStateInPandas(
         statefulProcessor=StateMachineProcessor(), outputStructType=out, outputMode="Append", timeMode="None"
     )
-    reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
+    reports = run_plain_query(df.writeStream, collect, duration_s)
     return reports, alerts
 
 
@@ -177,7 +225,7 @@ def window_tws_baseline(spark: Any, events: Any, key: str, time_field: str, size
     df = timed.groupBy(key).transformWithStateInPandas(
         statefulProcessor=WindowCount(), outputStructType=out, outputMode="Append", timeMode="EventTime"
     )
-    reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
+    reports = run_plain_query(df.writeStream, collect, duration_s, min_batches=WINDOW_BATCHES)
     return reports, rows
 
 
@@ -215,7 +263,7 @@ def countwindow_tws_baseline(spark: Any, events: Any, key: str, size: int, durat
     df = events.groupBy(key).transformWithStateInPandas(
         statefulProcessor=CountWindow(), outputStructType=out, outputMode="Append", timeMode="None"
     )
-    reports = run_plain_query(df.writeStream.foreachBatch(collect), duration_s)
+    reports = run_plain_query(df.writeStream, collect, duration_s)
     return reports, rows
 
 
@@ -238,5 +286,6 @@ def yahoo_baseline(spark: Any, events: Any, campaigns: list[tuple[str, str]], wi
         .count()
         .select("campaign_id", F.unix_millis(F.col("window.start")).alias("window_start"), "count")
     )
-    reports = run_plain_query(counts.writeStream.outputMode("append").foreachBatch(collect), duration_s)
+    reports = run_plain_query(counts.writeStream.outputMode("append"), collect, duration_s,
+                               min_batches=WINDOW_BATCHES)
     return reports, rows

@@ -38,6 +38,9 @@ class BenchConfig:
     verbose: bool = True
     warmup_s: float = 8.0
     options: dict[str, Any] = field(default_factory=dict)
+    # A timed run goes on until this many batches took input (windows close a few
+    # batches after they open; a slow machine must still leave results to verify).
+    min_batches: int = 4
 
 
 @dataclass

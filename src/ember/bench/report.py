@@ -151,8 +151,12 @@ def write_report(data: dict[str, Any], directory: str) -> str:
             f"{f'{base:,}' if base else '-'} | {r.get('ratio_to_baseline') or '-'} | "
             f"{f'{pub[1]:,} ({pub[0]})' if pub else '-'} | {r['verified']} | {r.get('peak_rss_mb', '-')} MB | `{r['command']}` |"
         )
-    lines += ["", "Baselines: grep, grouping and yahoo = the same pipeline hand-written in PySpark; the keyed and "
-              "windowed workloads = Spark's own `transformWithStateInPandas` doing the same job.", ""]
+    lines += ["", "Baselines: grep, grouping and yahoo = the same pipeline hand-written in PySpark; yahoo-json = "
+              "PySpark's `from_json` pipeline on the same JSON texts"
+              + (f" (on texts made by `to_json` in the JVM, as in BASELINES.md: "
+                 f"{data['workloads']['yahoo-json']['to_json_baseline_events_per_second']:,} events/s)"
+                 if data["workloads"].get("yahoo-json", {}).get("to_json_baseline_events_per_second") else "")
+              + "; the keyed and windowed workloads = Spark's own `transformWithStateInPandas` doing the same job.", ""]
     lat = [(n, r["latency_ms"]) for n, r in data["workloads"].items() if r.get("latency_ms")]
     if lat:
         lines += ["## Latency", "", "| workload | p50 | p90 | p95 | p99 |", "|---|---|---|---|---|"]

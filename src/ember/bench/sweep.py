@@ -37,15 +37,18 @@ def run_sweep(
     triggers_ms: tuple[int, ...] = TRIGGERS_MS,
     batch_bounds: tuple[int, ...] = BATCH_BOUNDS,
     verbose: bool = True,
+    warmup_s: float = 8.0,
 ) -> dict[str, Any]:
     """Both sweeps; returns ``{"fixed_rate": [...], "max_rate": [...], ...}``, one
-    point per setting with events/s, latency percentiles and ``verified``."""
+    point per setting with events/s, latency percentiles and ``verified``; a
+    discarded run of ``warmup_s`` first (the JVM's JIT), none if 0."""
     spark = bench_session(master)
     settings = [("fixed_rate", rate, t, max(batch_bounds)) for t in triggers_ms]
     settings += [("max_rate", None, 0, b) for b in batch_bounds]
-    if verbose:
-        print("[ember sweep] warm-up: 8 s, not recorded", file=sys.stderr, flush=True)
-    _point(spark, BenchConfig(duration_s=8, rate=rate, master=master, verbose=False))
+    if warmup_s > 0:
+        if verbose:
+            print(f"[ember sweep] warm-up: {warmup_s:g} s, not recorded", file=sys.stderr, flush=True)
+        _point(spark, BenchConfig(duration_s=warmup_s, rate=rate, master=master, verbose=False))
     report: dict[str, Any] = {"workload": "grouping", "rate": rate, "duration_s": duration_s,
                               "cores": spark.sparkContext.defaultParallelism, "fixed_rate": [], "max_rate": []}
     for i, (sweep, point_rate, trigger_ms, bound) in enumerate(settings):

@@ -26,7 +26,7 @@ def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
 def _execute(env: StreamEnvironment, name: str, cfg: BenchConfig) -> tuple[Any, int, float, float]:
     """Run the declared job for the configured duration: ``(result, events, seconds, events/s)``."""
     started = time.monotonic()
-    result = env.execute(name, duration=cfg.duration_s, progress=cfg.verbose)
+    result = env.execute(name, duration=cfg.duration_s, progress=cfg.verbose, min_batches=cfg.min_batches)
     wall = time.monotonic() - started
     return (result, *throughput(result.progress, cfg.rate, wall))
 
@@ -225,7 +225,7 @@ def yahoo(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     env = _env(spark, cfg, ckpt)
     src = _yahoo_bench_source(spark, cfg)
     sink = CollectSink()
-    _yahoo_views(env, src).window(TumblingEventTimeWindows.of(YAHOO_WINDOW_MS)).count(name="views-per-window").sink_to(sink)
+    _yahoo_views(_yahoo_events(env, src), src).window(TumblingEventTimeWindows.of(YAHOO_WINDOW_MS)).count(name="views-per-window").sink_to(sink)
     result, events, seconds, eps = _execute(env, "bench-yahoo", cfg)
     check = check_yahoo_windows(src, sink.rows(), result.events, result.start_ms["ad-events"], YAHOO_WINDOW_MS,
                                 result.final_watermark_ms)
@@ -233,6 +233,80 @@ def yahoo(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     return RunOutcome(
         events, seconds, eps, progress=result.progress, verified=check.ok and check.windows > 0, latencies_ms=latencies,
         detail={"windows": check.windows, "wrong": len(check.wrong), "missing": len(check.missing)},
+    )
+
+
+# --------------------------------------------------------------------------- E5 with JSON events
+YAHOO_JSON_SCHEMA = "ad_id string not null, event_type string not null, event_time string not null"
+
+
+def _yahoo_json_source(spark: Any, cfg: BenchConfig) -> Any:
+    from ember.connectors.generators import YahooSource
+
+    return YahooSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism,
+                       nominal_rate=max(1, cfg.max_events_per_batch // 5), as_json=True)
+
+
+def _yahoo_json_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
+    """Plain PySpark's ``from_json`` pipeline on the same JSON texts (Ember's generator,
+    read as text); then, for the record, BASELINES.md's form of it: texts made in the
+    JVM by ``to_json`` from the same generated events (its throughput in ``detail``)."""
+    import tempfile
+
+    from pyspark.sql import functions as F
+
+    from ember.connectors.sinks import NoopSink
+    from ember.runner.spark.compiler import compile_graph
+
+    def decoded(texts: Any) -> Any:
+        return texts.select(F.from_json("event", YAHOO_JSON_SCHEMA.replace(" not null", "")).alias("e")).select("e.*")
+
+    outcomes = []
+    sources = [_yahoo_json_source(spark, cfg)]
+    if cfg.options.get("to_json_baseline", True):
+        sources.append(_yahoo_bench_source(spark, cfg))
+    for src in sources:
+        env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-yahoo-json-"))
+        env.from_source(src, name="ad-events").sink_to(NoopSink())
+        job = compile_graph(env.graph(), spark, env.config, job_name="plain-yahoo-json", checkpoint=tempfile.mkdtemp())
+        texts = job.df if src.as_json else job.df.select(F.to_json(F.struct(*job.df.columns)).alias("event"))
+        reports, rows = baselines.yahoo_baseline(spark, decoded(texts), src.campaign_table(), YAHOO_WINDOW_MS,
+                                                 cfg.duration_s)
+        outcomes.append(_checked_windows(env, src, job, reports, rows, YAHOO_WINDOW_MS))
+    same = outcomes[0]
+    for to_json in outcomes[1:]:
+        same.verified = same.verified and to_json.verified
+        same.detail["to_json_baseline_events_per_second"] = round(to_json.events_per_second)
+    return same
+
+
+@workload("yahoo-json", baseline=_yahoo_json_baseline)
+def yahoo_json(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """E5 with events as JSON texts, as from a broker: each event one JSON object,
+    decoded by ``parse_json`` (every record validated, only the three fields the job
+    reads extracted; bad records to a dead-letter sink) -> views -> campaign -> count
+    per campaign and 10 s event-time window; every count verified, no dead letter."""
+    from ember.api.functions import OutputTag
+    from ember.bench.verify import check_yahoo_windows
+    from ember.connectors.sinks import CollectSink, CountSink
+    from ember.windowing.assigners import TumblingEventTimeWindows
+
+    env = _env(spark, cfg, ckpt)
+    src = _yahoo_json_source(spark, cfg)
+    bad = OutputTag("bad_json")
+    sink, dead = CollectSink(), CountSink()
+    decoded = _yahoo_events(env, src).parse_json("event", YAHOO_JSON_SCHEMA, dead_letter=bad, name="decode")
+    _yahoo_views(decoded, src).window(TumblingEventTimeWindows.of(YAHOO_WINDOW_MS)).count(name="views-per-window").sink_to(sink)
+    decoded.get_side_output(bad).sink_to(dead, name="dead-letters")
+    result, events, seconds, eps = _execute(env, "bench-yahoo-json", cfg)
+    check = check_yahoo_windows(src, sink.rows(), result.events, result.start_ms["ad-events"], YAHOO_WINDOW_MS,
+                                result.final_watermark_ms)
+    latencies = [b.arrival_ms - r["window_end"] for b in sink.batches for r in b.rows] if cfg.rate else []
+    return RunOutcome(
+        events, seconds, eps, progress=result.progress, verified=check.ok and check.windows > 0 and dead.count == 0,
+        latencies_ms=latencies,
+        detail={"windows": check.windows, "wrong": len(check.wrong), "missing": len(check.missing),
+                "dead_letters": dead.count},
     )
 
 
@@ -299,7 +373,7 @@ def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
            else _yahoo_bench_source(spark, cfg))
     prefix = f"ember:bench:yahoo-redis:{uuid.uuid4().hex[:8]}:"
     sink = RedisSink(write=yahoo_window_writer(cumulative=True, prefix=prefix))
-    (_yahoo_views(env, src).window(TumblingEventTimeWindows.of(size_ms)).trigger(ContinuousProcessingTimeTrigger.of(1000, fire_at_end=True))
+    (_yahoo_views(_yahoo_events(env, src), src).window(TumblingEventTimeWindows.of(size_ms)).trigger(ContinuousProcessingTimeTrigger.of(1000, fire_at_end=True))
      .count(name="views-per-window").sink_to(sink, name="redis"))
     client = redis.Redis.from_url(redis_url(), decode_responses=True)
     try:
@@ -327,16 +401,20 @@ def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
 WINDOW_MS = 1000  # 1 s windows: a 20 s run closes enough of them to verify
 
 
-def _yahoo_views(env: StreamEnvironment, src: Any) -> Any:
+def _yahoo_events(env: StreamEnvironment, src: Any) -> Any:
+    """The Yahoo source, its event time from ``event_time`` (1 s out of orderness)."""
+    from ember.time.watermarks import WatermarkStrategy
+
+    return env.from_source(src, WatermarkStrategy.for_bounded_out_of_orderness(1000, "event_time"), name="ad-events")
+
+
+def _yahoo_views(events: Any, src: Any) -> Any:
     """Yahoo events -> views -> campaign (broadcast lookup) -> (campaign_id, event_time), keyed by campaign."""
     import pandas as pd
 
-    from ember.time.watermarks import WatermarkStrategy
-
     campaigns = pd.DataFrame(src.campaign_table(), columns=["ad_id", "campaign_id"])
     return (
-        env.from_source(src, WatermarkStrategy.for_bounded_out_of_orderness(1000, "event_time"), name="ad-events")
-        .filter("event_type = 'view'", name="views")
+        events.filter("event_type = 'view'", name="views")
         .select("ad_id", "CAST(event_time AS BIGINT) AS event_time", name="project")
         .join_lookup(campaigns, on="ad_id", name="campaign-lookup")
         .select("campaign_id", "event_time", name="campaign-views")
@@ -361,7 +439,7 @@ def _yahoo_views_job(spark: Any, cfg: BenchConfig, name: str) -> tuple[StreamEnv
 
     env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-tws-"))
     src = _yahoo_source(spark, cfg)
-    _yahoo_views(env, src).sink_to(NoopSink())
+    _yahoo_views(_yahoo_events(env, src), src).sink_to(NoopSink())
     return env, src, compile_graph(env.graph(), spark, env.config, job_name=name, checkpoint=tempfile.mkdtemp())
 
 
@@ -404,7 +482,7 @@ def window(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     src = _yahoo_source(spark, cfg)
     sink = CollectSink()
     (
-        _yahoo_views(env, src)
+        _yahoo_views(_yahoo_events(env, src), src)
         .window(TumblingEventTimeWindows.of(WINDOW_MS))
         .aggregate(CountAggregate(), output_schema="count bigint", name="views-per-window")
         .sink_to(sink)
@@ -466,7 +544,7 @@ def countwindow(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     src = _yahoo_source(spark, cfg)
     sink = CollectSink()
     (
-        _yahoo_views(env, src)
+        _yahoo_views(_yahoo_events(env, src), src)
         .count_window(COUNT_WINDOW)
         .aggregate(CountAggregate(), output_schema="count bigint", name="views-per-1000")
         .sink_to(sink)

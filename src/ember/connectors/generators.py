@@ -20,6 +20,7 @@ reference models compute expected results for verification.
 from __future__ import annotations
 
 import functools
+import json
 import random
 import re
 import uuid
@@ -127,11 +128,20 @@ class YahooSource(GeneratorSource):
     Schema: ``user_id, page_id, ad_id, ad_type, event_type, event_time (ms as
     a string), ip_address``. 100 campaigns x 10 ads; every field uniform.
     ``skew_ms`` spreads event times by up to +-skew (out-of-order events).
+
+    ``as_json=True``: each event arrives as one JSON text in the field ``event``
+    (``{"user_id":"...",...,"ip_address":"1.2.3.4"}``, as a broker would carry
+    it), made by Ember's Python reader; decode it with ``parse_json``.
+    ``malformed_every=N`` (with ``as_json``) cuts the closing brace off every
+    N-th event (``seq % N == N - 1``): invalid JSON, for dead-letter handling;
+    the reference model leaves those events out.
     """
 
     campaigns: int = 100
     ads_per_campaign: int = 10
     skew_ms: int = 0
+    as_json: bool = False
+    malformed_every: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -139,9 +149,27 @@ class YahooSource(GeneratorSource):
         _positive_int("YahooSource", "ads_per_campaign", self.ads_per_campaign)
         if not isinstance(self.skew_ms, int) or self.skew_ms < 0:
             raise ConfigError(f"YahooSource: skew_ms must be an int >= 0, got {self.skew_ms!r}")
+        if not isinstance(self.as_json, bool):
+            raise ConfigError(f"YahooSource: as_json must be True or False, got {self.as_json!r}")
+        if not isinstance(self.malformed_every, int) or self.malformed_every < 0:
+            raise ConfigError(f"YahooSource: malformed_every must be an int >= 0, got {self.malformed_every!r}")
+        if self.malformed_every and not self.as_json:
+            raise ConfigError("YahooSource: malformed_every needs as_json=True (only JSON texts can be malformed)")
+
+    def malformed(self, seq: np.ndarray) -> np.ndarray:
+        """Which of the events ``seq`` are malformed JSON texts."""
+        if not self.malformed_every:
+            return np.zeros(len(seq), dtype=bool)
+        return seq % self.malformed_every == self.malformed_every - 1
+
+    @property
+    def needs_python_driver(self) -> bool:
+        return self.as_json or super().needs_python_driver
 
     @property
     def schema_ddl(self) -> str:
+        if self.as_json:
+            return "event string"
         return (
             "user_id string, page_id string, ad_id string, ad_type string, "
             "event_type string, event_time string, ip_address string"
@@ -180,7 +208,7 @@ class YahooSource(GeneratorSource):
         t = self.event_time_ms(seq, start_ms)
         if self.skew_ms:
             t = t + (h >> 48) % (2 * self.skew_ms + 1) - self.skew_ms
-        return {"ad": h % self.num_ads, "event_type": (h >> 10) % 3, "event_time": t}
+        return {"ad": h % self.num_ads, "event_type": (h >> 10) % 3, "event_time": t, "malformed": self.malformed(seq)}
 
     def records(self, seq: np.ndarray, start_ms: int) -> list[dict[str, str]]:
         """The events of sequence numbers ``seq`` as records (what the Spark source emits)."""
@@ -198,7 +226,11 @@ class YahooSource(GeneratorSource):
             "event_time": t.astype(str).astype(object),
         }
         names = list(columns)
-        return [dict(zip(names, values), ip_address="1.2.3.4") for values in zip(*columns.values())]
+        records = [dict(zip(names, values), ip_address="1.2.3.4") for values in zip(*columns.values())]
+        if self.as_json:
+            texts = [json.dumps(r, separators=(",", ":")) for r in records]
+            return [{"event": t[:-1] if bad else t} for t, bad in zip(texts, self.malformed(seq).tolist())]
+        return records
 
     def expected_window_counts(
         self, start: int, end: int, start_ms: int, size_ms: int
@@ -209,7 +241,7 @@ class YahooSource(GeneratorSource):
         chunk = 4_000_000
         for a in range(start, end, chunk):
             r = self.reference(a, min(end, a + chunk), start_ms)
-            views = r["event_type"] == 0
+            views = (r["event_type"] == 0) & ~r["malformed"]
             camp = r["ad"][views] // self.ads_per_campaign
             win = r["event_time"][views] // size_ms  # window index, < 2**32 until year 2106 for 1 s windows
             uniq, n = np.unique(camp * (1 << 32) + win, return_counts=True)

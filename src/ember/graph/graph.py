@@ -9,6 +9,8 @@ from ember.graph.nodes import (
     KeyByNode,
     KeyedProcessNode,
     Node,
+    ParseJsonNode,
+    SideOutputNode,
     SinkNode,
     SourceNode,
     UnionNode,
@@ -51,21 +53,57 @@ class Graph:
             if isinstance(node, UnionNode) and len(node.inputs) < 2:
                 raise PipelineError("a union needs at least two streams", node.name)
         _check_single_stateful_chain(self)
-        self.fork()
+        self.split()
         return self
 
     def fork(self) -> Node | None:
-        """Where a job with several sinks splits: the last step every sink reads
-        from whose followers all read from it or from each other. Ember runs the
-        graph up to it as one streaming query and the steps after it on every
-        micro-batch, so those must be stateless (None for a job with one sink)."""
-        if len(self.sinks) < 2:
+        """Where the job's streamed sinks split (see :meth:`split`)."""
+        return self.split()[0]
+
+    def split(self) -> tuple[Node | None, list[SideOutputNode]]:
+        """Where a job with several sinks splits, and which outputs leave the query beside it.
+
+        The split (``fork``) is the last step every sink reads from whose followers all
+        read from it or from each other. Ember runs the graph up to it as one streaming
+        query and the steps after it on every micro-batch, so those must be stateless
+        (None for a job with one sink).
+
+        When that would put a stateful step after the split only because the job also
+        reads the dead letters of a ``parse_json`` step (decoded JSON feeding a window,
+        say), those dead letters *detour*: the decoding step spools them beside the
+        query per micro-batch, and their (stateless) branch is written from the spool
+        after the micro-batch's other sinks. The detoured side outputs are returned."""
+        try:
+            return self._fork(self.sinks), []
+        except PipelineError as problem:
+            detours = [
+                n for n in self.nodes
+                if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], ParseJsonNode)
+                and n.tag == n.inputs[0].dead_letter
+            ]
+            detoured = {id(s) for d in detours for s in self.sinks_after(d)}
+            rest = [s for s in self.sinks if id(s) not in detoured]
+            if not detours or not rest:
+                raise
+            for d in detours:  # a detour is a stateless branch of its own, from the side output to its sinks
+                branch = [n for n in self.nodes if id(d) in {id(a) for a in _ancestors(n)} and not isinstance(n, SinkNode)]
+                if _branch_problem(branch, {id(a) for a in _ancestors(d)} | {id(d)}, d, d.name) is not None:
+                    raise problem from None
+            return self._fork(rest), detours
+
+    def sinks_after(self, node: Node) -> list[SinkNode]:
+        """The sinks that read ``node``'s records, directly or through other steps."""
+        return [s for s in self.sinks if any(a is node for a in _ancestors(s))]
+
+    def _fork(self, sinks: list[SinkNode]) -> Node | None:
+        if len(sinks) < 2:
             return None
         shared = None
-        for sink in self.sinks:
+        for sink in sinks:
             upstream = {id(n) for n in _ancestors(sink)}
             shared = upstream if shared is None else shared & upstream
-        names = ", ".join(s.name for s in self.sinks)
+        names = ", ".join(s.name for s in sinks)
+        feeding = {id(n) for s in sinks for n in _ancestors(s)}
         common = [n for n in self.nodes if id(n) in (shared or set())]
         if not common:
             raise PipelineError(
@@ -77,7 +115,7 @@ class Graph:
         problem: PipelineError | None = None
         for fork in reversed(common):
             before = {id(n) for n in _ancestors(fork)} | {id(fork)}
-            branch = [n for n in self.nodes if id(n) not in before and not isinstance(n, SinkNode)]
+            branch = [n for n in self.nodes if id(n) not in before and id(n) in feeding and not isinstance(n, SinkNode)]
             problem = _branch_problem(branch, before, fork, names)
             if problem is None:
                 return fork

@@ -4,8 +4,9 @@ A producer writes state-machine events, with invalid events injected at a
 known rate, into Redis streams at a steady rate. The job (``chaos_jobs``) runs
 in a child process — its own Spark driver — and is killed with SIGKILL at
 random moments (the whole process group: Python driver, JVM and Python
-workers), then restarted from its checkpoint. After the producer finished, a
-last run catches up to the end of the streams and ends. Finally both sinks'
+workers), then restarted from its checkpoint. Every run is started to stop once no input
+arrived for a few seconds: after the producer finished, the job running then
+catches up to the end of the streams and ends by itself. Finally both sinks'
 alerts (PostgreSQL and a Redis stream) are compared with the alerts the
 injected events must cause: lost, duplicated and false alerts are counted.
 
@@ -63,6 +64,9 @@ class ChaosConfig:
             raise ConfigError("chaos: batch and partitions must be >= 1")
 
 
+IDLE_S = 5  # a run stops once no input arrived for this long (after the producer finished)
+
+
 @dataclass
 class _Child:
     proc: subprocess.Popen
@@ -92,7 +96,7 @@ class ChaosRun:
 
         return last_committed_batch(self.checkpoint)
 
-    def start(self, final: bool = False) -> _Child:
+    def start(self) -> _Child:
         env = dict(os.environ)
         env.update({
             "EMBER_CHAOS_PREFIX": self.prefix,
@@ -106,9 +110,10 @@ class ChaosRun:
         cmd = [
             sys.executable, "-m", "ember.cli", "run", f"ember.tools.chaos_jobs:{self.cfg.workload}",
             "--master", self.master, "--checkpoint-dir", os.path.join(self.work, "checkpoints"), "--name", "chaos",
+            # While the producer runs every batch finds input; once it finished, the job drains
+            # the streams and stops by itself.
+            "--stop-when-idle", str(IDLE_S),
         ]
-        if final:  # the streams are complete: drain them, then stop
-            cmd += ["--stop-when-idle", "5"]
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return _Child(proc, time.monotonic(), log)
@@ -235,21 +240,14 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
             raise EmberError(f"the producer failed: {producer_result['error']}")
         if dead_worker is not None:
             cluster.restart_worker(dead_worker[0])
-        run.say("producer finished; stopping the job and running it to the end of the streams")
-        _kill_group(child, signal.SIGINT)
+        run.say("producer finished; the job drains the streams and stops once idle")
         try:
-            child.proc.wait(timeout=90)
+            child.proc.wait(timeout=max(300.0, 2 * cfg.duration_s))
         except subprocess.TimeoutExpired:
             _kill_group(child, signal.SIGKILL)
-            child.proc.wait()
-        final = run.start(final=True)
-        try:
-            final.proc.wait(timeout=max(300.0, 2 * cfg.duration_s))
-        except subprocess.TimeoutExpired:
-            _kill_group(final, signal.SIGKILL)
-            raise EmberError(f"the catch-up run did not end:\n{run.tail(final)}") from None
-        if final.proc.returncode != 0:
-            raise EmberError(f"the catch-up run failed (code {final.proc.returncode}):\n{run.tail(final)}")
+            raise EmberError(f"the job did not drain the streams and stop:\n{run.tail(child)}") from None
+        if child.proc.returncode != 0:
+            raise EmberError(f"the job failed while draining the streams (code {child.proc.returncode}):\n{run.tail(child)}")
         events = producer_result["report"].events
         report.update(_verify(run, client, produced, events))
     finally:

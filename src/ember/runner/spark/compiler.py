@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ember.api.environment import EnvironmentConfig
 from ember.errors import EmberError, PipelineError
 from ember.graph.graph import Graph
-from ember.graph.nodes import Node, SinkNode
+from ember.graph.nodes import Node, SideOutputNode, SinkNode
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "registry", "compile_graph"]
@@ -66,6 +66,9 @@ class Compilation:
     side_types: dict[int, Any] = field(default_factory=dict)  # step -> {side output: StructType}
     counters: dict[str, Any] = field(default_factory=dict)  # Spark accumulators, by name
     key_types: dict[str, list[str]] = field(default_factory=dict)  # keyed step -> its key fields' Spark types
+    detoured: dict[int, str] = field(default_factory=dict)  # step -> spool directory of its detoured dead letters
+    # Sources read by Spark's own readers, which keep admitting input after the stop marker.
+    unstoppable: list[str] = field(default_factory=list)
 
     @property
     def job_id(self) -> str:
@@ -132,16 +135,33 @@ def main_output(combined: Frame) -> Frame:
     return Frame(df.filter(F.col(TAG).isNull()).select(*main), combined.time)
 
 
+@dataclass(frozen=True)
+class Detour:
+    """A side output that leaves the query through a spool (spool.py): its sinks are
+    written per micro-batch from the spooled rows, after the streamed sinks."""
+
+    side: SideOutputNode
+    sinks: list[SinkNode]
+    directory: str
+
+
 @dataclass
 class CompiledJob:
     """A translated job: ``frame`` is what the streaming query computes — the
-    one sink's input, or, for several sinks, the step where they split (``fork``)."""
+    one sink's input, or, for several sinks, the step where they split (``fork``).
+    ``sinks`` are every sink of the job, detoured ones (``detours``) included."""
 
     sinks: list[SinkNode]
     frame: Frame
     compilation: Compilation
     fork: Node | None = None
     sink_schemas: dict[int, Any] = field(default_factory=dict)  # id(sink node) -> StructType of its rows
+    detours: list[Detour] = field(default_factory=list)
+
+    @property
+    def streamed_sinks(self) -> list[SinkNode]:
+        detoured = {id(s) for d in self.detours for s in d.sinks}
+        return [s for s in self.sinks if id(s) not in detoured]
 
     @property
     def df(self) -> Any:
@@ -155,7 +175,7 @@ class CompiledJob:
         """``writeStream`` for the job's sink(s)."""
         from ember.runner.spark.translators.sinks import sink_writer
 
-        if self.fork is None:
+        if self.fork is None and not self.detours:
             return sink_writer(self.sinks[0], self.df, self.target(self.sinks[0]))
         return self.df.writeStream.foreachBatch(self._fan_out)
 
@@ -175,13 +195,26 @@ class CompiledJob:
         """Every sink's branch on one micro-batch of the split step's rows."""
         from ember.runner.spark.translators.sinks import write_batch
 
-        batch.persist()
-        try:
-            branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
-            for sink in self.sinks:
-                write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
-        finally:
-            batch.unpersist()
+        from ember.runner.spark.spool import clear_spool, read_spool
+
+        streamed = self.streamed_sinks
+        if self.fork is None:
+            write_batch(streamed[0], batch, batch_id, self.target(streamed[0]))
+        else:
+            batch.persist()
+            try:
+                branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
+                for sink in streamed:
+                    write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
+            finally:
+                batch.unpersist()
+        for detour in self.detours:  # the streamed sinks ran the batch's tasks, which spooled these rows
+            rows = read_spool(self.compilation.spark, detour.directory, batch_id)
+            if rows is not None:
+                branch = self.compilation.branch(detour.side, Frame(rows, None))
+                for sink in detour.sinks:
+                    write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
+            clear_spool(detour.directory, batch_id)
 
     def spark_plan(self) -> str:
         df = self.frame.df
@@ -207,15 +240,36 @@ def compile_graph(
     comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker)
     for sink in graph.sinks:
         check_sink(sink)
-    fork = graph.fork()
+    from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT
+
+    fork, sides = graph.split()
+    detours = [_detour(comp, side) for side in sides]
+    comp.detoured = {id(d.side.inputs[0]): d.directory for d in detours}
+    schemas = {}
+    for d in detours:  # each detoured branch checked on the spooled rows' schema now, not mid-job
+        empty = Frame(comp.spark.createDataFrame([], DEAD_LETTER_STRUCT), None)
+        for sink in d.sinks:
+            schemas[id(sink)] = comp.branch(d.side, empty).frame(sink.inputs[0]).df.schema
+    streamed_sinks = [s for s in graph.sinks if id(s) not in {id(x) for d in detours for x in d.sinks}]
     if fork is None:
-        return CompiledJob(graph.sinks, comp.frame(graph.sinks[0].inputs[0]), comp)
+        return CompiledJob(graph.sinks, comp.frame(streamed_sinks[0].inputs[0]), comp, None, schemas, detours)
     comp.frame(fork)
     streamed = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
-    schemas = {}
-    for sink in graph.sinks:  # check every branch against the split step's schema now, not mid-job
+    for sink in streamed_sinks:  # check every branch against the split step's schema now, not mid-job
         schemas[id(sink)] = comp.branch(fork, Frame(streamed.df.limit(0), streamed.time)).frame(sink.inputs[0]).df.schema
-    return CompiledJob(graph.sinks, streamed, comp, fork, schemas)
+    return CompiledJob(graph.sinks, streamed, comp, fork, schemas, detours)
+
+
+def _detour(comp: Compilation, side: SideOutputNode) -> Detour:
+    from ember.runner.spark.spool import spool_dir
+
+    if comp.checkpoint is None:
+        import tempfile
+
+        checkpoint = tempfile.mkdtemp(prefix="ember-explain-")
+    else:
+        checkpoint = comp.checkpoint
+    return Detour(side, comp.graph.sinks_after(side), spool_dir(checkpoint, side.inputs[0].name))
 
 
 def _spark_message(exc: Exception) -> str:

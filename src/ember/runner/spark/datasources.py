@@ -7,7 +7,8 @@
   ``start_ms + seq * 1000 / rate``; ``latestOffset`` admits what is due, at
   most ``max_events_per_batch`` (admission control). With the ``pack`` option
   it emits its records already packed per state bucket for the keyed step
-  right after it (``keyed/packing.py``: source fusion).
+  right after it (``keyed/packing.py``: source fusion); with ``decode``, its
+  JSON texts already decoded by the ``parse_json`` step right after it.
 - ``ember_scripted``: one scripted batch per micro-batch (tests).
 - ``ember_end_of_input``: emits one row once the driver marks the input as
   ended, which moves the watermark to the end of time and flushes windows.
@@ -120,8 +121,10 @@ class SequenceReader(DataSourceStreamReader):
         end = {"n": n1, "origin_ms": origin, "done": done}
         if rate is not None:
             end["due"] = max(n1, due_now)  # events due by now: due - n is the backlog (lag)
-        if self.options.get("pack"):
-            end["packed"] = True  # rows are buckets of records: the runner counts events by offsets
+        if self.options.get("pack") or self.options.get("decode"):
+            # rows are not records one for one (buckets of records; decoded records without the
+            # spooled dead letters): the runner counts events by offsets
+            end["packed"] = True
         return end
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
@@ -138,6 +141,10 @@ class SequenceReader(DataSourceStreamReader):
             from ember.runner.spark.keyed.packing import PackSpec, pack_at_source
 
             batches = pack_at_source(batches, PackSpec.from_json(self.options["pack"]))
+        if self.options.get("decode"):  # fused with the parse_json step after it
+            from ember.runner.spark.translators.decoding import DecodePlan, decode_batches
+
+            batches = decode_batches(batches, DecodePlan.from_json(self.options["decode"]))
         yield from batches
 
     def commit(self, end: dict) -> None:

@@ -55,6 +55,10 @@ def source_origins(checkpoint: str, graph: Graph) -> dict[str, int]:
     return out
 
 
+# How much longer than its duration a run may take to reach its ``min_batches``.
+MIN_BATCHES_GRACE_S = 60.0
+
+
 def run_job(
     graph: Graph,
     spark: Any,
@@ -68,6 +72,7 @@ def run_job(
     clock: Clock,
     idle_s: float | None = None,
     from_savepoint: str | None = None,
+    min_batches: int = 0,
 ) -> JobResult:
     configure_for_query(spark, config)
     if from_savepoint is not None:
@@ -126,8 +131,10 @@ def run_job(
                     reason = f"no input for {idle_s:g} s"
                     break
             if duration_s is not None and now - start >= duration_s:
-                reason = f"duration {duration_s:g} s reached"
-                break
+                fed = sum(1 for r in follower.progress if r["numInputRows"])
+                if fed >= min_batches or now - start >= duration_s + MIN_BATCHES_GRACE_S:
+                    reason = f"duration {duration_s:g} s reached"
+                    break
             if max_events is not None and follower.events >= max_events:
                 reason = f"{max_events:,} events processed"
                 break
@@ -154,7 +161,7 @@ def run_job(
         reason = "interrupted"
     finally:
         try:
-            _stop_gracefully(query, stop_marker, follower, clock, checkpoint)
+            _stop_gracefully(query, stop_marker, follower, clock, checkpoint, bool(job.compilation.unstoppable))
             if reason == "stopped for a savepoint" and query.exception() is None:
                 query = _finish_planned_batch(writer, query, stop_marker, follower, clock, checkpoint)
         finally:
@@ -187,7 +194,8 @@ def run_job(
     )
 
 
-def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock: Clock, checkpoint: str) -> None:
+def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock: Clock, checkpoint: str,
+                     unstoppable: bool = False) -> None:
     """Stop between micro-batches rather than interrupting one.
 
     Ember's sources stop admitting input once the stop marker exists; the
@@ -196,15 +204,23 @@ def _stop_gracefully(query: Any, stop_marker: str, follower: "_Follower", clock:
     durations) — and stops the idle query. Interrupting a batch is safe for
     exactly-once (it is replayed on restart) but makes Spark log errors, and a
     savepoint wants a clean cut.
+
+    A source read by Spark's own reader (``unstoppable``) keeps admitting input,
+    so with a trigger interval of 0 the query is never idle: the runner waits
+    only for the batch in flight to be committed and stops then, interrupting
+    at most the batch that has just begun (replayed on restart).
     """
     if query.isActive and query.exception() is None:
         open(stop_marker, "a").close()
         # The first batch also starts Spark's Python workers: give it the longest grace.
         last = follower.progress[-1]["durationMs"].get("triggerExecution", 1000) if follower.progress else 10_000
         deadline = clock.monotonic() + min(30.0, 2.0 + 3 * last / 1000)
+        in_flight = _planned_batch(checkpoint)
         idle_polls = 0
         while clock.monotonic() < deadline and query.isActive and idle_polls < 3:
             clean = not query.status["isTriggerActive"] and _planned_batch(checkpoint) is None
+            if unstoppable and (clean or in_flight is None or last_committed_batch(checkpoint) >= in_flight):
+                break
             idle_polls = idle_polls + 1 if clean else 0
             clock_sleep(0.01)
     query.stop()

@@ -1,13 +1,19 @@
 """Vectorised JSON decoding with a reason for every record that cannot be decoded.
 
-A batch of JSON texts is parsed in one call to Arrow's JSON reader (C++, no
-Python per record): the texts, each followed by a newline, are already one
-newline-delimited buffer in Arrow's memory. When the reader refuses a batch —
-some record is not JSON, not an object, or has a field of another type — the
-batch is split into runs of 1 k records, a refused run into halves, and each
-part tried again, so k bad records among n cost about one more pass over the
-batch plus O(k log 1k) small reader calls, and only single records are examined in Python
-to say exactly what is wrong with them.
+Two decoders, one result. The fast one (json_scan.py, compiled with numba)
+validates each record in a single pass over its bytes and extracts only the
+declared top-level fields; whatever it does not reproduce exactly (escapes in a
+declared string, duplicate keys, fractions in integer fields, invalid JSON...)
+it *refers* to the reference decoder, and float fields always go there.
+
+The reference decoder is Arrow's JSON reader (C++, no Python per record): the
+texts, each followed by a newline, are already one newline-delimited buffer in
+Arrow's memory. When the reader refuses a batch — some record is not JSON, not
+an object, or has a field of another type — the batch is split into runs of 1 k
+records, a refused run into halves, and each part tried again, so k bad records
+among n cost about one more pass over the batch plus O(k log 1k) small reader
+calls, and only single records are examined in Python to say exactly what is
+wrong with them.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import pyarrow.json as pj
 
 from ember.runner.spark.redis_source import ARROW_TYPES
 
-__all__ = ["decode_json", "JSON_TYPES"]
+__all__ = ["decode_json", "fast_columns", "JSON_TYPES"]
 
 JSON_TYPES = {kind: t for kind, t in ARROW_TYPES.items() if kind != "binary"}
 _PY_KINDS = {"string": (str,), "boolean": (bool,), "float": (int, float), "double": (int, float)}
@@ -34,18 +40,44 @@ Fields = tuple[tuple[str, str, bool], ...]
 def decode_json(texts: pa.Array, fields: Fields) -> tuple[pa.Table, np.ndarray, dict[int, str]]:
     """``texts`` (string or binary) -> (decoded rows of the good records, in order;
     a boolean mask of the good records; reason per bad record index)."""
-    schema = pa.schema([pa.field(name, JSON_TYPES[kind]) for name, kind, _ in fields])
-    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    required = [name for name, _, nullable in fields if not nullable]
-    n = len(texts)
-    reasons: dict[int, str] = {}
-    pieces: list[tuple[int, pa.Table]] = []  # (first index, decoded rows of a run of good records)
+    schema = _schema(fields)
     if pa.types.is_binary(texts.type) or pa.types.is_large_binary(texts.type):
         try:
             texts = texts.cast(pa.string())
         except pa.ArrowInvalid:  # some record is not UTF-8: find it record by record
             texts = pa.array([_utf8(v) for v in texts.to_pylist()], pa.string())
-    suspicious = _suspicious(texts)
+    fast = fast_columns(texts, fields) if _scannable(fields) else None
+    if fast is None:
+        table, good, reasons = _reference(texts, fields, _suspicious(texts))
+    else:  # null and empty records are referred; line breaks are JSON whitespace, a matter for the reader only
+        columns, refer = fast
+        if not refer.any():
+            table, good, reasons = pa.Table.from_arrays(columns, schema=schema), np.ones(len(texts), dtype=bool), {}
+        else:  # the records the scanner referred, decoded by Arrow's reader; then back in order
+            index = np.flatnonzero(refer)
+            referred = texts.take(pa.array(index))
+            sub, sub_good, sub_reasons = _reference(referred, fields, _suspicious(referred))
+            good = np.ones(len(texts), dtype=bool)
+            good[index[~sub_good]] = False
+            reasons = {int(index[i]): why for i, why in sub_reasons.items()}
+            accepted = pa.Table.from_arrays(columns, schema=schema).filter(pa.array(~refer))
+            both = pa.concat_tables([accepted, sub])
+            position = np.concatenate([np.flatnonzero(~refer), index[sub_good]])  # original index of each row
+            table = both.take(pa.array(np.argsort(position, kind="stable")))
+    return _check_required(table, good, reasons, fields)
+
+
+def _schema(fields: Fields) -> pa.Schema:
+    return pa.schema([pa.field(name, JSON_TYPES[kind]) for name, kind, _ in fields])
+
+
+def _reference(texts: pa.Array, fields: Fields, suspicious: np.ndarray) -> tuple[pa.Table, np.ndarray, dict[int, str]]:
+    """Arrow's JSON reader over ``texts`` (string), bad records found and explained one by one."""
+    schema = _schema(fields)
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    n = len(texts)
+    reasons: dict[int, str] = {}
+    pieces: list[tuple[int, pa.Table]] = []  # (first index, decoded rows of a run of good records)
 
     def parse(lo: int, hi: int) -> None:
         if hi <= lo:
@@ -73,6 +105,13 @@ def decode_json(texts: pa.Array, fields: Fields) -> tuple[pa.Table, np.ndarray, 
     good = np.ones(n, dtype=bool)
     if reasons:
         good[list(reasons)] = False
+    return table, good, reasons
+
+
+def _check_required(table: pa.Table, good: np.ndarray, reasons: dict[int, str],
+                    fields: Fields) -> tuple[pa.Table, np.ndarray, dict[int, str]]:
+    """Records whose NOT NULL fields are missing or null become bad records too."""
+    required = [name for name, _, nullable in fields if not nullable]
     if required and table.num_rows:  # NOT NULL fields that are missing or null
         missing = np.zeros(table.num_rows, dtype=bool)
         for name in required:
@@ -86,6 +125,68 @@ def decode_json(texts: pa.Array, fields: Fields) -> tuple[pa.Table, np.ndarray, 
                 good[index] = False
             table = table.filter(pa.array(~missing))
     return table, good, reasons
+
+
+_SCAN_KINDS = {"string": 0, "tinyint": 1, "smallint": 1, "int": 1, "bigint": 1, "double": 2, "boolean": 3}
+_INT_RANGES = {"tinyint": 1 << 7, "smallint": 1 << 15, "int": 1 << 31}
+
+
+def _scannable(fields: Fields) -> bool:
+    """Whether the single-pass scanner covers these fields (float32 and names that
+    JSON would have to escape are left to Arrow's reader)."""
+    return bool(fields) and all(
+        kind in _SCAN_KINDS and name.isprintable() and '"' not in name and "\\" not in name for name, kind, _ in fields
+    )
+
+
+def fast_columns(texts: pa.Array, fields: Fields) -> tuple[list[pa.Array], np.ndarray]:
+    """One pass of the compiled scanner (json_scan.py) over ``texts`` (string):
+    the declared fields as Arrow columns of every record, and the mask of the
+    records it *referred* (their column values are meaningless) to the reference decoder."""
+    from ember.runner.spark import json_scan
+
+    n = len(texts)
+    width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
+    offsets = np.frombuffer(texts.buffers()[1], dtype=width, count=n + 1, offset=texts.offset * np.dtype(width).itemsize)
+    data = texts.buffers()[2]
+    data = np.frombuffer(data if data is not None and len(data) else b"\0", dtype=np.uint8)  # read-only either way
+    names = [name.encode("utf-8") for name, _, _ in fields]
+    keys = np.frombuffer(b"".join(names), dtype=np.uint8) if any(names) else np.zeros(0, dtype=np.uint8)
+    key_offsets = np.cumsum([0] + [len(k) for k in names]).astype(np.int64)
+    kinds = np.array([_SCAN_KINDS[kind] for _, kind, _ in fields], dtype=np.int8)
+    k = len(fields)
+    starts = np.full((n, k), -1, dtype=np.int64)
+    ends = np.empty((n, k), dtype=np.int64)
+    ints = np.zeros((n, k), dtype=np.int64)
+    status = np.empty(n, dtype=np.uint8)
+    gathered = np.array([j for j, (_, kind, _) in enumerate(fields) if kind in ("string", "double")], dtype=np.int64)
+    out = np.empty((len(gathered), len(data)), dtype=np.uint8)  # pages are touched only as far as used
+    out_offsets = np.empty((len(gathered), n + 1), dtype=np.int32)
+    json_scan.scan(data, offsets.astype(np.int64), keys, key_offsets, kinds, starts, ends, ints, status,
+                   gathered, out, out_offsets)
+    refer = status.astype(bool)
+    columns = []
+    for j, (name, kind, _) in enumerate(fields):
+        present = (starts[:, j] >= 0) & ~refer
+        validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
+        if kind in ("string", "double"):
+            g = int(np.flatnonzero(gathered == j)[0])
+            used = int(out_offsets[g, n])
+            column = pa.Array.from_buffers(pa.string(), n, [validity, pa.py_buffer(out_offsets[g]),
+                                                            pa.py_buffer(out[g, :used])])
+            if kind == "double":
+                column = column.cast(pa.float64())
+        elif kind == "boolean":
+            column = pa.array(ints[:, j] == 1, pa.bool_(), mask=~present)
+        else:
+            values = ints[:, j]
+            bound = _INT_RANGES.get(kind)
+            if bound is not None:
+                refer |= present & ((values < -bound) | (values >= bound))  # out of range: the reader explains
+                values = np.where(present & ~refer, values, 0)
+            column = pa.array(values.astype(JSON_TYPES[kind].to_pandas_dtype()), JSON_TYPES[kind], mask=~present)
+        columns.append(column)
+    return columns, refer
 
 
 def _utf8(value: bytes | None) -> str | None:
