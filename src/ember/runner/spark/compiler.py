@@ -160,8 +160,7 @@ class CompiledJob:
 
     @property
     def streamed_sinks(self) -> list[SinkNode]:
-        detoured = {id(s) for d in self.detours for s in d.sinks}
-        return [s for s in self.sinks if id(s) not in detoured]
+        return _streamed(self.sinks, self.detours)
 
     @property
     def df(self) -> Any:
@@ -250,7 +249,7 @@ def compile_graph(
         empty = Frame(comp.spark.createDataFrame([], DEAD_LETTER_STRUCT), None)
         for sink in d.sinks:
             schemas[id(sink)] = comp.branch(d.side, empty).frame(sink.inputs[0]).df.schema
-    streamed_sinks = [s for s in graph.sinks if id(s) not in {id(x) for d in detours for x in d.sinks}]
+    streamed_sinks = _streamed(graph.sinks, detours)
     if fork is None:
         return CompiledJob(graph.sinks, comp.frame(streamed_sinks[0].inputs[0]), comp, None, schemas, detours)
     comp.frame(fork)
@@ -260,16 +259,16 @@ def compile_graph(
     return CompiledJob(graph.sinks, streamed, comp, fork, schemas, detours)
 
 
+def _streamed(sinks: list[SinkNode], detours: list[Detour]) -> list[SinkNode]:
+    """The sinks written from the streaming query's own rows (not from a detour's spool)."""
+    detoured = {id(s) for d in detours for s in d.sinks}
+    return [s for s in sinks if id(s) not in detoured]
+
+
 def _detour(comp: Compilation, side: SideOutputNode) -> Detour:
     from ember.runner.spark.spool import spool_dir
 
-    if comp.checkpoint is None:
-        import tempfile
-
-        checkpoint = tempfile.mkdtemp(prefix="ember-explain-")
-    else:
-        checkpoint = comp.checkpoint
-    return Detour(side, comp.graph.sinks_after(side), spool_dir(checkpoint, side.inputs[0].name))
+    return Detour(side, comp.graph.sinks_after(side), spool_dir(comp.checkpoint, side.inputs[0].name))
 
 
 def _spark_message(exc: Exception) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-__all__ = ["register_sources", "END_OF_TIME_MS", "origin_file", "fixed_origin", "fixed_token"]
+__all__ = ["register_sources", "END_OF_TIME_MS", "ember_dir", "origin_file", "fixed_origin", "fixed_token"]
 
 END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
@@ -43,11 +43,17 @@ def _stopping(options: dict[str, str]) -> bool:
     return bool(marker) and os.path.exists(marker)
 
 
-def origin_file(checkpoint: str | None, step: str) -> str:
-    """Where a generator's event-time origin is kept: in the job's checkpoint."""
+def ember_dir(checkpoint: str | None) -> str:
+    """Ember's own files in a job's checkpoint (in a fresh temporary directory when
+    a pipeline is compiled without one, to be explained)."""
     import tempfile
 
-    return os.path.join(checkpoint or tempfile.mkdtemp(prefix="ember-explain-"), "ember", f"origin-{step}")
+    return os.path.join(checkpoint or tempfile.mkdtemp(prefix="ember-explain-"), "ember")
+
+
+def origin_file(checkpoint: str | None, step: str) -> str:
+    """Where a generator's event-time origin is kept: in the job's checkpoint."""
+    return os.path.join(ember_dir(checkpoint), f"origin-{step}")
 
 
 def fixed_origin(path: str) -> int:

@@ -34,9 +34,11 @@ __all__ = ["spool_dir", "write_spool", "read_spool", "clear_spool"]
 _BATCH_ID = "streaming.sql.batchId"  # the local property Spark sets on every task of a micro-batch
 
 
-def spool_dir(checkpoint: str, step: str) -> str:
+def spool_dir(checkpoint: str | None, step: str) -> str:
+    from ember.runner.spark.datasources import ember_dir
+
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
-    return os.path.join(checkpoint, "ember", "spool", safe)
+    return os.path.join(ember_dir(checkpoint), "spool", safe)
 
 
 def write_spool(directory: str, table: pa.Table) -> None:
