@@ -6,13 +6,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all bench chaos venv clean
+.PHONY: demo test test-all lint bench chaos venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
-	$(PY) -m ember.runner.spark.json_scan  # compiles the JSON scanner once into numba's cache
+	$(PY) -m ember.runner.spark.json_compile  # compiles the JSON scanner once into numba's cache
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -20,8 +20,13 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/yahoo_campaigns.py
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(PY) -m pytest -q --durations=15
+
+# Style and types of src/ (ruff, mypy: configured in pyproject.toml); part of `make test`.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks examples
+	$(VENV)/bin/mypy
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''

@@ -28,7 +28,8 @@ import pyarrow as pa
 
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
-from pyspark.sql import SparkSession, functions as F  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout  # noqa: E402
 
 KEYS = int(sys.argv[1])

@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", default="statemachine-vectorized,statemachine")
     args = parser.parse_args(argv)
 
-    from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
-    from ember.bench.harness import WORKLOADS, BenchConfig, bench_session, run_once
+    from ember.bench.harness import BenchConfig, bench_session, run_once
+    from ember.bench.suite import WORKLOADS
 
     spark = bench_session("local[*]")
     results: dict[tuple[str, bool], list[float]] = {}

@@ -34,7 +34,7 @@ EVENT_JSON = "user_id string, ad_id string not null, event_type string not null,
 def build(env: StreamEnvironment, streams: list[str], campaigns: list[dict], table: str, dead_stream: str) -> None:
     bad_json, unknown_ad = OutputTag("bad_json"), OutputTag("unknown_ad")
     events = env.from_source(
-        RedisStreamSource(streams, "event string not null", max_records_per_batch=100_000, stop_at_end=True),
+        RedisStreamSource(streams, "event string not null", max_events_per_batch=100_000, stop_at_end=True),
         None, name="events",
     )
     decoded = events.parse_json("event", EVENT_JSON, dead_letter=bad_json, name="decode")

@@ -74,7 +74,8 @@ def build(env: StreamEnvironment, fn: KeyedProcessFunction) -> CollectSink:
 def run(spark: Any = None, work: str | None = None) -> dict[str, Any]:
     work = work or tempfile.mkdtemp(prefix="ember-savepoint-bugfix-")
     checkpoints, savepoints = os.path.join(work, "checkpoints"), os.path.join(work, "savepoints")
-    say = (lambda m: print(f"[example] {m}", flush=True))
+    def say(m):
+        return (print(f"[example] {m}", flush=True))
     try:
         # 1. Version 1 runs (a micro-batch every 200 ms) ...
         env = StreamEnvironment(master="local[2]", checkpoint_dir=checkpoints, parallelism=2, trigger_interval=200, spark=spark)

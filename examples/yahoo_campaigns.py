@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Ember demo: Yahoo ad-campaign pipeline at {args.rate:,.0f} events/s for {args.seconds:g} s", flush=True)
         sink = build(env, source)
         print(env.explain(spark_plan=False), flush=True)
-        result = env.execute("yahoo-campaigns", duration=args.seconds)
+        result = env.execute("yahoo-campaigns", duration_s=args.seconds)
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
 

@@ -24,14 +24,15 @@ from ember.connectors import (
     StateMachineSource,
     YahooSource,
 )
-from ember.api.functions import (
+from ember.errors import ConfigError, EmberError, JobFailedError, PipelineError, UserFunctionError
+from ember.functions import (
     AggregateFunction,
     KeyedProcessFunction,
     OutputTag,
     ProcessWindowFunction,
 )
-from ember.errors import ConfigError, EmberError, JobFailedError, PipelineError, UserFunctionError
 from ember.time import TimeCharacteristic, WatermarkStrategy
+from ember.version import __version__
 from ember.windowing import (
     Agg,
     EventTimeSessionWindows,
@@ -42,8 +43,6 @@ from ember.windowing import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "StreamEnvironment", "JobResult", "DataStream", "KeyedStream", "WindowedStream",
@@ -57,4 +56,5 @@ __all__ = [
     "FileSource", "RateSource", "ScriptedSource", "RedisStreamSource",
     "CollectSink", "ConsoleSink", "CountSink", "FileSink", "NoopSink", "RedisSink", "RedisStreamSink", "PostgresSink",
     "EmberError", "ConfigError", "PipelineError", "UserFunctionError", "JobFailedError",
+    "__version__",
 ]

@@ -12,6 +12,8 @@ __all__ = [
     "PipelineError",
     "UserFunctionError",
     "JobFailedError",
+    "RestartError",
+    "SavepointError",
 ]
 
 
@@ -37,3 +39,11 @@ class UserFunctionError(EmberError):
 
 class JobFailedError(EmberError):
     """The running Spark query failed; the message carries Spark's cause."""
+
+
+class RestartError(EmberError):
+    """The checkpoint (or savepoint) was written by a pipeline this one cannot continue."""
+
+
+class SavepointError(EmberError):
+    """A savepoint cannot be created, read or restored (the message says why)."""

@@ -19,7 +19,7 @@ YAHOO_JSON = "user_id string, ad_id string not null, event_type string not null,
 
 def _pipeline(env, streams, campaigns, dead_stream):
     bad_json, unknown_ad = OutputTag("bad_json"), OutputTag("unknown_ad")
-    source = RedisStreamSource(streams, "event string not null", stop_at_end=True, max_records_per_batch=2_000)
+    source = RedisStreamSource(streams, "event string not null", stop_at_end=True, max_events_per_batch=2_000)
     events = env.from_source(source, None, name="events")
     parsed = events.parse_json("event", YAHOO_JSON, dead_letter=bad_json, name="decode")
     joined = parsed.join_lookup(campaigns, on="ad_id", unmatched=unknown_ad, name="campaigns")
@@ -134,7 +134,7 @@ def test_json_decoded_at_the_source_feeds_event_time_windows_with_dead_letters(e
     for raw in bad:
         r.xadd(streams[1], {"event": raw})
     r.xadd(streams[1], {"other": "x"})
-    source = RedisStreamSource(streams, YAHOO_JSON, json_field="event", stop_at_end=True, max_records_per_batch=5_000)
+    source = RedisStreamSource(streams, YAHOO_JSON, json_field="event", stop_at_end=True, max_events_per_batch=5_000)
     campaigns = [{"ad_id": ad, "campaign_id": c} for ad, c in produced.source().campaign_table()]
     windows = CollectSink()
     (

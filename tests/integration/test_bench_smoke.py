@@ -6,7 +6,8 @@ import json
 import pytest
 
 from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
-from ember.bench.harness import WORKLOADS, BenchConfig, run_benchmark
+from ember.bench.harness import BenchConfig
+from ember.bench.suite import WORKLOADS, run_benchmark
 
 pytestmark = pytest.mark.spark
 

@@ -56,12 +56,12 @@ def test_a_timed_run_goes_on_until_min_batches_took_input(spark, tmp_path):
     env = _env(spark, tmp_path, max_events_per_batch=1_000)
     sink = CountSink()
     env.from_source(GrepSource(partitions=2), name="lines").sink_to(sink)
-    result = env.execute("min-batches", duration=0.1, min_batches=6, progress=False)
+    result = env.execute("min-batches", duration_s=0.1, min_batches=6, progress=False)
     assert sum(1 for p in result.progress if p["numInputRows"]) >= 6
     assert result.stopped_because == "duration 0.1 s reached"
     assert sink.count == result.events > 0
     with pytest.raises(Exception, match="min_batches must be an int >= 0"):
-        env.execute("bad", duration=1, min_batches=-1)
+        env.execute("bad", duration_s=1, min_batches=-1)
 
 
 SOURCE = YahooSource(partitions=2, max_events=60_000, nominal_rate=20_000, skew_ms=50, seed=11, start_ms=1_700_000_000_000)
@@ -131,7 +131,7 @@ def test_file_source_reads_new_files(env, tmp_path):
 def test_rate_source_and_duration_stop(env):
     sink = CountSink()
     env.from_source(RateSource(rows_per_second=500)).sink_to(sink)
-    result = env.execute("rate", duration=6, progress=False)
+    result = env.execute("rate", duration_s=6, progress=False)
     assert result.stopped_because.startswith("duration")
     assert sink.count == result.events > 0
 
@@ -186,7 +186,7 @@ def test_ctrl_c_stops_the_job_gracefully(env):
     timer = threading.Timer(6.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
-        result = env.execute("interrupted", duration=60, progress=False)
+        result = env.execute("interrupted", duration_s=60, progress=False)
     finally:
         timer.cancel()
     assert result.stopped_because == "interrupted"

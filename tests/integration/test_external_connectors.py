@@ -41,7 +41,7 @@ def test_stream_source_reads_every_entry_once_and_dead_letters_bad_ones(env, r, 
     expected[(4, 99_999_999_999)] += 1
     r.xadd(streams[0], {"k": 2**40, "v": 5})  # overflows int
     sink = CollectSink()
-    source = RedisStreamSource(streams, "k int, v bigint not null", max_records_per_batch=700, stop_at_end=True)
+    source = RedisStreamSource(streams, "k int, v bigint not null", max_events_per_batch=700, stop_at_end=True)
     env.from_source(source, name="entries").sink_to(sink)
     result = env.execute("redis-source", progress=False)
     got = collections.Counter((row["k"], row["v"]) for row in sink.rows())
@@ -67,7 +67,7 @@ def test_stream_source_reports_lag(env, r, prefix):
     for i in range(500):
         r.xadd(stream, {"v": i})
     reports = []
-    source = RedisStreamSource(stream, "v int", max_records_per_batch=100, stop_at_end=True)
+    source = RedisStreamSource(stream, "v int", max_events_per_batch=100, stop_at_end=True)
     env.from_source(source).sink_to(CollectSink())
     env.execute("redis-lag", progress=reports.append)
     # lag = entries added to the streams and not yet read, after each batch
@@ -82,7 +82,7 @@ def test_unreachable_redis_fails_before_the_job_starts(env):
 
 
 def _alerts_job(env, streams, table, alerts_stream):
-    source = RedisStreamSource(streams, STATEMACHINE_SCHEMA, max_records_per_batch=20_000)
+    source = RedisStreamSource(streams, STATEMACHINE_SCHEMA, max_events_per_batch=20_000)
     alerts = (
         env.from_source(source, name="events")  # no event time: no watermark-only batches
         .key_by("address")
@@ -117,7 +117,7 @@ def test_sinks_write_a_replayed_batch_once(env, r, prefix, table, tmp_path):
                 os.remove(ckpt / log / f)
     again = StreamEnvironment(master="local[2]", parallelism=2, spark=env.spark)
     _alerts_job(again, streams, table, f"{prefix}:alerts")
-    second = again.execute("alerts", checkpoint=ckpt, progress=False, stop_when_idle=2)
+    second = again.execute("alerts", checkpoint=ckpt, progress=False, stop_when_idle_s=2)
     assert second.progress[0]["batchId"] == last  # the batch really ran again
     assert second.events == next(p["numInputRows"] for p in first.progress if p["batchId"] == last)
     pg = collections.Counter(tuple(row) for row in _pg_rows(table, "address, state, type"))
@@ -136,7 +136,7 @@ def test_postgres_upsert_and_redis_sink_with_user_commands(env, r, prefix, table
     def total(pipe, row):  # user Redis commands, queued on the fenced transaction
         pipe.hincrby(f"{prefix}:totals", row["user"], row["amount"])
 
-    events = env.from_source(RedisStreamSource(streams, "user string, amount int", max_records_per_batch=150, stop_at_end=True))
+    events = env.from_source(RedisStreamSource(streams, "user string, amount int", max_events_per_batch=150, stop_at_end=True))
     events.sink_to(PostgresSink(table, mode="upsert", key="user"), name="latest")
     events.sink_to(RedisSink(total), name="totals")
     env.execute("upsert", progress=False)

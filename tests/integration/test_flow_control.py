@@ -31,10 +31,10 @@ def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, 
     while r.xlen(stream_names(prefix, 2)[0]) < 100:  # the source must find input at its first batch
         time.sleep(0.02)
 
-    source = RedisStreamSource(stream_names(prefix, 2), STATEMACHINE_SCHEMA, max_records_per_batch=BOUND)
+    source = RedisStreamSource(stream_names(prefix, 2), STATEMACHINE_SCHEMA, max_events_per_batch=BOUND)
     env.from_source(source, None, name="events").sink_to(RedisSink(slow_write), name="slow")
     with rss_sampler() as memory:  # RSS once warm (after the 3rd batch) against its peak
-        result = env.execute("flow", progress=memory.progress.append, stop_when_idle=3)
+        result = env.execute("flow", progress=memory.progress.append, stop_when_idle_s=3)
     feeder.join()
     progress = memory.progress
 

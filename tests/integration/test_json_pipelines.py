@@ -65,7 +65,7 @@ def test_a_stateful_step_in_the_dead_letter_branch_is_refused(env):
     ("event_type = 'view' AND ad_id = 'x'", None),
 ])
 def test_which_filters_the_source_applies_before_the_jvm(env, predicate, pushed):
-    from ember.runner.spark.compiler import Compilation
+    from ember.runner.spark.compilation import Compilation
     from ember.runner.spark.translators.decoding import _pushed_filter
 
     bad = OutputTag("bad_json")

@@ -4,10 +4,9 @@ import importlib.util
 import os
 from collections import Counter
 
-import pytest
-
 import numpy as np
 import pandas as pd
+import pytest
 
 from ember import (
     CollectSink,
@@ -18,7 +17,7 @@ from ember import (
     StreamEnvironment,
     WatermarkStrategy,
 )
-from ember.api.functions import KeyedProcessFunction, VectorizedKeyedFunction
+from ember.functions import KeyedProcessFunction, VectorizedKeyedFunction
 from ember.state import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -108,7 +107,7 @@ class EveryKind(KeyedProcessFunction):
     """Exercises list, map, reducing and aggregating state on each element."""
 
     def open(self, ctx):
-        from ember.api.functions import AggregateFunction
+        from ember.functions import AggregateFunction
         from ember.state import AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor
 
         class Mean(AggregateFunction):
@@ -249,7 +248,7 @@ def test_processing_time_timers_fire_in_a_later_batch(spark, tmp_path):
     src = env.from_source(RateSource(rows_per_second=2), name="ticks").select("value % 2 AS k")
     sink = CollectSink()
     src.key_by("k").process(Reminder(), "k bigint, ts bigint, now bigint").sink_to(sink)
-    env.execute("pt-timers", duration=9, progress=False)
+    env.execute("pt-timers", duration_s=9, progress=False)
     rows = sink.rows()
     assert rows, "no processing-time timer fired in 9 s"
     assert all(r["now"] >= r["ts"] for r in rows)

@@ -7,8 +7,9 @@ import os
 import pytest
 
 from ember import CollectSink, ScriptedSource, StreamEnvironment
-from ember.api.functions import KeyedProcessFunction
-from ember.runner.spark.compat import RestartError, compare, manifest_path
+from ember.functions import KeyedProcessFunction
+from ember.runner.spark.checkpoint import CheckpointLayout
+from ember.runner.spark.compat import RestartError, compare
 from ember.state import ListStateDescriptor, ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -77,7 +78,7 @@ def test_a_new_stateless_step_is_accepted_and_state_carries_on(spark, tmp_path):
     _run(spark, tmp_path, BATCHES[:2])
     # Only the third batch is new; its counts continue from the checkpoint's state.
     assert _run(spark, tmp_path, BATCHES, extra_map=True) == [("a", 4), ("b", 2)]
-    with open(manifest_path(os.path.join(tmp_path, "compat"))) as f:
+    with open(CheckpointLayout(os.path.join(tmp_path, "compat")).pipeline) as f:
         assert [op["name"] for op in json.load(f)["operators"]] == ["counts"]
 
 

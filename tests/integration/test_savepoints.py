@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from ember import CollectSink, ScriptedSource, StreamEnvironment
-from ember.api.functions import KeyedProcessFunction
 from ember.cli.main import main
+from ember.functions import KeyedProcessFunction
 from ember.runner.spark.compat import RestartError
 from ember.savepoints import Savepoint, SavepointError, create_savepoint, list_savepoints
 from ember.state import ValueStateDescriptor
@@ -122,7 +122,8 @@ def test_incompatible_change_is_refused_before_anything_is_restored(spark, tmp_p
     root = tmp_path / "ckpt"
     _run(spark, root, "v1", BATCHES[:2])
     point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
-    with pytest.raises(RestartError, match=r"cannot start from the savepoint .*\n  - stateful operator 'totals': key changed from \['k'\] to \['ts'\]"):
+    changed = r"cannot start from the savepoint .*\n  - stateful operator 'totals': key changed from \['k'\] to \['ts'\]"
+    with pytest.raises(RestartError, match=changed):
         _run(spark, root, "v2", BATCHES, from_savepoint=point.path, key="ts")
     assert not (root / "v2" / "offsets").exists()
 
@@ -233,7 +234,7 @@ def test_bugfix_example_repairs_state_and_rescales(spark, tmp_path):
 def _vector_fn():
     import numpy as np
 
-    from ember.api.functions import VectorizedKeyedFunction
+    from ember.functions import VectorizedKeyedFunction
 
     class Totals(VectorizedKeyedFunction):
         state_schema = "n bigint, total bigint"

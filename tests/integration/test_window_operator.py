@@ -9,13 +9,13 @@ from ember import (
     Agg,
     CollectSink,
     EventTimeSessionWindows,
-    SlidingEventTimeWindows,
     ScriptedSource,
+    SlidingEventTimeWindows,
     StreamEnvironment,
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
-from ember.api.functions import AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction
+from ember.functions import AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction
 from ember.windowing.triggers import EventTimeTrigger
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ from ember import (
     TumblingProcessingTimeWindows,
     WatermarkStrategy,
 )
-from ember.time import TimeCharacteristic, ManualClock, to_ms
+from ember.time import ManualClock, TimeCharacteristic, to_ms
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
 
 
@@ -76,7 +76,7 @@ def test_manual_clock():
 
 
 def test_state_descriptors_validate():
-    from ember.api.functions import AggregateFunction
+    from ember.functions import AggregateFunction
     from ember.state import (
         AggregatingStateDescriptor,
         ReducingStateDescriptor,
@@ -103,9 +103,40 @@ def test_driver_side_sinks_forget_uncommitted_batches():
 
     collect, count = CollectSink(), CountSink(latency_field="ts")
     for b in range(4):
-        collect._accept(b, 0, [{"b": b}])
-        count._accept(b, 10, [b])
-    collect._forget_after(1)
-    count._forget_after(1)
+        collect.accept_batch(b, 0, [{"b": b}])
+        count.accept_batch(b, 10, [b])
+    collect.forget_after(1)
+    count.forget_after(1)
     assert collect.rows() == [{"b": 0}, {"b": 1}]
     assert count.count == 20 and count.latencies_ms == [0, 1]
+
+
+def test_a_connector_whose_optional_client_is_missing_fails_when_declared(monkeypatch):
+    import importlib.util
+
+    from ember import PostgresSink, RedisStreamSink
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("redis", "psycopg") else real(name, *a))
+    with pytest.raises(ConfigError, match=r"RedisStreamSink needs the 'redis' package.*pip install 'ember-stream\[redis\]'"):
+        RedisStreamSink("alerts")
+    with pytest.raises(ConfigError, match=r"PostgresSink needs the 'psycopg' package.*ember-stream\[postgres\]"):
+        PostgresSink("alerts")
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    assert RedisStreamSink("alerts").stream == "alerts"  # installed here: declared fine
+
+
+def test_run_time_limits_take_a_timedelta_or_seconds_by_name():
+    from ember.time.durations import seconds_of
+
+    assert seconds_of(timedelta(milliseconds=1500), None, "duration") == 1.5
+    assert seconds_of(None, 2, "duration") == 2.0
+    assert seconds_of(None, None, "duration") is None
+    with pytest.warns(DeprecationWarning, match=r"duration=3: a bare number here is seconds.*duration_s=3"):
+        assert seconds_of(3, None, "duration") == 3.0  # the old spelling still means seconds
+    with pytest.raises(ConfigError, match="give duration .* or duration_s .*, not both"):
+        seconds_of(timedelta(seconds=1), 1, "duration")
+    with pytest.raises(ConfigError, match="stop_when_idle_s must be a positive number of seconds, got 0"):
+        seconds_of(None, 0, "stop_when_idle")
+    with pytest.raises(ConfigError, match="duration must be a timedelta, got '10s'"):
+        seconds_of("10s", None, "duration")

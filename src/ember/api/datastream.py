@@ -6,19 +6,19 @@ returns a new stream. Arguments are checked here, when the step is declared.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from ember.connectors.base import Sink
 from ember.connectors.sinks import ConsoleSink
 from ember.errors import ConfigError, PipelineError
 from ember.graph import nodes as n
+from ember.graph.graph import Graph
 from ember.windowing.aggregates import Agg, Aggregate
 from ember.windowing.assigners import WindowAssigner
 
-if TYPE_CHECKING:
-    from ember.api.environment import StreamEnvironment
+__all__ = ["DataStream", "KeyedStream", "WindowedStream", "PipelineBuilder"]
 
-__all__ = ["DataStream", "KeyedStream", "WindowedStream"]
+N = TypeVar("N", bound=n.Node)
 
 _BATCH_FORMATS = ("arrow", "pandas")
 _JOIN_KINDS = ("inner", "left")
@@ -28,10 +28,19 @@ def _is_column(obj: Any) -> bool:
     return type(obj).__name__ == "Column"
 
 
+class PipelineBuilder(Protocol):
+    """What a stream needs from the environment that made it (a StreamEnvironment):
+    unique step names, and the sinks its next ``execute`` runs."""
+
+    def _step_name(self, name: str | None, prefix: str) -> str: ...
+
+    def _register_sink(self, node: n.SinkNode) -> None: ...
+
+
 class DataStream:
     """A stream of records with named fields (a Spark schema)."""
 
-    def __init__(self, env: "StreamEnvironment", node: n.Node) -> None:
+    def __init__(self, env: PipelineBuilder, node: n.Node) -> None:
         self._env = env
         self._node = node
 
@@ -39,7 +48,7 @@ class DataStream:
     def node(self) -> n.Node:
         return self._node
 
-    def _add(self, cls: type[n.Node], name: str | None, prefix: str, inputs=None, **fields: Any) -> n.Node:
+    def _add(self, cls: type[N], name: str | None, prefix: str, inputs: Iterable[n.Node] | None = None, **fields: Any) -> N:
         step = self._env._step_name(name, prefix)
         return cls(name=step, inputs=tuple(inputs or (self._node,)), **fields)
 
@@ -218,7 +227,7 @@ class DataStream:
     def get_side_output(self, tag: Any, *, name: str | None = None) -> "DataStream":
         """The side output ``tag`` of this step: records a process function sent with
         ``ctx.output(tag, ...)``, or a window's late records (``side_output_late_data``)."""
-        from ember.api.functions import OutputTag
+        from ember.functions import OutputTag
 
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
@@ -248,8 +257,6 @@ class DataStream:
 
     def explain(self) -> str:
         """The graph up to this stream, one step per line."""
-        from ember.graph.graph import Graph
-
         return Graph([n.SinkNode(name="(unsinked)", inputs=(self._node,), sink=_Unsinked())]).explain()
 
 
@@ -292,13 +299,13 @@ class KeyedStream(DataStream):
         )
 
     def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
-        """Run ``fn`` (a :class:`~ember.api.functions.KeyedProcessFunction`) on every
+        """Run ``fn`` (a :class:`~ember.functions.KeyedProcessFunction`) on every
         record with managed keyed state; ``output_schema`` (Spark DDL) types what it yields.
 
         Within a micro-batch each key's records are processed in timestamp order
         when the stream has event time, else in arrival order.
         """
-        from ember.api.functions import KeyedProcessFunction
+        from ember.functions import KeyedProcessFunction
 
         step = name or "process"
         if not isinstance(fn, KeyedProcessFunction):
@@ -311,11 +318,11 @@ class KeyedStream(DataStream):
         return DataStream(self._env, node)
 
     def process_batches(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
-        """Run ``fn`` (a :class:`~ember.api.functions.VectorizedKeyedFunction`) on whole
+        """Run ``fn`` (a :class:`~ember.functions.VectorizedKeyedFunction`) on whole
         micro-batches of many keys at once, with columnar keyed state — the fast variant
         of :meth:`process` when the logic can be written with pandas/numpy."""
-        from ember.api.functions import VectorizedKeyedFunction
         from ember.errors import ConfigError
+        from ember.functions import VectorizedKeyedFunction
 
         step = name or "process_batches"
         if not isinstance(fn, VectorizedKeyedFunction):
@@ -404,7 +411,7 @@ class WindowedStream:
         """Send elements that arrive after their windows closed (end + allowed lateness)
         to the side output ``tag`` instead of dropping them: read them with
         ``result.get_side_output(tag)``; they keep the input's fields."""
-        from ember.api.functions import OutputTag
+        from ember.functions import OutputTag
 
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"side_output_late_data takes an OutputTag, got {tag!r}", "window")
@@ -448,14 +455,14 @@ class WindowedStream:
         """Aggregate each window.
 
         Either named built-ins — ``aggregate(views=Agg.count(), spent=Agg.sum("price"))`` —
-        or a Python :class:`~ember.api.functions.AggregateFunction` with the
+        or a Python :class:`~ember.functions.AggregateFunction` with the
         ``output_schema`` of its ``get_result`` (a dict, a tuple, or a bare value
         for one field). The result has the key fields, ``window_start`` and
         ``window_end`` (epoch ms; null for global windows) and the aggregate's
         fields. With a ``window_function`` (a ProcessWindowFunction receiving the
         one aggregated result), ``output_schema`` is that function's output.
         """
-        from ember.api.functions import AggregateFunction, ProcessWindowFunction
+        from ember.functions import AggregateFunction, ProcessWindowFunction
 
         step = name or "window"
         if fn is not None:
@@ -489,9 +496,9 @@ class WindowedStream:
         return self._python_window(name, reduce_fn=fn)
 
     def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
-        """Run a :class:`~ember.api.functions.ProcessWindowFunction` on all of a
+        """Run a :class:`~ember.functions.ProcessWindowFunction` on all of a
         window's elements when it fires; ``output_schema`` types what it yields."""
-        from ember.api.functions import ProcessWindowFunction
+        from ember.functions import ProcessWindowFunction
 
         step = name or "window"
         if not isinstance(fn, ProcessWindowFunction):
@@ -529,7 +536,7 @@ class _Unsinked(Sink):
 
 def _dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
     """``tag`` typed as a dead-letter output (``raw string, error string``)."""
-    from ember.api.functions import DEAD_LETTER_SCHEMA, OutputTag
+    from ember.functions import DEAD_LETTER_SCHEMA, OutputTag
 
     if not isinstance(tag, OutputTag):
         raise PipelineError(f"{what} must be an OutputTag, got {tag!r}", name or what.split()[0])

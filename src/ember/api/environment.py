@@ -4,82 +4,28 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from ember.api.datastream import DataStream
 from ember.connectors.base import Source
 from ember.connectors.spark_sources import ScriptedSource
 from ember.errors import ConfigError, PipelineError
 from ember.graph.graph import Graph
 from ember.graph.nodes import SinkNode, SourceNode
+from ember.job import EnvironmentConfig, JobResult
 from ember.time.clock import Clock, SystemClock
-from ember.time.durations import to_ms
+from ember.time.durations import seconds_of, to_ms
 from ember.time.watermarks import WatermarkStrategy
 
-if TYPE_CHECKING:
-    from ember.api.datastream import DataStream
+# The runner and the savepoints (and with them PySpark and pandas) are imported where a
+# job is explained or run, not here: `import ember` and declaring a pipeline stay light
+# (0.1 s instead of 0.8 s), which the CLI and Spark-free unit tests rely on.
 
 __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
 
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|yarn|k8s://.+)$")
 _STATE_BACKENDS = ("rocksdb", "hdfs")
-
-
-@dataclass(frozen=True)
-class EnvironmentConfig:
-    """Validated environment settings (see :class:`StreamEnvironment`)."""
-
-    master: str = "local[*]"
-    checkpoint_dir: str = "ember-checkpoints"
-    parallelism: int | None = None
-    trigger_interval_ms: int = 0
-    max_events_per_batch: int = 2_000_000
-    state_backend: str = "rocksdb"
-    changelog_checkpointing: bool = True
-    spark_conf: tuple[tuple[str, str], ...] = field(default=())
-    combine_windows: bool = True
-    fuse_sources: bool = True
-
-
-@dataclass
-class JobResult:
-    """What a finished ``execute`` reports."""
-
-    name: str
-    checkpoint_dir: str
-    batches: int
-    events: int
-    seconds: float
-    processing_seconds: float
-    progress: list[dict[str, Any]]
-    stopped_because: str
-    late_dropped: int = 0  # records Spark's windows dropped behind the watermark (reported, never silent)
-    start_ms: dict[str, int] = field(default_factory=dict)  # each source's event-time origin
-
-    @property
-    def final_watermark_ms(self) -> int | None:
-        """The last watermark Spark reported, as epoch ms (None without event time)."""
-        from datetime import datetime
-
-        for report in reversed(self.progress):
-            wm = report.get("eventTime", {}).get("watermark")
-            if wm:
-                return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
-        return None
-
-    @property
-    def events_per_second(self) -> float:
-        """Input events per second of wall time, start to stop."""
-        return self.events / self.seconds if self.seconds > 0 else 0.0
-
-    def summary(self) -> str:
-        return (
-            f"job '{self.name}': {self.events:,} events in {self.batches} batches, "
-            f"{self.seconds:.1f} s ({self.events_per_second:,.0f} events/s); stopped: {self.stopped_because}"
-            + (f"; {self.late_dropped:,} late records dropped" if self.late_dropped else "")
-        )
 
 
 class StreamEnvironment:
@@ -147,9 +93,6 @@ class StreamEnvironment:
             combine_windows=bool(combine_windows),
             fuse_sources=bool(fuse_sources),
         )
-        # Spark's Python workers must run this interpreter, which has Ember's dependencies.
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         self._spark = spark
         self.clock = clock or SystemClock()
         self._sinks: list[SinkNode] = []
@@ -159,11 +102,9 @@ class StreamEnvironment:
     # -- graph building -----------------------------------------------------------------
     def from_source(
         self, source: Source, watermark: WatermarkStrategy | None = None, *, name: str | None = None
-    ) -> "DataStream":
+    ) -> DataStream:
         """A stream reading ``source``. ``watermark`` chooses the stream's time:
         event time from a field, ingestion time or processing time."""
-        from ember.api.datastream import DataStream
-
         if not isinstance(source, Source):
             raise PipelineError(f"from_source takes an Ember source (e.g. YahooSource()), got {source!r}", name or "source")
         if watermark is not None and not isinstance(watermark, WatermarkStrategy):
@@ -173,7 +114,7 @@ class StreamEnvironment:
 
     def from_collection(
         self, rows: list[Any], schema: str, watermark: WatermarkStrategy | None = None, *, name: str | None = None
-    ) -> "DataStream":
+    ) -> DataStream:
         """A bounded stream of ``rows`` (tuples or dicts) in one micro-batch."""
         return self.from_source(ScriptedSource([rows], schema), watermark, name=name)
 
@@ -224,20 +165,22 @@ class StreamEnvironment:
         self,
         name: str = "ember-job",
         *,
-        duration: timedelta | float | None = None,
+        duration: timedelta | None = None,
         max_events: int | None = None,
         checkpoint: str | os.PathLike[str] | None = None,
         progress: Callable[[dict[str, Any]], None] | bool = True,
-        stop_when_idle: timedelta | float | None = None,
+        stop_when_idle: timedelta | None = None,
         from_savepoint: str | os.PathLike[str] | None = None,
         min_batches: int = 0,
+        duration_s: float | None = None,
+        stop_when_idle_s: float | None = None,
     ) -> JobResult:
         """Compile the pipeline to one Spark Structured Streaming query and run it.
 
         It runs until stopped (Ctrl-C), until every source has ended (bounded
-        sources), until ``duration`` (a timedelta or seconds) has passed, or until
-        at least ``max_events`` events were processed, or — with ``stop_when_idle``
-        (a timedelta or seconds) — once no input arrived for that long and no
+        sources), until ``duration`` (a timedelta; or ``duration_s`` seconds) has
+        passed, or until at least ``max_events`` events were processed, or — with
+        ``stop_when_idle`` (a timedelta; or ``stop_when_idle_s``) — once no input arrived for that long and no
         source has data waiting (drain what is there, then stop) — whichever
         comes first. ``min_batches``: with ``duration``, run on until at least this
         many micro-batches have taken input (at most a minute longer) — a short
@@ -250,31 +193,27 @@ class StreamEnvironment:
         ``parallelism`` set to another value than the savepoint's, its state is
         repartitioned first.
         """
-        from ember.runner.spark.execution import run_job
-
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
             raise ConfigError(f"job name must be letters, digits, '_', '-' or '.', got {name!r}")
-        seconds = None
-        if duration is not None:
-            seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-            if seconds <= 0:
-                raise ConfigError(f"duration must be positive, got {duration!r}")
+        seconds = seconds_of(duration, duration_s, "duration")
+        idle = seconds_of(stop_when_idle, stop_when_idle_s, "stop_when_idle")
         if not isinstance(min_batches, int) or min_batches < 0:
             raise ConfigError(f"min_batches must be an int >= 0, got {min_batches!r}")
         if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
             raise ConfigError(f"max_events must be a positive int, got {max_events!r}")
-        idle = None
-        if stop_when_idle is not None:
-            idle = stop_when_idle.total_seconds() if isinstance(stop_when_idle, timedelta) else float(stop_when_idle)
-            if idle <= 0:
-                raise ConfigError(f"stop_when_idle must be positive, got {stop_when_idle!r}")
+        from ember.runner.spark.execution import run_job
+        from ember.runner.spark.planner import plan
+        from ember.savepoints import restore_savepoint
+
         graph = self.graph()
-        ckpt = os.fspath(checkpoint) if checkpoint is not None else os.path.join(self.config.checkpoint_dir, name)
+        plan(graph)  # what one Spark query cannot run fails here, before a checkpoint is touched
+        ckpt = os.path.abspath(os.fspath(checkpoint) if checkpoint is not None else os.path.join(self.config.checkpoint_dir, name))
         try:
+            if from_savepoint is not None:
+                restore_savepoint(self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism)
             return run_job(
-                graph, self.spark, self.config, name=name, checkpoint=os.path.abspath(ckpt),
+                graph, self.spark, self.config, name=name, checkpoint=ckpt,
                 duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock, idle_s=idle,
-                from_savepoint=os.fspath(from_savepoint) if from_savepoint is not None else None,
                 min_batches=min_batches,
             )
         finally:

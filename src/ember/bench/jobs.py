@@ -7,7 +7,8 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from ember.api.functions import (
+from ember.connectors.generators import STATE_NAMES, TRANSITIONS
+from ember.functions import (
     AggregateFunction,
     BatchContext,
     Context,
@@ -15,7 +16,6 @@ from ember.api.functions import (
     RuntimeContext,
     VectorizedKeyedFunction,
 )
-from ember.connectors.generators import STATE_NAMES, TRANSITIONS
 from ember.state.descriptors import ValueStateDescriptor
 
 __all__ = ["StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate", "KeyedCount", "KEYED_COUNT_SCHEMA"]

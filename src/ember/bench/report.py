@@ -59,11 +59,13 @@ def _log(msg: str) -> None:
 
 def run_report(size: str = "quick", master: str = "local[*]", workloads: list[str] | None = None) -> dict[str, Any]:
     """Run the suite at ``size``; returns everything the report shows."""
-    from ember.bench import workloads as _registry  # noqa: F401 - fills WORKLOADS
-    from ember.bench.harness import WORKLOADS, BenchConfig, bench_session, run_benchmark
+    from ember.bench.harness import BenchConfig, bench_session
+    from ember.bench.suite import WORKLOADS, run_benchmark
     from ember.bench.sustainable import find_max_rate
     from ember.bench.sweep import run_sweep
+    from ember.connectors.external import require_extra
 
+    require_extra("ember bench report", "matplotlib", "bench")  # before an hour of runs, not after
     s = SIZES[size]
     names = workloads or sorted(WORKLOADS)
     started = time.monotonic()

@@ -26,7 +26,7 @@ def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
 def _execute(env: StreamEnvironment, name: str, cfg: BenchConfig) -> tuple[Any, int, float, float]:
     """Run the declared job for the configured duration: ``(result, events, seconds, events/s)``."""
     started = time.monotonic()
-    result = env.execute(name, duration=cfg.duration_s, progress=cfg.verbose, min_batches=cfg.min_batches)
+    result = env.execute(name, duration_s=cfg.duration_s, progress=cfg.verbose, min_batches=cfg.min_batches)
     wall = time.monotonic() - started
     return (result, *throughput(result.progress, cfg.rate, wall))
 
@@ -107,7 +107,8 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     counted = sum(r["events"] for r in sink.rows())
     new_keys = sum(r["new_keys"] for r in sink.rows())
     return RunOutcome(
-        events, seconds, eps, progress=result.progress, verified=bool(result.events) and counted == result.events and new_keys == min(keys, result.events),
+        events, seconds, eps, progress=result.progress,
+        verified=bool(result.events) and counted == result.events and new_keys == min(keys, result.events),
         detail={"keys": keys, "events_counted": counted, "keys_created": new_keys, "source_events": result.events},
     )
 
@@ -128,7 +129,8 @@ def _statemachine_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     # TWS runs ~0.1 M events/s here: a 2 M-event batch would outlast a short run,
     # so it reads the same stream in batches it can finish.
     per_batch = min(cfg.max_events_per_batch, TWS_EVENTS_PER_BATCH)
-    env = StreamEnvironment(master=cfg.master, checkpoint_dir=tempfile.mkdtemp(prefix="ember-bench-tws-"), spark=spark, max_events_per_batch=per_batch)
+    env = StreamEnvironment(master=cfg.master, checkpoint_dir=tempfile.mkdtemp(prefix="ember-bench-tws-"), spark=spark,
+                            max_events_per_batch=per_batch)
     src = _statemachine_source(spark, cfg)
     from ember.connectors.sinks import NoopSink
     from ember.runner.spark.compiler import compile_graph
@@ -286,9 +288,9 @@ def yahoo_json(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     decoded by ``parse_json`` (every record validated, only the three fields the job
     reads extracted; bad records to a dead-letter sink) -> views -> campaign -> count
     per campaign and 10 s event-time window; every count verified, no dead letter."""
-    from ember.api.functions import OutputTag
     from ember.bench.verify import check_yahoo_windows
     from ember.connectors.sinks import CollectSink, CountSink
+    from ember.functions import OutputTag
     from ember.windowing.assigners import TumblingEventTimeWindows
 
     env = _env(spark, cfg, ckpt)
@@ -373,7 +375,8 @@ def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
            else _yahoo_bench_source(spark, cfg))
     prefix = f"ember:bench:yahoo-redis:{uuid.uuid4().hex[:8]}:"
     sink = RedisSink(write=yahoo_window_writer(cumulative=True, prefix=prefix))
-    (_yahoo_views(_yahoo_events(env, src), src).window(TumblingEventTimeWindows.of(size_ms)).trigger(ContinuousProcessingTimeTrigger.of(1000, fire_at_end=True))
+    (_yahoo_views(_yahoo_events(env, src), src).window(TumblingEventTimeWindows.of(size_ms))
+     .trigger(ContinuousProcessingTimeTrigger.of(1000, fire_at_end=True))
      .count(name="views-per-window").sink_to(sink, name="redis"))
     client = redis.Redis.from_url(redis_url(), decode_responses=True)
     try:

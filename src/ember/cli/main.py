@@ -61,7 +61,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     build(env)
     name = args.name or os.path.splitext(os.path.basename(args.target.partition(":")[0]))[0].replace(".", "-")
     result = env.execute(
-        name, duration=args.duration, max_events=args.max_events, stop_when_idle=args.stop_when_idle,
+        name, duration_s=args.duration, max_events=args.max_events, stop_when_idle_s=args.stop_when_idle,
         from_savepoint=args.from_savepoint,
     )
     print(result.summary())
@@ -82,7 +82,8 @@ def _checkpoint_of(job: str, checkpoint_dir: str | None) -> str:
 def _cmd_savepoint(args: argparse.Namespace) -> int:
     from ember import savepoints as sp
 
-    say = (lambda m: print(f"[ember] {m}", file=sys.stderr, flush=True))
+    def say(m):
+        return (print(f"[ember] {m}", file=sys.stderr, flush=True))
     if args.action == "create":
         point = sp.create_savepoint(
             _checkpoint_of(args.job, args.checkpoint_dir), args.out, root=args.dir, stop=args.stop,
@@ -123,7 +124,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from ember.bench.harness import BenchConfig, run_benchmark
+    from ember.bench.harness import BenchConfig
+    from ember.bench.suite import run_benchmark
 
     if args.workload == "sweep":
         return _cmd_sweep(args)
@@ -161,8 +163,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_max_rate(args: argparse.Namespace) -> int:
     import datetime as dt
 
-    from ember.bench import workloads  # noqa: F401 - fills WORKLOADS
-    from ember.bench.harness import WORKLOADS, BenchConfig, bench_session
+    from ember.bench.harness import BenchConfig, bench_session
+    from ember.bench.suite import WORKLOADS
     from ember.bench.sustainable import find_max_rate
 
     if args.workload not in WORKLOADS:
@@ -304,8 +306,9 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
     bench.add_argument("workload", help="grep | grouping | grouping-keyed | statemachine | statemachine-vectorized | window | "
-                       "countwindow | yahoo | yahoo-json (events as JSON texts) | yahoo-redis (open loop, --rate default 100,000; counts written to Redis "
-                       "every second and at each window's end; latency percentiles); sweep (E3: the grouping job across trigger intervals at --rate, "
+                       "countwindow | yahoo | yahoo-json (events as JSON texts) | yahoo-redis (open loop, --rate default 100,000; "
+                       "counts written to Redis every second and at each window's end; latency percentiles); "
+                       "sweep (E3: the grouping job across trigger intervals at --rate, "
                        "default 500,000, and across per-batch bounds at unbounded rate); report (the whole suite: "
                        "a Markdown report with tables and plots in --out)")
     bench.add_argument("--duration", type=float, default=20.0, metavar="S", help="seconds per run (default 20)")

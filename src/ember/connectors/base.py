@@ -26,7 +26,15 @@ class Source:
 
 
 class Sink:
-    """A declaration of where results go. Sinks may keep driver-side results (collect, count)."""
+    """A declaration of where results go. Sinks may keep driver-side results (collect, count).
+
+    The runner's contract with a sink that keeps results on the driver: it hands
+    each micro-batch's output to ``accept_batch`` (the sink's own signature), and
+    when the job stops it calls :meth:`forget_after` with the last batch the job
+    counted, so output of a batch Spark did not commit is dropped."""
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def forget_after(self, batch_id: int) -> None:  # noqa: B027 - a no-op for sinks that keep nothing
+        """Drop output kept for batches after ``batch_id``."""

@@ -17,8 +17,10 @@ checkpoint (a new checkpoint starts new fences).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -31,6 +33,7 @@ __all__ = [
     "RedisStreamSink",
     "PostgresSink",
     "redis_url",
+    "require_extra",
     "postgres_url",
     "yahoo_window_writer",
 ]
@@ -38,6 +41,16 @@ __all__ = [
 
 def redis_url(url: str | None = None) -> str:
     return url or os.environ.get("EMBER_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+def require_extra(connector: str, module: str, extra: str) -> None:
+    """Fail when the connector is declared, not when the job runs, if its client library
+    (an optional dependency) is missing."""
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"{connector} needs the '{module}' package, which Ember's core install leaves out: "
+            f"pip install 'ember-stream[{extra}]'"
+        )
 
 
 def postgres_url(url: str | None = None) -> str:
@@ -59,9 +72,10 @@ class RedisStreamSource(Source):
 
     ``schema`` (Spark DDL) names the entry fields to read and their types;
     entries are read in id order, and offsets are entry ids, so any batch can
-    be replayed exactly. ``max_records_per_batch`` bounds each micro-batch
+    be replayed exactly. ``max_events_per_batch`` bounds each micro-batch
     (admission control: a backlog is drained in bounded batches, never
-    loaded at once).
+    loaded at once; the name every bounded source shares —
+    ``max_records_per_batch`` is its deprecated former name).
 
     An entry whose field cannot be read as its declared type, or that lacks a
     ``NOT NULL`` field, is not dropped: it goes to the dead-letter stream
@@ -84,7 +98,7 @@ class RedisStreamSource(Source):
     streams: tuple[str, ...] = ()
     schema: str = ""
     url: str | None = None
-    max_records_per_batch: int = 100_000
+    max_events_per_batch: int = 100_000
     stop_at_end: bool = False
     dead_letter: str = "{stream}:dead-letter"
     read_chunk: int = 10_000
@@ -96,18 +110,28 @@ class RedisStreamSource(Source):
         schema: str,
         *,
         url: str | None = None,
-        max_records_per_batch: int = 100_000,
+        max_events_per_batch: int | None = None,
         stop_at_end: bool = False,
         dead_letter: str = "{stream}:dead-letter",
         read_chunk: int = 10_000,
         json_field: str | None = None,
+        max_records_per_batch: int | None = None,
     ) -> None:
+        require_extra("RedisStreamSource", "redis", "redis")
+        if max_records_per_batch is not None:
+            if max_events_per_batch is not None:
+                raise ConfigError("RedisStreamSource: give max_events_per_batch only (max_records_per_batch is its old name)")
+            warnings.warn("RedisStreamSource: max_records_per_batch is now max_events_per_batch, the name every source uses",
+                          DeprecationWarning, stacklevel=2)
+            max_events_per_batch = max_records_per_batch
+        if max_events_per_batch is None:
+            max_events_per_batch = 100_000
         names = (streams,) if isinstance(streams, str) else tuple(streams)
         if not names or not all(isinstance(s, str) and s for s in names):
             raise ConfigError(f"RedisStreamSource: streams must be one or more stream names, got {streams!r}")
         if len(set(names)) != len(names):
             raise ConfigError(f"RedisStreamSource: a stream is listed twice in {names!r}")
-        for name, value in (("max_records_per_batch", max_records_per_batch), ("read_chunk", read_chunk)):
+        for name, value in (("max_events_per_batch", max_events_per_batch), ("read_chunk", read_chunk)):
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"RedisStreamSource: {name} must be a positive int, got {value!r}")
         if "{stream}" not in dead_letter:
@@ -119,12 +143,17 @@ class RedisStreamSource(Source):
             if dead_letter.format(stream=s) in names:
                 raise ConfigError(f"RedisStreamSource: stream {s!r}'s dead-letter stream is also read")
         for key, value in (
-            ("streams", names), ("schema", schema), ("url", url), ("max_records_per_batch", max_records_per_batch),
+            ("streams", names), ("schema", schema), ("url", url), ("max_events_per_batch", max_events_per_batch),
             ("stop_at_end", bool(stop_at_end)), ("dead_letter", dead_letter), ("read_chunk", read_chunk),
             ("json_field", json_field),
         ):
             object.__setattr__(self, key, value)
         object.__setattr__(self, "_fields", fields)
+
+    @property
+    def max_records_per_batch(self) -> int:
+        """Deprecated name of :attr:`max_events_per_batch`."""
+        return self.max_events_per_batch
 
     @property
     def fields(self) -> list[tuple[str, str, bool]]:
@@ -196,6 +225,7 @@ class RedisSink(Sink):
     partition's commands and its fence run in one MULTI/EXEC."""
 
     def __init__(self, write: Callable[[Any, dict[str, Any]], None], *, url: str | None = None) -> None:
+        require_extra("RedisSink", "redis", "redis")
         if not callable(write):
             raise ConfigError(f"RedisSink: write must be a function (pipe, row) -> None, got {write!r}")
         self.write = write
@@ -255,6 +285,7 @@ class RedisStreamSink(Sink):
     left out) exactly once; ``maxlen`` trims the stream approximately."""
 
     def __init__(self, stream: str, *, url: str | None = None, maxlen: int | None = None) -> None:
+        require_extra("RedisStreamSink", "redis", "redis")
         if not isinstance(stream, str) or not stream:
             raise ConfigError(f"RedisStreamSink: stream must be a non-empty name, got {stream!r}")
         if maxlen is not None and (not isinstance(maxlen, int) or maxlen <= 0):
@@ -287,6 +318,7 @@ class PostgresSink(Sink):
     create: bool = True
 
     def __post_init__(self) -> None:
+        require_extra("PostgresSink", "psycopg", "postgres")
         if not isinstance(self.table, str) or not _NAME.match(self.table):
             raise ConfigError(f"PostgresSink: table must be a name like 'alerts' or 'schema.alerts', got {self.table!r}")
         if self.mode not in _PG_MODES:

@@ -3,7 +3,7 @@
 Collect and count sinks keep results on the driver, keyed by Spark's batch
 id: a micro-batch that Spark re-runs after a failure replaces its earlier
 output instead of adding to it, and when a job stops, output of a batch Spark
-did not commit is dropped (``_forget_after``), so what they hold is exactly-once.
+did not commit is dropped (``forget_after``, called by the runner), so what they hold is exactly-once.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ class CollectSink(Sink):
     def describe(self) -> str:
         return "collect (driver memory)"
 
-    def _accept(self, batch_id: int, arrival_ms: int, rows: list[dict[str, Any]]) -> None:
+    def accept_batch(self, batch_id: int, arrival_ms: int, rows: list[dict[str, Any]]) -> None:
+        """The runner hands over batch ``batch_id``'s rows (a replayed batch replaces its earlier rows)."""
         with self._lock:
             self._batches[batch_id] = BatchOutput(batch_id, arrival_ms, rows)
 
@@ -70,7 +71,7 @@ class CollectSink(Sink):
         with self._lock:
             self._batches.clear()
 
-    def _forget_after(self, batch_id: int) -> None:
+    def forget_after(self, batch_id: int) -> None:
         with self._lock:
             for k in [k for k in self._batches if k > batch_id]:
                 del self._batches[k]
@@ -90,12 +91,13 @@ class CountSink(Sink):
         lat = f", latency of '{self.latency_field}'" if self.latency_field else ""
         return f"count{lat}"
 
-    def _accept(self, batch_id: int, count: int, latencies_ms: list[int]) -> None:
+    def accept_batch(self, batch_id: int, count: int, latencies_ms: list[int]) -> None:
+        """The runner hands over batch ``batch_id``'s count and latency samples."""
         with self._lock:
             self._counts[batch_id] = count
             self._latencies[batch_id] = latencies_ms
 
-    def _forget_after(self, batch_id: int) -> None:
+    def forget_after(self, batch_id: int) -> None:
         with self._lock:
             for table in (self._counts, self._latencies):
                 for k in [k for k in table if k > batch_id]:

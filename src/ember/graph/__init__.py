@@ -1,5 +1,6 @@
 """The pipeline graph: what the user declared, validated and explainable without Spark."""
 
+from ember.graph.graph import Graph
 from ember.graph.nodes import (
     FilterNode,
     FlatMapNode,
@@ -15,7 +16,6 @@ from ember.graph.nodes import (
     UnionNode,
     WindowAggregateNode,
 )
-from ember.graph.graph import Graph
 
 __all__ = [
     "Graph",

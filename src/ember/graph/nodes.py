@@ -50,7 +50,11 @@ class Node:
         return self.kind
 
 
-def _callable_name(fn: Callable[..., Any]) -> str:
+def _describe(declaration: Any) -> str:
+    return declaration.describe() if declaration is not None else "?"
+
+
+def _callable_name(fn: Callable[..., Any] | None) -> str:
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
@@ -170,7 +174,7 @@ class WindowAggregateNode(Node):
     def describe(self) -> str:
         aggs = ", ".join(f"{name}={a.describe()}" for name, a in self.aggregates)
         keys = ", ".join(str(k) for k in self.keys) or "(all)"
-        return f"window {self.assigner.describe()} by {keys}: {aggs} (native)"
+        return f"window {_describe(self.assigner)} by {keys}: {aggs} (native)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,7 +221,7 @@ class WindowNode(Node):
     label: str = ""  # how the window was declared, e.g. "count window 100"
 
     def describe(self) -> str:
-        parts = [self.label or self.assigner.describe()]
+        parts = [self.label or _describe(self.assigner)]
         if self.trigger is not None:
             parts.append(f"trigger {self.trigger.describe()}")
         if self.evictor is not None:

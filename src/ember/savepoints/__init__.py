@@ -8,7 +8,8 @@
 - :class:`Savepoint` — inspect one, read an operator's state as a pandas
   DataFrame, write a modified state into a new savepoint.
 
-Layout and guarantees: store.py; reading and writing state: state.py;
+Layout and guarantees: store.py; reading and writing state: state.py (Spark's
+side of both lives in the runner: runner/spark/checkpoint.py, state_io.py);
 design: docs/design/savepoints.md; guide: docs/savepoints.md.
 """
 
@@ -24,18 +25,22 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from ember.errors import RestartError, SavepointError
+from ember.graph.graph import Graph
+from ember.job import EnvironmentConfig
+from ember.runner.spark.checkpoint import CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
+from ember.runner.spark.compat import compare, pipeline_manifest
+from ember.runner.spark.state_io import rescale_checkpoint
+from ember.savepoints.state import read_state, write_state
 from ember.savepoints.store import (
-    SavepointError,
     SavepointInfo,
-    batch_conf,
     copy_into_checkpoint,
     cut_checkpoint,
     delete_savepoint,
-    last_batch,
     list_savepoints,
-    offset_log_entry,
     verify,
 )
+from ember.version import __version__ as ember_version
 
 __all__ = [
     "Savepoint",
@@ -50,14 +55,6 @@ __all__ = [
 
 DEFAULT_ROOT = "ember-savepoints"
 _CHECKPOINT_ENTRIES = {"ember", "offsets", "commits", "state", "sources", "metadata", ".metadata.crc"}
-
-
-def _read_json(path: str) -> Any:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
 
 
 def _alive(info: dict[str, Any]) -> bool:
@@ -76,17 +73,16 @@ def _alive(info: dict[str, Any]) -> bool:
 def _stop_job(checkpoint: str, timeout_s: float, progress: Callable[[str], None]) -> bool:
     """Ask the job running on ``checkpoint`` to stop at a clean cut and wait for it;
     False when no job was running."""
-    from ember.runner.spark.execution import RUNNING, STOP_REQUEST
-
-    running = os.path.join(checkpoint, "ember", RUNNING)
-    info = _read_json(running)
+    layout = CheckpointLayout(checkpoint)
+    running = layout.running
+    info = read_json(running)
     if info is None or not _alive(info):
         return False
-    open(os.path.join(checkpoint, "ember", STOP_REQUEST), "a").close()
+    open(layout.stop_request, "a").close()
     progress(f"asked job '{info.get('job', '?')}' (pid {info.get('pid')}) to stop at a clean cut ...")
     deadline = time.monotonic() + timeout_s
     while os.path.exists(running):
-        current = _read_json(running)
+        current = read_json(running)
         if current is not None and not _alive(current):
             break
         if time.monotonic() > deadline:
@@ -98,13 +94,11 @@ def _stop_job(checkpoint: str, timeout_s: float, progress: Callable[[str], None]
 def _describe_job(checkpoint: str, job: str | None) -> dict[str, Any]:
     from pyspark import __version__ as spark_version
 
-    from ember import __version__ as ember_version
-    from ember.runner.spark.compat import manifest_path
-
-    pipeline = _read_json(manifest_path(checkpoint))
+    layout = CheckpointLayout(checkpoint)
+    pipeline = read_json(layout.pipeline)
     if pipeline is None:
         raise SavepointError(f"{checkpoint} is not an Ember job's checkpoint (no ember/pipeline.json)")
-    types = (_read_json(os.path.join(checkpoint, "ember", "operators.json")) or {}).get("key_types", {})
+    types = (read_json(layout.operators) or {}).get("key_types", {})
     for op in pipeline.get("operators", []):
         if op["name"] in types:
             op["key_types"] = types[op["name"]]
@@ -139,9 +133,7 @@ def create_savepoint(
     if not os.path.isdir(checkpoint):
         raise SavepointError(f"no checkpoint at {checkpoint}")
     stopped = _stop_job(checkpoint, timeout_s, progress) if stop else False
-    from ember.runner.spark.execution import RUNNING
-
-    running = os.path.exists(os.path.join(checkpoint, "ember", RUNNING))
+    running = os.path.exists(CheckpointLayout(checkpoint).running)
     meta = _describe_job(checkpoint, job)
     batch = last_batch(checkpoint, "commits")
     if batch < 0:
@@ -172,7 +164,7 @@ def _clear_checkpoint(checkpoint: str) -> None:
     shutil.rmtree(checkpoint)
 
 
-def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parallelism: int | None = None) -> dict[str, Any]:
+def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Graph, parallelism: int | None = None) -> dict[str, Any]:
     """Make ``checkpoint`` (new) continue from the savepoint at ``path`` with the
     pipeline ``graph``: the savepoint is verified and the pipeline compared with
     the one that wrote it before anything is copied; with ``parallelism`` other
@@ -180,8 +172,6 @@ def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parall
     repartitioning). The restored job gets a new identity, so its exactly-once
     sinks fence their writes apart from the original's (a what-if run and the
     original can write side by side)."""
-    from ember.runner.spark.compat import RestartError, compare, pipeline_manifest
-
     manifest = verify(path)
     rescale = parallelism is not None and bool(manifest.get("partitions")) and parallelism != manifest["partitions"]
     if rescale:
@@ -201,31 +191,17 @@ def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Any, parall
         )
     _clear_checkpoint(checkpoint)
     copy_into_checkpoint(path, checkpoint)
-    for identity in ("job-id",):
-        file = os.path.join(checkpoint, "ember", identity)
-        if os.path.exists(file):
-            os.remove(file)
-    with open(os.path.join(checkpoint, "ember", "restored-from.json"), "w") as f:
-        json.dump({"savepoint": os.path.abspath(path), "batch_id": manifest["batch_id"]}, f)
-    if rescale:
+    layout = CheckpointLayout(checkpoint)
+    if os.path.exists(layout.job_id):
+        os.remove(layout.job_id)  # a new identity: its sinks fence apart from the original job's
+    write_json(layout.restored_from, {"savepoint": os.path.abspath(path), "batch_id": manifest["batch_id"]})
+    if rescale and parallelism is not None:
         try:
             rescale_checkpoint(spark, checkpoint, parallelism)
         except BaseException:
             shutil.rmtree(checkpoint, ignore_errors=True)  # no half-restored job is left behind
             raise
     return manifest
-
-
-
-def rescale_checkpoint(spark: Any, checkpoint: str, parallelism: int) -> None:
-    """Repartition a stopped checkpoint's state to ``parallelism`` state partitions
-    (Spark 4.3's offline repartitioning: it appends a batch that rewrites every
-    operator's state under the new partitioning)."""
-    try:
-        spark._jsparkSession.streamingCheckpointManager().repartition(checkpoint, int(parallelism), True)
-    except Exception as exc:  # noqa: BLE001 - Spark's error, reworded
-        text = str(getattr(exc, "desc", None) or exc).splitlines()[0]
-        raise SavepointError(f"rescaling the state to {parallelism} partitions failed: {text}") from exc
 
 
 class Savepoint:
@@ -259,16 +235,12 @@ class Savepoint:
 
     def read_state(self, operator: str, spark: Any = None) -> pd.DataFrame:
         """Operator ``operator``'s state as a pandas DataFrame (see state.read_state)."""
-        from ember.savepoints.state import read_state
-
         return read_state(spark or _session(), self.path, operator)
 
     def write_state(
         self, operator: str, state: pd.DataFrame | Callable[[pd.DataFrame], pd.DataFrame], dest: str, spark: Any = None
     ) -> "Savepoint":
         """A new savepoint at ``dest`` with ``operator``'s state replaced (see state.write_state)."""
-        from ember.savepoints.state import write_state
-
         write_state(spark or _session(), self.path, operator, state, dest)
         return Savepoint(dest)
 
@@ -303,6 +275,7 @@ class Savepoint:
 
 
 def _session() -> Any:
-    from ember.api.environment import StreamEnvironment
+    """The active SparkSession, or a local one with Ember's defaults."""
+    from ember.runner.spark.session import get_or_create_session
 
-    return StreamEnvironment().spark
+    return get_or_create_session(EnvironmentConfig())

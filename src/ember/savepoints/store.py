@@ -29,7 +29,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ember.errors import EmberError
+from ember.errors import SavepointError
+from ember.runner.spark.checkpoint import (
+    EMBER_DIR,
+    RUNTIME_MARKERS,
+    batch_conf,
+    checkpoint_partitions,
+    last_batch,
+    offset_log_entry,
+)
 
 __all__ = [
     "SavepointError",
@@ -52,13 +60,8 @@ MANIFEST = "_savepoint.json"
 FORMAT_VERSION = 1
 _STATE_FILE = re.compile(r"^(\d+)(?:_[0-9a-f-]+)?\.(changelog|zip|delta|snapshot)$")
 # Files never part of a cut: Hadoop's checksums (recomputed on write), in-flight temporary
-# files, and Ember's run-time markers (the running job, stop requests).
+# files, and Ember's run-time markers (checkpoint.RUNTIME_MARKERS: the running job, stop requests).
 _SKIP_NAMES = re.compile(r"^\..*\.crc$|\.tmp$|^\..*tmp.*")
-_EMBER_RUNTIME = {"running", "stop", "stop-request", "end-of-input"}
-
-
-class SavepointError(EmberError):
-    """A savepoint cannot be created, read or restored (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -71,48 +74,6 @@ class SavepointInfo:
     size_bytes: int
 
 
-def last_batch(checkpoint: str, log: str) -> int:
-    """The newest batch id in a checkpoint's ``offsets`` or ``commits`` log (-1 when none)."""
-    folder = os.path.join(checkpoint, log)
-    ids = [int(f) for f in os.listdir(folder) if f.isdigit()] if os.path.isdir(folder) else []
-    return max(ids, default=-1)
-
-
-def offset_log_entry(checkpoint: str, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
-    """Spark's offset log entry of batch ``batch_id``: its metadata (watermark, batch
-    time, the session settings it ran with) and each source's offset (parsed JSON,
-    or the text when it is not JSON). Raises OSError when there is none."""
-    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as f:
-        lines = f.read().splitlines()  # "v1", the metadata, then one line per source
-    try:
-        meta = json.loads(lines[1]) if len(lines) > 1 else {}
-    except ValueError:
-        meta = {}
-    sources = []
-    for line in lines[2:]:
-        try:
-            sources.append(json.loads(line))
-        except ValueError:
-            sources.append(line)
-    return meta if isinstance(meta, dict) else {}, sources
-
-
-def batch_conf(checkpoint: str, batch_id: int) -> dict[str, str]:
-    """The Spark settings batch ``batch_id`` ran with ({} when unknown)."""
-    try:
-        return offset_log_entry(checkpoint, batch_id)[0].get("conf", {})
-    except OSError:
-        return {}
-
-
-def checkpoint_partitions(checkpoint: str, batch_id: int) -> int | None:
-    """The state partition count (Spark shuffle partitions) batch ``batch_id`` ran with."""
-    try:
-        return int(batch_conf(checkpoint, batch_id)["spark.sql.shuffle.partitions"])
-    except (KeyError, ValueError):
-        return None
-
-
 def _wanted(rel: str, name: str, batch: int) -> bool:
     """Is ``rel/name`` of a checkpoint part of the cut at committed batch ``batch``?"""
     if _SKIP_NAMES.search(name):
@@ -123,8 +84,8 @@ def _wanted(rel: str, name: str, batch: int) -> bool:
     if top == "state":
         found = _STATE_FILE.match(name)
         return found is None or int(found.group(1)) <= batch + 1  # state version = batch + 1
-    if top == "ember":
-        return name not in _EMBER_RUNTIME
+    if top == EMBER_DIR:
+        return name not in RUNTIME_MARKERS
     return True
 
 
@@ -247,7 +208,7 @@ def copy_into_checkpoint(path: str, checkpoint: str) -> None:
 
 def list_savepoints(root: str) -> list[SavepointInfo]:
     """The complete savepoints directly under ``root``, oldest first."""
-    out = []
+    out: list[SavepointInfo] = []
     if not os.path.isdir(root):
         return out
     for name in sorted(os.listdir(root)):

@@ -1,4 +1,5 @@
-"""Keyed state declarations (what a function asks for); the runner supplies the state."""
+"""Keyed state: the declarations a function asks for (descriptors) and the
+interfaces of the state objects the runner supplies for them."""
 
 from ember.state.descriptors import (
     AggregatingStateDescriptor,
@@ -9,6 +10,7 @@ from ember.state.descriptors import (
     StateTtlConfig,
     ValueStateDescriptor,
 )
+from ember.state.interfaces import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 
 __all__ = [
     "StateDescriptor",
@@ -18,4 +20,10 @@ __all__ = [
     "MapStateDescriptor",
     "ReducingStateDescriptor",
     "AggregatingStateDescriptor",
+    "State",
+    "ValueState",
+    "ListState",
+    "MapState",
+    "ReducingState",
+    "AggregatingState",
 ]

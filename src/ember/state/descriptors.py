@@ -24,6 +24,8 @@ __all__ = [
 ]
 
 _UPDATE_ON = ("create_and_write", "read_and_write")
+# What an aggregate function has (ember.functions.AggregateFunction, which sits above this module).
+_AGGREGATE_METHODS = ("create_accumulator", "add", "merge", "get_result")
 
 
 @dataclass(frozen=True)
@@ -87,13 +89,16 @@ class ReducingStateDescriptor(StateDescriptor):
 
 @dataclass(frozen=True)
 class AggregatingStateDescriptor(StateDescriptor):
-    """An accumulator per key driven by an :class:`~ember.api.functions.AggregateFunction`."""
+    """An accumulator per key driven by an :class:`~ember.functions.AggregateFunction`
+    (any object with its four methods)."""
 
     aggregate_fn: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ember.api.functions import AggregateFunction
-
-        if not isinstance(self.aggregate_fn, AggregateFunction):
-            raise ConfigError(f"state '{self.name}': aggregate_fn must be an AggregateFunction, got {self.aggregate_fn!r}")
+        missing = [m for m in _AGGREGATE_METHODS if not callable(getattr(self.aggregate_fn, m, None))]
+        if missing:
+            raise ConfigError(
+                f"state '{self.name}': aggregate_fn must be an AggregateFunction "
+                f"({', '.join(_AGGREGATE_METHODS)}), got {self.aggregate_fn!r} without {', '.join(missing)}"
+            )

@@ -16,6 +16,10 @@ class Clock:
     def monotonic(self) -> float:
         raise NotImplementedError
 
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` (a manual clock moves itself instead)."""
+        raise NotImplementedError
+
 
 class SystemClock(Clock):
     def now_ms(self) -> int:
@@ -23,6 +27,9 @@ class SystemClock(Clock):
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class ManualClock(Clock):
@@ -39,3 +46,6 @@ class ManualClock(Clock):
 
     def advance(self, ms: int) -> None:
         self._now_ms += ms
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(1, round(seconds * 1000)))

@@ -27,7 +27,7 @@ def statemachine(env: StreamEnvironment) -> None:
     source = RedisStreamSource(
         stream_names(prefix, partitions),
         STATEMACHINE_SCHEMA,
-        max_records_per_batch=int(os.environ.get("EMBER_CHAOS_BATCH", "50000")),
+        max_events_per_batch=int(os.environ.get("EMBER_CHAOS_BATCH", "50000")),
     )
     alerts = (
         env.from_source(source, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")

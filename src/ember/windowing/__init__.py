@@ -1,21 +1,21 @@
 """Window declarations: assigners, triggers, evictors and built-in aggregates."""
 
+from ember.windowing.aggregates import Agg, Aggregate
 from ember.windowing.assigners import (
     GLOBAL_WINDOW,
     EventTimeSessionWindows,
     GlobalWindows,
-    TimeWindow,
     ProcessingTimeSessionWindows,
     SessionWindows,
     SlidingEventTimeWindows,
     SlidingProcessingTimeWindows,
     SlidingWindows,
+    TimeWindow,
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
     TumblingWindows,
     WindowAssigner,
 )
-from ember.windowing.aggregates import Agg, Aggregate
 from ember.windowing.evictors import CountEvictor, DeltaEvictor, Evictor, TimeEvictor, TimestampedValue
 from ember.windowing.triggers import (
     ContinuousEventTimeTrigger,

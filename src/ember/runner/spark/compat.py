@@ -25,20 +25,13 @@ import json
 import os
 from typing import Any
 
-from ember.errors import EmberError
+from ember.errors import RestartError
 from ember.graph import nodes as n
+from ember.runner.spark.checkpoint import CheckpointLayout, write_json
 
-__all__ = ["RestartError", "pipeline_manifest", "check_restart", "manifest_path"]
+__all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare"]
 
 MANIFEST_VERSION = 1
-
-
-class RestartError(EmberError):
-    """The checkpoint was written by a pipeline this one cannot continue."""
-
-
-def manifest_path(checkpoint: str) -> str:
-    return os.path.join(checkpoint, "ember", "pipeline.json")
 
 
 def pipeline_manifest(graph: Any) -> dict[str, Any]:
@@ -49,12 +42,13 @@ def pipeline_manifest(graph: Any) -> dict[str, Any]:
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
 
 
-def check_restart(checkpoint: str, graph: Any, has_progress: bool) -> None:
+def check_restart(checkpoint: str, graph: Any) -> None:
     """Writes the manifest of a new checkpoint; for one with progress, raises
     :class:`RestartError` listing every incompatibility with the stored manifest."""
-    path = manifest_path(checkpoint)
+    layout = CheckpointLayout(checkpoint)
+    path = layout.pipeline
     current = pipeline_manifest(graph)
-    if has_progress and os.path.exists(path):
+    if layout.has_progress() and os.path.exists(path):
         with open(path) as f:
             try:
                 stored = json.load(f)
@@ -68,11 +62,7 @@ def check_restart(checkpoint: str, graph: Any, has_progress: bool) -> None:
                 "Changes to stateless steps are fine; to change state, start from a new checkpoint directory."
             )
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(current, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    write_json(path, current, indent=1)
 
 
 def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -157,13 +147,16 @@ def _operator(node: n.Node) -> dict[str, Any]:
         return {"name": node.name, "kind": "vectorised process function", "keys": keys,
                 "state": {"state schema": str(getattr(node.fn, "state_schema", None))}}
     if isinstance(node, n.WindowNode):
-        state = {"assigner": _describe(node.assigner), "trigger": _describe(node.trigger), "evictor": _describe(node.evictor)}
+        state: dict[str, Any] = {
+            "assigner": _describe(node.assigner), "trigger": _describe(node.trigger), "evictor": _describe(node.evictor),
+        }
         if node.aggregates:
             state["aggregation"] = [[name, repr(agg)] for name, agg in node.aggregates]
         else:
             fn = node.aggregate_fn or node.reduce_fn or node.window_fn
             state["aggregation"] = _qualname(fn)
         return {"name": node.name, "kind": "window", "keys": keys, "state": state}
+    assert isinstance(node, n.WindowAggregateNode), node  # _stateful() admits these four kinds only
     return {"name": node.name, "kind": "window aggregate", "keys": keys,
             "state": {"assigner": _describe(node.assigner), "aggregation": [[name, repr(agg)] for name, agg in node.aggregates]}}
 

@@ -26,7 +26,9 @@ from typing import Any, Iterator
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-__all__ = ["register_sources", "END_OF_TIME_MS", "ember_dir", "origin_file", "fixed_origin", "fixed_token"]
+from ember.runner.spark.checkpoint import admission_stopped, fixed_origin
+
+__all__ = ["register_sources", "END_OF_TIME_MS"]
 
 END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
@@ -35,59 +37,6 @@ _CHUNK = 1 << 16
 class _Range(InputPartition):
     def __init__(self, partition: int, start: int, end: int, origin_ms: int = 0) -> None:
         self.partition, self.start, self.end, self.origin_ms = partition, start, end, origin_ms
-
-
-def _stopping(options: dict[str, str]) -> bool:
-    """The driver asked for a graceful stop: admit nothing new."""
-    marker = options.get("stop_marker")
-    return bool(marker) and os.path.exists(marker)
-
-
-def ember_dir(checkpoint: str | None) -> str:
-    """Ember's own files in a job's checkpoint (in a fresh temporary directory when
-    a pipeline is compiled without one, to be explained)."""
-    import tempfile
-
-    return os.path.join(checkpoint or tempfile.mkdtemp(prefix="ember-explain-"), "ember")
-
-
-def origin_file(checkpoint: str | None, step: str) -> str:
-    """Where a generator's event-time origin is kept: in the job's checkpoint."""
-    return os.path.join(ember_dir(checkpoint), f"origin-{step}")
-
-
-def fixed_origin(path: str) -> int:
-    """The epoch ms stored at ``path``; the first caller (the runner for Spark's
-    native source, the Python reader otherwise) stores 'now', atomically."""
-    return int(_fixed(path, lambda: str(time.time_ns() // 1_000_000)))
-
-
-def fixed_token(path: str) -> str:
-    """A random id stored at ``path`` by its first caller (a job's identity)."""
-    import uuid
-
-    return _fixed(path, lambda: uuid.uuid4().hex[:16])
-
-
-def _fixed(path: str, make: Any) -> str:
-    """The value stored at ``path``, storing ``make()`` first if there is none (atomically)."""
-    try:
-        with open(path) as f:
-            return f.read()
-    except FileNotFoundError:
-        pass
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(make())
-    try:
-        os.link(tmp, path)  # fails if another caller stored it first
-    except FileExistsError:
-        pass
-    finally:
-        os.remove(tmp)
-    with open(path) as f:
-        return f.read()
 
 
 # --------------------------------------------------------------------------- sequence
@@ -112,7 +61,7 @@ class SequenceReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         n0, origin = int(start["n"]), int(start["origin_ms"])
-        if _stopping(self.options):
+        if admission_stopped(self.options):
             return start
         rate, max_events = self.spec.get("rate"), self.spec.get("max_events")
         due = max_events if max_events is not None else (1 << 62)
@@ -179,7 +128,7 @@ class ScriptedReader(DataSourceStreamReader):
         return {"batch": 0, "done": len(self.batches) == 0}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        if _stopping(self.options):
+        if admission_stopped(self.options):
             return start
         b = min(int(start["batch"]) + 1, len(self.batches))
         return {"batch": b, "done": b >= len(self.batches)}

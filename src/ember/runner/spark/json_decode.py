@@ -27,10 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from ember.runner.spark.redis_source import ARROW_TYPES
+__all__ = ["decode_json", "fast_columns", "JSON_TYPES", "ARROW_TYPES"]
 
-__all__ = ["decode_json", "fast_columns", "JSON_TYPES"]
-
+# Spark's simple type names -> Arrow types (the field types of flat records: JSON, Redis entries).
+ARROW_TYPES = {
+    "string": pa.string(), "binary": pa.binary(), "boolean": pa.bool_(), "tinyint": pa.int8(),
+    "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(), "float": pa.float32(), "double": pa.float64(),
+}
 JSON_TYPES = {kind: t for kind, t in ARROW_TYPES.items() if kind != "binary"}
 _PY_KINDS = {"string": (str,), "boolean": (bool,), "float": (int, float), "double": (int, float)}
 
@@ -166,7 +169,7 @@ def fast_columns(texts: pa.Array, fields: Fields) -> tuple[list[pa.Array], np.nd
                    gathered, out, out_offsets)
     refer = status.astype(bool)
     columns = []
-    for j, (name, kind, _) in enumerate(fields):
+    for j, (_name, kind, _) in enumerate(fields):
         present = (starts[:, j] >= 0) & ~refer
         validity = None if present.all() else pa.py_buffer(np.packbits(present, bitorder="little"))
         if kind in ("string", "double"):

@@ -385,16 +385,3 @@ def scan(data, offsets, keys, key_offsets, kinds, starts, ends, ints, status, ga
                 out_offsets[g, r + 1] = p
             pos[g] = p
     return referred
-
-
-if __name__ == "__main__":  # `python -m ember.runner.spark.json_scan`: fills numba's cache (make venv does)
-    import pyarrow as pa
-
-    from ember.connectors.generators import YahooSource
-    from ember.runner.spark.generator_batches import yahoo_json
-    from ember.runner.spark.json_decode import decode_json
-
-    decode_json(pa.array(['{"s": "x", "i": 1, "d": 0.5, "b": true}']),
-                (("s", "string", True), ("i", "bigint", True), ("d", "double", True), ("b", "boolean", True)))
-    yahoo_json(YahooSource(as_json=True), np.arange(2, dtype=np.int64), 0)
-    print("JSON scanner and writer compiled")

@@ -26,13 +26,12 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-__all__ = ["RedisStreamsDataSource", "decode_entries", "ARROW_TYPES", "ZERO_ID"]
+from ember.runner.spark.checkpoint import admission_stopped
+from ember.runner.spark.json_decode import ARROW_TYPES, decode_json
+
+__all__ = ["RedisStreamsDataSource", "decode_entries", "ZERO_ID"]
 
 ZERO_ID = "0-0"
-ARROW_TYPES = {
-    "string": pa.string(), "binary": pa.binary(), "boolean": pa.bool_(), "tinyint": pa.int8(),
-    "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(), "float": pa.float32(), "double": pa.float64(),
-}
 
 # Last id and count of the next ARGV[2] entries after ARGV[1] (exclusive), computed in Redis.
 _ADVANCE = """
@@ -75,7 +74,7 @@ class RedisStreamsReader(DataSourceStreamReader):
         self.url = options["url"]
         self.streams: list[str] = json.loads(options["streams"])
         self.fields = [tuple(f) for f in json.loads(options["fields"])]
-        self.max_rows = int(options["max_records_per_batch"])
+        self.max_rows = int(options["max_events_per_batch"])
         self.stop_at_end = options.get("stop_at_end") == "true"
         self._redis = None
         self._advance = None
@@ -94,9 +93,7 @@ class RedisStreamsReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_rows)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        from ember.runner.spark.datasources import _stopping
-
-        if _stopping(self.options):
+        if admission_stopped(self.options):
             return start
         budget = self.max_rows if isinstance(limit, ReadAllAvailable) else int(limit.max_rows)
         share = max(1, budget // len(self.streams))
@@ -198,7 +195,7 @@ def decode_entries(
     columns = []
     failed = False
     values = _field_values(entries, [f[0].encode() for f in fields])
-    for (name, kind, nullable), raw_values in zip(fields, values):
+    for (_name, kind, nullable), raw_values in zip(fields, values):
         try:
             col = _cast(pa.array(raw_values, pa.binary()), kind)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
@@ -227,8 +224,6 @@ def decode_json_entries(
 ) -> tuple[pa.RecordBatch, list[tuple[bytes, dict[bytes, bytes], str]]]:
     """Entries holding a JSON object in ``json_field`` -> one Arrow batch of the
     object's declared fields, plus the entries that cannot be decoded, with the reason."""
-    from ember.runner.spark.json_decode import decode_json
-
     texts = _field_values(entries, [json_field.encode()])[0]
     table, _, reasons = decode_json(pa.array(texts, pa.binary()), tuple(fields))
     schema = pa.schema([pa.field(name, ARROW_TYPES[kind], nullable) for name, kind, nullable in fields])

@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from ember.api.environment import EnvironmentConfig
+from ember.job import EnvironmentConfig
 
 __all__ = ["get_or_create_session", "session_defaults", "configure_for_query"]
 

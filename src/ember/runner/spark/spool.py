@@ -29,16 +29,9 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["spool_dir", "write_spool", "read_spool", "clear_spool"]
+__all__ = ["write_spool", "read_spool", "clear_spool"]
 
 _BATCH_ID = "streaming.sql.batchId"  # the local property Spark sets on every task of a micro-batch
-
-
-def spool_dir(checkpoint: str | None, step: str) -> str:
-    from ember.runner.spark.datasources import ember_dir
-
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
-    return os.path.join(ember_dir(checkpoint), "spool", safe)
 
 
 def write_spool(directory: str, table: pa.Table) -> None:
@@ -48,7 +41,7 @@ def write_spool(directory: str, table: pa.Table) -> None:
 
     context = TaskContext.get()
     batch = context.getLocalProperty(_BATCH_ID) if context is not None else None
-    if batch is None:
+    if context is None or batch is None:
         raise RuntimeError("a spooled side output was computed outside a streaming micro-batch")
     target = os.path.join(directory, str(batch))
     os.makedirs(target, exist_ok=True)

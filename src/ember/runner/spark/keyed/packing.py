@@ -120,7 +120,10 @@ def pack_at_source(batches: Iterator[pa.RecordBatch], spec: PackSpec) -> Iterato
     yield from _packed((split(b) for b in batches), spec.bucket_column, spec.time_field)
 
 
-def unpacking(run: Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+BucketFunction = Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]
+
+
+def unpacking(run: BucketFunction) -> BucketFunction:
     """Wrap a bucket function so it receives the unpacked rows as one DataFrame."""
 
     def unpacked(key: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from ember.api.functions import Context, KeyedProcessFunction, RuntimeContext, ValueState
 from ember.errors import UserFunctionError
+from ember.functions import Context, KeyedProcessFunction, RuntimeContext
 from ember.state.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -29,20 +29,24 @@ from ember.state.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from ember.state.interfaces import AggregatingState, ListState, MapState, ReducingState, ValueState
 
-__all__ = ["STATE_BUCKETS", "TAG", "SIDE_PREFIX", "make_bucket_function", "state_object", "side_column"]
+__all__ = [
+    "STATE_BUCKETS", "TAG", "SIDE_PREFIX", "EVENT_TIMERS", "PROCESSING_TIMERS",
+    "empty_bucket_state", "make_bucket_function", "state_object", "side_column",
+]
 
 STATE_BUCKETS = 128
 TAG = "__ember_tag"  # which output a row belongs to: null = the main output, else a side output's name
 SIDE_PREFIX = "__ember_side_"
 _ABSENT = object()
-_ET, _PT = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
+EVENT_TIMERS, PROCESSING_TIMERS = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
 
 
-def _empty_blob() -> dict[str, Any]:
+def empty_bucket_state() -> dict[str, Any]:
     """A bucket's state: each key's slot, and the bucket's timer queues (heaps of
     ``(timestamp, sequence, key)``; an entry whose timer was deleted is skipped)."""
-    return {"keys": {}, _ET: [], _PT: [], "n": 0}
+    return {"keys": {}, EVENT_TIMERS: [], PROCESSING_TIMERS: [], "n": 0}
 
 
 class _State:
@@ -91,7 +95,7 @@ class _Value(_State, ValueState):
         self._set(value)
 
 
-class _List(_State):
+class _List(_State, ListState):
     def get(self) -> list[Any]:
         v = self._get()
         return [] if v is _ABSENT else list(v)
@@ -109,7 +113,7 @@ class _List(_State):
         self._set(values) if values else self.clear()
 
 
-class _Map(_State):
+class _Map(_State, MapState):
     def _map(self) -> dict[Any, Any]:
         v = self._get()
         return {} if v is _ABSENT else v
@@ -143,7 +147,7 @@ class _Map(_State):
         return not self._map()
 
 
-class _Reducing(_State):
+class _Reducing(_State, ReducingState):
     __slots__ = ("_fn",)
 
     def __init__(self, rt: "_Runtime", d: ReducingStateDescriptor) -> None:
@@ -159,7 +163,7 @@ class _Reducing(_State):
         self._set(value if v is _ABSENT else self._fn(v, value))
 
 
-class _Aggregating(_State):
+class _Aggregating(_State, AggregatingState):
     __slots__ = ("_fn",)
 
     def __init__(self, rt: "_Runtime", d: AggregatingStateDescriptor) -> None:
@@ -216,7 +220,7 @@ class _Runtime(RuntimeContext, Context):
         self.watermark: int | None = None
         self.time_domain = "event_time"  # of the timer being fired
         self.event_time = event_time
-        self.blob: dict[str, Any] = _empty_blob()
+        self.blob: dict[str, Any] = empty_bucket_state()
         self.ttl_ms: dict[str, int] = {}
         self.side_tags = side_tags
         self.side: list[tuple[str, Any]] = []
@@ -268,10 +272,10 @@ class _Runtime(RuntimeContext, Context):
             raise UserFunctionError(
                 "event-time timers need event time: give the source a WatermarkStrategy.for_bounded_out_of_orderness(...)"
             )
-        self._register(_ET, timestamp)
+        self._register(EVENT_TIMERS, timestamp)
 
     def register_processing_time_timer(self, timestamp: int) -> None:
-        self._register(_PT, timestamp)
+        self._register(PROCESSING_TIMERS, timestamp)
 
     def _delete(self, kind: str, timestamp: int) -> None:
         timers = self.current.get(kind)
@@ -281,10 +285,10 @@ class _Runtime(RuntimeContext, Context):
                 del self.current[kind]  # a key left with no state and no timers is dropped
 
     def delete_event_time_timer(self, timestamp: int) -> None:
-        self._delete(_ET, timestamp)
+        self._delete(EVENT_TIMERS, timestamp)
 
     def delete_processing_time_timer(self, timestamp: int) -> None:
-        self._delete(_PT, timestamp)
+        self._delete(PROCESSING_TIMERS, timestamp)
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
         state = state_object(self, descriptor)
@@ -387,7 +391,7 @@ def make_bucket_function(
         while until is not None and queue and queue[0][0] <= until:
             ts, _, key = heapq.heappop(queue)
             found = rt.enter(key)
-            rt.time_domain = "event_time" if kind == _ET else "processing_time"
+            rt.time_domain = "event_time" if kind == EVENT_TIMERS else "processing_time"
             timers = rt.current.get(kind)
             if not timers or ts not in timers:
                 continue  # deleted, or already fired
@@ -399,13 +403,13 @@ def make_bucket_function(
             rt.leave(key, found)
 
     def fire_due(rt: _Runtime, out: list[Any]) -> None:
-        fire(rt, _ET, rt.watermark, out)
-        fire(rt, _PT, rt.now, out)
+        fire(rt, EVENT_TIMERS, rt.watermark, out)
+        fire(rt, PROCESSING_TIMERS, rt.now, out)
 
     def run(bucket: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         rt = runtime()
         rt.side, rt.counts = [], {}
-        rt.blob = pickle.loads(state.get[0]) if state.exists else _empty_blob()
+        rt.blob = pickle.loads(state.get[0]) if state.exists else empty_bucket_state()
         rt.watermark = state.getCurrentWatermarkMs() if event_time else None
         rt.now = state.getCurrentProcessingTimeMs()
         out: list[Any] = []
@@ -449,10 +453,10 @@ def make_bucket_function(
         fire_due(rt, out)
         rt.expire(rt.blob["keys"])
         state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
-        if event_time and rt.blob[_ET]:
-            state.setTimeoutTimestamp(max(rt.blob[_ET][0][0], (rt.watermark or 0) + 1))
-        elif not event_time and rt.blob[_PT]:
-            state.setTimeoutDuration(max(1, rt.blob[_PT][0][0] - rt.now))
+        if event_time and rt.blob[EVENT_TIMERS]:
+            state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0], (rt.watermark or 0) + 1))
+        elif not event_time and rt.blob[PROCESSING_TIMERS]:
+            state.setTimeoutDuration(max(1, rt.blob[PROCESSING_TIMERS][0][0] - rt.now))
         for name, n in rt.counts.items():
             if name in counters:
                 counters[name].add(n)

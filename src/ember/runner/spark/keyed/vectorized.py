@@ -1,6 +1,6 @@
 """The vectorised keyed variant: one user call per state bucket and micro-batch.
 
-The user's :class:`~ember.api.functions.VectorizedKeyedFunction` gets all of a
+The user's :class:`~ember.functions.VectorizedKeyedFunction` gets all of a
 bucket's records of the batch as one pandas DataFrame (sorted by key, then
 timestamp) and the current state of those keys as a DataFrame indexed by key
 (columns = its ``state_schema``), and returns output rows and state updates.
@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from ember.api.functions import BatchContext, VectorizedKeyedFunction
 from ember.errors import UserFunctionError
+from ember.functions import BatchContext, VectorizedKeyedFunction
 
 __all__ = ["make_vectorized_bucket_function"]
 

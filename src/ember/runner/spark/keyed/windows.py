@@ -26,15 +26,15 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from ember.api.functions import AggregateFunction, KeyedProcessFunction, OutputTag, WindowContext
 from ember.errors import UserFunctionError
+from ember.functions import AggregateFunction, KeyedProcessFunction, OutputTag, WindowContext
 from ember.state.descriptors import ReducingStateDescriptor, StateDescriptor
 from ember.windowing.assigners import GLOBAL_WINDOW, SlidingWindows, TimeWindow, TumblingWindows, WindowAssigner
 from ember.windowing.evictors import Evictor, TimestampedValue
 from ember.windowing.triggers import (
+    ContinuousProcessingTimeTrigger,
     CountTrigger,
     EventTimeTrigger,
-    ContinuousProcessingTimeTrigger,
     ProcessingTimeTrigger,
     PurgingTrigger,
     Trigger,

@@ -21,7 +21,7 @@ from pyspark.sql.types import _parse_datatype_string
 
 from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, LookupJoinNode, ParseJsonNode, SideOutputNode
-from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, require_reader
 from ember.runner.spark.keyed.runtime import TAG, side_column
 from ember.runner.spark.translators.python_ops import arrow_schema
@@ -101,7 +101,7 @@ def decode_batches(batches: Iterator[pa.RecordBatch], plan: DecodePlan) -> Itera
 
 @translates(ParseJsonNode)
 def _parse_json(comp: Compilation, node: ParseJsonNode) -> Frame:
-    from ember.runner.spark.translators.sources import decodes_at_source, decoded_source
+    from ember.runner.spark.translators.sources import decoded_source, decodes_at_source
 
     source = node.inputs[0]
     fusable = comp.config.fuse_sources and decodes_at_source(source) and _only_reader(comp, source, node)

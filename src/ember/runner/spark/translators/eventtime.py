@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ember.errors import PipelineError
-from ember.runner.spark.compiler import Compilation
+from ember.runner.spark.compilation import Compilation
 from ember.runner.spark.datasources import END_OF_TIME_MS
 from ember.time.watermarks import WatermarkStrategy
 

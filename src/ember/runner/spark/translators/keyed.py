@@ -20,10 +20,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from ember.errors import PipelineError
 from ember.connectors.hashing import INT_KINDS
+from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
-from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, make_bucket_function, side_column
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
@@ -35,7 +36,6 @@ from ember.runner.spark.keyed.windows import (
     WindowSpec,
 )
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.translators.eventtime import ANCHOR, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
@@ -123,12 +123,6 @@ def _buckets(
     """``up``'s rows grouped by state bucket and packed per bucket (keyed/packing.py) —
     by the source itself where it can, else by a ``mapInArrow`` step — or, when a
     window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
-    if comp.key_types and node.name not in comp.key_types:
-        raise PipelineError(
-            f"Spark runs one applyInPandasWithState per query, and step '{next(iter(comp.key_types))}' already keeps "
-            "Ember keyed state: a job can have one process function, process_batches or Python window step "
-            "(built-in aggregates on time/session windows compile to Spark's own and may be added)", node.name,
-        )
     comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if partials is not None:
         return partials.withColumn(BUCKET, bucket_of(keys)).groupBy(BUCKET), bucket_fn

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ember.errors import PipelineError, UserFunctionError
 from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
-from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, record_text, require_reader
 from ember.runner.spark.pickling import ship_by_value
 

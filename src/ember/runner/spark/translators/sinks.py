@@ -23,7 +23,7 @@ from ember.connectors.sinks import CollectSink, ConsoleSink, CountSink, FileSink
 from ember.errors import PipelineError
 from ember.graph.nodes import SinkNode
 from ember.runner.spark import external
-from ember.runner.spark.compiler import registry
+from ember.runner.spark.compilation import registry
 from ember.runner.spark.external import SinkTarget
 from ember.runner.spark.pickling import ship_by_value
 
@@ -107,21 +107,21 @@ def _files_batch(sink: FileSink, batch: Any, batch_id: int, target: SinkTarget) 
 @writes_batch(CollectSink)
 def _collect(sink: CollectSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
     rows = [r.asDict(recursive=True) for r in batch.collect()]
-    sink._accept(batch_id, _now_ms(), rows)
+    sink.accept_batch(batch_id, _now_ms(), rows)
 
 
 @writes_batch(CountSink)
 def _count(sink: CountSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
     field = sink.latency_field
     if field is None:
-        sink._accept(batch_id, batch.count(), [])
+        sink.accept_batch(batch_id, batch.count(), [])
         return
     row = batch.agg(
         F.count(F.lit(1)).alias("n"),
         F.collect_list(F.when(F.col(field) > 0, F.col(field))).alias("samples"),
     ).collect()[0]
     now = _now_ms()
-    sink._accept(batch_id, int(row["n"]), [now - int(t) for t in row["samples"]])
+    sink.accept_batch(batch_id, int(row["n"]), [now - int(t) for t in row["samples"]])
 
 
 # --------------------------------------------------------------------------- external systems

@@ -13,8 +13,8 @@ from ember.connectors.external import RedisStreamSource, redis_url
 from ember.connectors.spark_sources import FileSource, RateSource, ScriptedSource
 from ember.errors import PipelineError
 from ember.graph.nodes import SourceNode
-from ember.runner.spark.compiler import Compilation, Frame, registry, translates
-from ember.runner.spark.datasources import fixed_origin, origin_file
+from ember.runner.spark.checkpoint import fixed_origin
+from ember.runner.spark.compilation import Compilation, Frame, registry, translates
 from ember.runner.spark.generator_batches import source_spec
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec
 
@@ -96,7 +96,7 @@ def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) 
         .option("streams", json.dumps(list(src.streams)))
         .option("schema", src.schema)
         .option("fields", json.dumps(src.fields))
-        .option("max_records_per_batch", src.max_records_per_batch)
+        .option("max_events_per_batch", src.max_events_per_batch)
         .option("read_chunk", src.read_chunk)
         .option("dead_letter", src.dead_letter)
         .option("json_field", src.json_field or "")
@@ -124,10 +124,10 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
             reader.option("schema", schema)
             .option("spec", json.dumps(source_spec(src, per_batch)))
             .option("stop_marker", comp.stop_marker or "")
-            .option("origin_file", origin_file(comp.checkpoint, node.name))
+            .option("origin_file", comp.layout.origin(node.name))
             .load()
         )
-    origin = src.start_ms if src.start_ms is not None else fixed_origin(origin_file(comp.checkpoint, node.name))
+    origin = src.start_ms if src.start_ms is not None else fixed_origin(comp.layout.origin(node.name))
     comp.unstoppable.append(node.name)
     return (
         comp.spark.readStream.format("rate-micro-batch")

@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode, UnionNode
-from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.translators.python_ops import python_filter
 
 __all__ = ["column", "key_columns"]

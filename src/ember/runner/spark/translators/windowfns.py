@@ -8,8 +8,8 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from ember.api.functions import AggregateFunction
 from ember.errors import PipelineError
+from ember.functions import AggregateFunction
 from ember.graph.nodes import WindowNode
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.windowing.aggregates import Aggregate

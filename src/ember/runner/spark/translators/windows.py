@@ -14,13 +14,12 @@ from pyspark.sql import functions as F
 
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, WindowAggregateNode
-from ember.runner.spark.compiler import Compilation, Frame, translates
+from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.translators.eventtime import TIME, with_event_time, with_processing_time
 from ember.runner.spark.translators.transforms import key_columns, key_name
 from ember.time.watermarks import TimeCharacteristic
 from ember.windowing.aggregates import Aggregate
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
-
 
 
 @translates(WindowAggregateNode)

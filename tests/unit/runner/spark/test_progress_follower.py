@@ -2,7 +2,7 @@
 
 import json
 
-from ember.runner.spark.execution import _Follower
+from ember.runner.spark.progress import ProgressFollower as _Follower
 from ember.time.clock import ManualClock
 
 

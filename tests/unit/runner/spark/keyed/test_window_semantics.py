@@ -6,9 +6,10 @@ Expected results are computed independently from the scripted events.
 from __future__ import annotations
 
 import pytest
+from bucket_driver import BucketDriver
 
-from ember.api.functions import AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction
 from ember.errors import UserFunctionError
+from ember.functions import AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction
 from ember.runner.spark.keyed.windows import WindowOperator, WindowSpec
 from ember.windowing.assigners import (
     EventTimeSessionWindows,
@@ -28,8 +29,6 @@ from ember.windowing.triggers import (
     Trigger,
     TriggerResult,
 )
-
-from bucket_driver import BucketDriver
 
 FIELDS = ["ts", "k", "x"]
 OUT = ["k", "window_start", "window_end", "total"]

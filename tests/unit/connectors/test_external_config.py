@@ -95,7 +95,7 @@ def test_all_entries_bad_gives_an_empty_batch_of_the_schema() -> None:
     [
         (lambda: RedisStreamSource([], "a int"), "one or more stream names"),
         (lambda: RedisStreamSource(["s", "s"], "a int"), "listed twice"),
-        (lambda: RedisStreamSource(["s"], "a int", max_records_per_batch=0), "positive int"),
+        (lambda: RedisStreamSource(["s"], "a int", max_events_per_batch=0), "positive int"),
         (lambda: RedisStreamSource(["s"], "a int", dead_letter="dead"), "must contain"),
         (lambda: RedisStreamSource(["s", "s:dead-letter"], "a int"), "dead-letter stream is also read"),
         (lambda: RedisStreamSource(["s"], "a int", json_field=""), "json_field must name"),
@@ -122,3 +122,12 @@ def test_all_entries_bad_gives_an_empty_batch_of_the_schema() -> None:
 def test_configuration_errors_are_raised_when_declared(make, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         make()
+
+
+def test_the_per_batch_bound_has_one_name_and_the_old_one_still_works():
+    assert RedisStreamSource(["s"], "a int", max_events_per_batch=700).max_events_per_batch == 700
+    with pytest.warns(DeprecationWarning, match="max_records_per_batch is now max_events_per_batch"):
+        old = RedisStreamSource(["s"], "a int", max_records_per_batch=300)
+    assert old.max_events_per_batch == 300 == old.max_records_per_batch
+    with pytest.raises(ConfigError, match="give max_events_per_batch only"):
+        RedisStreamSource(["s"], "a int", max_events_per_batch=1, max_records_per_batch=2)

@@ -1,8 +1,5 @@
 """The pipeline graph: building, validation and explain, without Spark."""
 
-import os
-import sys
-
 import pytest
 
 from ember import (
@@ -10,29 +7,10 @@ from ember import (
     CollectSink,
     ConfigError,
     PipelineError,
-    ScriptedSource,
     StreamEnvironment,
     TumblingEventTimeWindows,
-    WatermarkStrategy,
     YahooSource,
 )
-
-
-@pytest.fixture
-def env(tmp_path):
-    return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path)
-
-
-def _events(env):
-    return env.from_source(
-        ScriptedSource([[(1, "a")]], "ts bigint, k string"),
-        WatermarkStrategy.for_bounded_out_of_orderness(0, "ts"),
-        name="events",
-    )
-
-
-def test_environment_sets_pyspark_python(env):
-    assert os.environ["PYSPARK_PYTHON"] == sys.executable
 
 
 @pytest.mark.parametrize(
@@ -50,10 +28,10 @@ def test_invalid_configuration_fails_before_start(kwargs, message):
         StreamEnvironment(**kwargs)
 
 
-def test_explain_shows_every_step(env):
+def test_explain_shows_every_step(env, events):
     sink = CollectSink()
     (
-        _events(env)
+        events()
         .filter("k = 'a'", name="only-a")
         .key_by("k")
         .window(TumblingEventTimeWindows.of(1000))
@@ -68,38 +46,16 @@ def test_explain_shows_every_step(env):
     assert "events: source scripted 1 batches, 1 rows; event time from 'ts', out-of-orderness 0 ms" in text
 
 
-def test_graph_needs_a_sink(env):
-    _events(env)
+def test_graph_needs_a_sink(env, events):
+    events()
     with pytest.raises(PipelineError, match="no sink"):
         env.graph()
 
 
-def test_several_sinks_split_after_their_last_shared_step(env):
-    s = _events(env).filter("k = 'a'", name="only-a")
-    s.sink_to(CollectSink(), name="all")
-    s.select("k", name="keys").sink_to(CollectSink(), name="keys-out")
-    assert env.graph().fork().name == "only-a"
-
-
-def test_a_stateful_step_after_the_split_is_refused(env):
-    s = _events(env)
-    s.sink_to(CollectSink(), name="raw")
-    s.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
-    with pytest.raises(PipelineError, match="'counts' .* comes after the point where the job's sinks .* split at 'events'"):
-        env.graph()
-
-
-def test_sinks_of_unrelated_pipelines_are_refused(env):
-    _events(env).sink_to(CollectSink(), name="one")
-    env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").sink_to(CollectSink(), name="two")
-    with pytest.raises(PipelineError, match="unrelated pipelines"):
-        env.graph()
-
-
-def test_step_names_are_unique(env):
-    _events(env)
+def test_step_names_are_unique(env, events):
+    events()
     with pytest.raises(PipelineError, match="two steps are named 'events'"):
-        _events(env)
+        events()
 
 
 @pytest.mark.parametrize(
@@ -117,19 +73,9 @@ def test_step_names_are_unique(env):
         (lambda s: s.union(), "union needs at least one other stream"),
     ],
 )
-def test_invalid_steps_name_the_step_and_value(env, build, message):
+def test_invalid_steps_name_the_step_and_value(env, build, message, events):
     with pytest.raises(PipelineError, match=message):
-        build(_events(env))
-
-
-def test_window_after_window_is_refused(env):
-    w = TumblingEventTimeWindows.of(1000)
-    (
-        _events(env).key_by("k").window(w).count()
-        .key_by("k").window(w).count(name="second").sink_to(CollectSink())
-    )
-    with pytest.raises(PipelineError, match="window after window"):
-        env.graph()
+        build(events())
 
 
 def test_source_validation():
@@ -141,10 +87,10 @@ def test_source_validation():
         StreamEnvironment().from_source("kafka://x")
 
 
-def test_window_all_refuses_what_needs_the_window_operator(env):
+def test_window_all_refuses_what_needs_the_window_operator(env, events):
     from ember import AggregateFunction
 
-    windows = _events(env).window_all(TumblingEventTimeWindows.of(1000))
+    windows = events().window_all(TumblingEventTimeWindows.of(1000))
     with pytest.raises(PipelineError, match="window_all runs only built-in aggregates"):
         windows.aggregate(AggregateFunction(), output_schema="n bigint")
     with pytest.raises(PipelineError, match="window_all runs only built-in aggregates"):

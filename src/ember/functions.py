@@ -1,0 +1,171 @@
+"""User function interfaces: what a user subclasses (``KeyedProcessFunction``,
+``AggregateFunction``, ``ProcessWindowFunction``, ...) and the contexts those
+functions receive. Declarations only: the runner implements the contexts."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ember.errors import ConfigError
+from ember.state.descriptors import StateDescriptor
+from ember.state.interfaces import ValueState
+from ember.time.timers import TimerService
+
+__all__ = [
+    "KeyedProcessFunction",
+    "VectorizedKeyedFunction",
+    "BatchContext",
+    "AggregateFunction",
+    "ProcessWindowFunction",
+    "WindowContext",
+    "OutputTag",
+    "RuntimeContext",
+    "Context",
+    "ValueState",  # re-exported from ember.state.interfaces
+    "DEAD_LETTER_SCHEMA",
+]
+
+
+class OutputTag:
+    """Names a side output: a secondary stream a function writes with
+    ``ctx.output(tag, record)`` and a pipeline reads with
+    ``stream.get_side_output(tag)``. ``schema`` (Spark DDL) types its records;
+    a window's late-data tag may leave it out (it carries the input records)."""
+
+    def __init__(self, name: str, schema: Any = None) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"OutputTag: name must be an identifier (letters, digits, _), got {name!r}")
+        self.name, self.schema = name, schema
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OutputTag) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("OutputTag", self.name))
+
+
+DEAD_LETTER_SCHEMA = "raw string, error string"  # a dead-letter record: the input as text, and why it failed
+
+
+class AggregateFunction:
+    """Incremental aggregation: ``create_accumulator``, ``add``, ``merge``, ``get_result``."""
+
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def merge(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def get_result(self, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+
+class RuntimeContext:
+    """Given to :meth:`KeyedProcessFunction.open`: declares state.
+
+    ``get_state`` returns the state object matching the descriptor: a value,
+    list, map, reducing or aggregating state (:mod:`ember.state.interfaces`).
+    """
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        raise NotImplementedError
+
+
+class Context(TimerService):
+    """Given with every element and timer: the current key, the element's (or
+    timer's) timestamp, the current watermark and processing time (epoch ms),
+    and the timer service of the current key (a due timer calls ``on_timer``)."""
+
+    current_key: Any
+    timestamp: int | None
+
+    def output(self, tag: OutputTag, record: Any) -> None:
+        """Emit ``record`` (a dict or tuple in the tag's schema) to the side output ``tag``.
+        Records for a tag no pipeline reads with ``get_side_output`` are discarded."""
+        raise NotImplementedError
+
+
+class WindowContext:
+    """Given to :meth:`ProcessWindowFunction.process`: the window being emitted
+    (``window.start`` / ``window.end``, epoch ms), the current watermark and
+    processing time, and side outputs."""
+
+    window: Any
+    current_watermark: int | None
+    current_processing_time: int
+
+    def output(self, tag: OutputTag, record: Any) -> None:
+        raise NotImplementedError
+
+
+class ProcessWindowFunction:
+    """Whole-window logic: ``process(key, context, elements)`` gets every element
+    of a window when it fires (or, after ``aggregate(fn, window_function=...)``,
+    the one aggregated result) and yields output records in its output schema."""
+
+    def process(self, key: Any, context: WindowContext, elements: list[Any]) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+
+class KeyedProcessFunction:
+    """Per-record logic with managed keyed state.
+
+    Override :meth:`process_element`; it receives each record (a dict) and a
+    :class:`Context`, and yields (or returns an iterable of) output records —
+    dicts or tuples in the output schema's order. Declare state in
+    :meth:`open` with ``ctx.get_state(ValueStateDescriptor(...))``; the state
+    objects always refer to the key of the record being processed.
+    """
+
+    def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first element."""
+
+    def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        """Called for a timer of ``ctx.current_key``; yields output records like ``process_element``."""
+        return None
+
+
+class BatchContext:
+    """Given to :meth:`VectorizedKeyedFunction.process_batch`: the micro-batch's
+    watermark (event time, else None) and processing time, epoch ms."""
+
+    current_watermark: int | None
+    current_processing_time: int
+
+
+class VectorizedKeyedFunction:
+    """Keyed logic over many keys at once, for speed: pandas in, columnar state in and out.
+
+    ``state_schema`` (Spark DDL, e.g. ``"state int"``) declares the per-key state
+    columns. Ember calls :meth:`process_batch` once per state bucket and
+    micro-batch (not per key, not per record) with
+
+    - ``events``: the bucket's records of this batch, a pandas DataFrame sorted
+      by key, then by timestamp (event time) or arrival order;
+    - ``state``: the current state of the keys in ``events`` that have any, a
+      DataFrame indexed by key (a MultiIndex for several key fields) with the
+      ``state_schema`` columns;
+
+    and it returns ``(output, updates)``: output rows (a DataFrame with the
+    step's output_schema columns, or None) and state updates (a DataFrame indexed
+    by key with the state columns, or None). An update row replaces the key's
+    state; a row of nulls deletes it; keys without an update row keep theirs.
+    No timers in this variant: use a :class:`KeyedProcessFunction` for those.
+    """
+
+    state_schema: str = ""
+
+    def open(self) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first batch."""
+
+    def process_batch(self, events: Any, state: Any, ctx: BatchContext) -> tuple[Any, Any]:
+        raise NotImplementedError

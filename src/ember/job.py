@@ -1,0 +1,68 @@
+"""What a job is configured with and what it reports: plain data, no Spark.
+
+:class:`EnvironmentConfig` is the validated form of ``StreamEnvironment``'s
+arguments that the runner compiles and runs a pipeline with; :class:`JobResult`
+is what ``execute`` returns. Both live below the user API and the runner so
+that either can use them without importing the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = ["EnvironmentConfig", "JobResult"]
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    """Validated environment settings (see :class:`ember.StreamEnvironment`)."""
+
+    master: str = "local[*]"
+    checkpoint_dir: str = "ember-checkpoints"
+    parallelism: int | None = None
+    trigger_interval_ms: int = 0
+    max_events_per_batch: int = 2_000_000
+    state_backend: str = "rocksdb"
+    changelog_checkpointing: bool = True
+    spark_conf: tuple[tuple[str, str], ...] = field(default=())
+    combine_windows: bool = True
+    fuse_sources: bool = True
+
+
+@dataclass
+class JobResult:
+    """What a finished ``execute`` reports."""
+
+    name: str
+    checkpoint_dir: str
+    batches: int
+    events: int
+    seconds: float
+    processing_seconds: float
+    progress: list[dict[str, Any]]
+    stopped_because: str
+    late_dropped: int = 0  # records Spark's windows dropped behind the watermark (reported, never silent)
+    start_ms: dict[str, int] = field(default_factory=dict)  # each source's event-time origin
+
+    @property
+    def final_watermark_ms(self) -> int | None:
+        """The last watermark Spark reported, as epoch ms (None without event time)."""
+        for report in reversed(self.progress):
+            wm = report.get("eventTime", {}).get("watermark")
+            if wm:
+                return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
+        return None
+
+    @property
+    def events_per_second(self) -> float:
+        """Input events per second of wall time, start to stop."""
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        return (
+            f"job '{self.name}': {self.events:,} events in {self.batches} batches, "
+            f"{self.seconds:.1f} s ({self.events_per_second:,.0f} events/s); stopped: {self.stopped_because}"
+            + (f"; {self.late_dropped:,} late records dropped" if self.late_dropped else "")
+        )

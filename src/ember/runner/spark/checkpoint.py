@@ -1,0 +1,230 @@
+"""The one layout of a job's checkpoint directory: Spark's logs and Ember's files.
+
+A checkpoint is Spark's (``offsets/``, ``commits/``, ``state/``, ``sources/``,
+``metadata``) plus Ember's own folder ``ember/``::
+
+    ember/pipeline.json       the pipeline manifest a restart is checked against
+    ember/operators.json      each keyed operator's key types (savepoints place new keys with them)
+    ember/origin-<step>       a generator's event-time origin (epoch ms), fixed by the first run
+    ember/job-id              the job's identity, with which exactly-once sinks fence their writes
+    ember/restored-from.json  the savepoint a restored job started from
+    ember/spool/<step>/<batch>/  detoured side outputs of a micro-batch (spool.py)
+    ember/running             while a job runs: its pid, host and name
+    ember/stop                the runner asks Ember's sources to admit no more input
+    ember/stop-request        `ember savepoint create --stop` asks the running job to stop
+    ember/end-of-input        every bounded source ended: the final watermark may pass
+
+The last four are run-time markers, never part of a savepoint. Every other
+module reaches these paths through :class:`CheckpointLayout`; Spark's logs are
+read with the functions below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = [
+    "CheckpointLayout",
+    "RUNTIME_MARKERS",
+    "EMBER_DIR",
+    "last_batch",
+    "last_committed_batch",
+    "planned_batch",
+    "offset_log_entry",
+    "batch_conf",
+    "checkpoint_partitions",
+    "write_json",
+    "read_json",
+    "fixed_origin",
+    "fixed_token",
+    "admission_stopped",
+]
+
+EMBER_DIR = "ember"
+RUNNING, STOP, STOP_REQUEST, END_OF_INPUT = "running", "stop", "stop-request", "end-of-input"
+RUNTIME_MARKERS = frozenset({RUNNING, STOP, STOP_REQUEST, END_OF_INPUT})
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """The paths of one checkpoint (``path`` is its root directory)."""
+
+    path: str
+
+    @staticmethod
+    def for_explain(checkpoint: str | None) -> "CheckpointLayout":
+        """The job's layout, or one in a fresh temporary directory for a pipeline
+        compiled without a checkpoint (to be explained, never run)."""
+        return CheckpointLayout(checkpoint or tempfile.mkdtemp(prefix="ember-explain-"))
+
+    @property
+    def ember_dir(self) -> str:
+        return os.path.join(self.path, EMBER_DIR)
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, EMBER_DIR, name)
+
+    @property
+    def pipeline(self) -> str:
+        return self._file("pipeline.json")
+
+    @property
+    def operators(self) -> str:
+        return self._file("operators.json")
+
+    @property
+    def job_id(self) -> str:
+        return self._file("job-id")
+
+    @property
+    def restored_from(self) -> str:
+        return self._file("restored-from.json")
+
+    @property
+    def running(self) -> str:
+        return self._file(RUNNING)
+
+    @property
+    def stop_marker(self) -> str:
+        return self._file(STOP)
+
+    @property
+    def stop_request(self) -> str:
+        return self._file(STOP_REQUEST)
+
+    @property
+    def end_of_input(self) -> str:
+        return self._file(END_OF_INPUT)
+
+    def origin(self, step: str) -> str:
+        return self._file(f"origin-{step}")
+
+    def spool(self, step: str) -> str:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
+        return os.path.join(self.path, EMBER_DIR, "spool", safe)
+
+    # -- Spark's logs --------------------------------------------------------------------
+    def last_batch(self, log: str) -> int:
+        return last_batch(self.path, log)
+
+    def has_progress(self) -> bool:
+        """Spark planned at least one batch from this checkpoint (its offset log is not empty)."""
+        return last_batch(self.path, "offsets") >= 0
+
+
+def last_batch(checkpoint: str, log: str) -> int:
+    """The newest batch id in a checkpoint's ``offsets`` or ``commits`` log (-1 when none)."""
+    folder = os.path.join(checkpoint, log)
+    ids = [int(f) for f in os.listdir(folder) if f.isdigit()] if os.path.isdir(folder) else []
+    return max(ids, default=-1)
+
+
+def last_committed_batch(checkpoint: str) -> int:
+    """The newest batch id in Spark's commit log (-1 when none)."""
+    return last_batch(checkpoint, "commits")
+
+
+def planned_batch(checkpoint: str) -> int | None:
+    """The batch Spark planned (offset log) but has not committed, if any."""
+    planned, committed = last_batch(checkpoint, "offsets"), last_committed_batch(checkpoint)
+    return planned if planned > committed else None
+
+
+def offset_log_entry(checkpoint: str, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
+    """Spark's offset log entry of batch ``batch_id``: its metadata (watermark, batch
+    time, the session settings it ran with) and each source's offset (parsed JSON,
+    or the text when it is not JSON). Raises OSError when there is none."""
+    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as f:
+        lines = f.read().splitlines()  # "v1", the metadata, then one line per source
+    try:
+        meta = json.loads(lines[1]) if len(lines) > 1 else {}
+    except ValueError:
+        meta = {}
+    sources = []
+    for line in lines[2:]:
+        try:
+            sources.append(json.loads(line))
+        except ValueError:
+            sources.append(line)
+    return meta if isinstance(meta, dict) else {}, sources
+
+
+def batch_conf(checkpoint: str, batch_id: int) -> dict[str, str]:
+    """The Spark settings batch ``batch_id`` ran with ({} when unknown)."""
+    try:
+        return offset_log_entry(checkpoint, batch_id)[0].get("conf", {})
+    except OSError:
+        return {}
+
+
+def checkpoint_partitions(checkpoint: str, batch_id: int) -> int | None:
+    """The state partition count (Spark shuffle partitions) batch ``batch_id`` ran with."""
+    try:
+        return int(batch_conf(checkpoint, batch_id)["spark.sql.shuffle.partitions"])
+    except (KeyError, ValueError):
+        return None
+
+
+# -- Ember's files -----------------------------------------------------------------------
+def write_json(path: str, value: Any, *, indent: int | None = None) -> None:
+    """Write ``value`` to ``path`` atomically (a temporary file, then a rename)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(value, f, sort_keys=True, indent=indent)
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> Any:
+    """The JSON value at ``path`` (None when there is no such file)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def fixed_origin(path: str) -> int:
+    """The epoch ms stored at ``path``; the first caller (the runner for Spark's
+    native source, the Python reader otherwise) stores 'now', atomically."""
+    return int(_fixed(path, lambda: str(time.time_ns() // 1_000_000)))
+
+
+def fixed_token(path: str) -> str:
+    """A random id stored at ``path`` by its first caller (a job's identity)."""
+    return _fixed(path, lambda: uuid.uuid4().hex[:16])
+
+
+def _fixed(path: str, make: Callable[[], str]) -> str:
+    """The value stored at ``path``, storing ``make()`` first if there is none
+    (atomically: a temporary file hard-linked into place, so the first caller wins)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        pass
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(make())
+    try:
+        os.link(tmp, path)  # fails if another caller stored it first
+    except FileExistsError:
+        pass
+    finally:
+        os.remove(tmp)
+    with open(path) as f:
+        return f.read()
+
+
+def admission_stopped(options: dict[str, str]) -> bool:
+    """In a source reader: the driver asked for a graceful stop (the ``stop_marker``
+    option names the job's stop marker): admit nothing new."""
+    marker = options.get("stop_marker")
+    return marker is not None and marker != "" and os.path.exists(marker)

@@ -1,0 +1,146 @@
+"""What translators share: a translated step (:class:`Frame`), the state of one
+compilation (:class:`Compilation`) and the translation table.
+
+Each graph node type has exactly one translator in ``TRANSLATORS``, registered
+with ``@translates(NodeType)`` by the modules of :mod:`ember.runner.spark.translators`;
+:func:`ember.runner.spark.compiler.compile_graph` drives them. A node without a
+translator, or one Spark rejects while its DataFrame is built, fails with the
+step's name — before the job starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from ember.errors import EmberError, PipelineError
+from ember.graph.graph import Graph
+from ember.graph.nodes import Node
+from ember.job import EnvironmentConfig
+from ember.runner.spark.checkpoint import CheckpointLayout, fixed_token
+from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG
+from ember.time.watermarks import WatermarkStrategy
+
+__all__ = ["Frame", "Compilation", "TRANSLATORS", "translates", "registry", "main_output"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A translated step: its Spark DataFrame and the stream's notion of time."""
+
+    df: Any
+    time: WatermarkStrategy | None = None
+
+
+def registry(table: dict[type, Callable[..., Any]]) -> Callable[[type], Callable[[Callable[..., Any]], Callable[..., Any]]]:
+    """A decorator factory filling ``table`` with one function per declaration type."""
+
+    def for_type(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if kind in table:
+                raise RuntimeError(f"two functions registered for {kind.__name__}")
+            table[kind] = fn
+            return fn
+
+        return register
+
+    return for_type
+
+
+Translator = Callable[["Compilation", Node], Frame]
+TRANSLATORS: dict[type[Node], Translator] = {}
+translates = registry(TRANSLATORS)  # @translates(NodeType): the translator of one node type
+
+
+@dataclass
+class Compilation:
+    """State of one compilation: the session, settings and translated frames."""
+
+    graph: Graph
+    spark: Any
+    config: EnvironmentConfig
+    job_name: str
+    checkpoint: str | None
+    end_of_input_marker: str | None = None
+    stop_marker: str | None = None
+    uses_end_of_input: bool = False  # an end-of-input row was compiled in: flush it when sources end
+    frames: dict[int, Frame] = field(default_factory=dict)
+    tagged: dict[int, Frame] = field(default_factory=dict)  # combined main + side outputs of a step
+    side_types: dict[int, Any] = field(default_factory=dict)  # step -> {side output: StructType}
+    counters: dict[str, Any] = field(default_factory=dict)  # Spark accumulators, by name
+    key_types: dict[str, list[str]] = field(default_factory=dict)  # keyed step -> its key fields' Spark types
+    detoured: dict[int, str] = field(default_factory=dict)  # step -> spool directory of its detoured dead letters
+    # Sources read by Spark's own readers, which keep admitting input after the stop marker.
+    unstoppable: list[str] = field(default_factory=list)
+    # Where the job's files go (a temporary directory when compiled without a checkpoint, to explain).
+    layout: CheckpointLayout = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.layout = CheckpointLayout.for_explain(self.checkpoint)
+
+    @property
+    def job_id(self) -> str:
+        """The job's identity, fixed in its checkpoint when the job first starts
+        (sinks fence their writes under it: a new checkpoint is a new job)."""
+        if self.checkpoint is None:
+            return "explain"
+        return fixed_token(self.layout.job_id)
+
+    def counter(self, name: str) -> Any:
+        """A job-wide Spark accumulator (e.g. late records dropped by Ember's windows)."""
+        if name not in self.counters:
+            self.counters[name] = self.spark.sparkContext.accumulator(0)
+        return self.counters[name]
+
+    @property
+    def parallelism(self) -> int:
+        return self.config.parallelism or self.spark.sparkContext.defaultParallelism
+
+    @property
+    def bounded(self) -> bool:
+        return all(s.source.bounded for s in self.graph.sources)
+
+    def branch(self, fork: Node, rows: Frame) -> "Compilation":
+        """A compilation of the steps after ``fork`` on ``rows`` (its output in one micro-batch)."""
+        branch = replace(self, frames={}, tagged={}, side_types=dict(self.side_types))
+        if id(fork) in self.tagged:
+            branch.tagged[id(fork)] = rows
+            branch.frames[id(fork)] = main_output(rows)
+        else:
+            branch.frames[id(fork)] = rows
+        return branch
+
+    def frame(self, node: Node) -> Frame:
+        """The translated frame of ``node`` (translated once, then reused)."""
+        if id(node) in self.frames:
+            return self.frames[id(node)]
+        translator = TRANSLATORS.get(type(node))
+        if translator is None:
+            raise PipelineError(f"the Spark runner cannot run a {type(node).__name__} step", node.name)
+        try:
+            frame = translator(self, node)
+        except EmberError:
+            raise
+        except Exception as exc:  # Spark's analysis errors: unknown column, type mismatch...
+            raise PipelineError(_spark_message(exc), node.name) from exc
+        if self.side_types.get(id(node)):
+            self.tagged[id(node)] = frame
+            frame = main_output(frame)
+        self.frames[id(node)] = frame
+        return frame
+
+
+def main_output(combined: Frame) -> Frame:
+    """The main stream of a step that also has side outputs."""
+    from pyspark.sql import functions as F
+
+    df = combined.df
+    main = [c for c in df.columns if c != TAG and not c.startswith(SIDE_PREFIX)]
+    return Frame(df.filter(F.col(TAG).isNull()).select(*main), combined.time)
+
+
+def _spark_message(exc: Exception) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:800]
+

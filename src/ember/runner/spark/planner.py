@@ -1,0 +1,175 @@
+"""Physical choices for running a graph as one Spark streaming query.
+
+The graph (ember.graph) says what the user declared; the planner decides how
+Spark runs it, before any DataFrame is built, and refuses what Spark cannot run
+exactly — naming the step. No Spark is needed here, so plans are tested without
+a session.
+
+- **One stateful chain.** Spark's append mode runs one chain of stateful
+  operators per query with simple watermark semantics; a window after a window
+  is refused rather than silently given another meaning. And Spark runs one
+  ``applyInPandasWithState`` per query: one step with Ember keyed state.
+- **Split.** A job with several sinks runs as one query up to its *split* (the
+  last step every sink reads from), and the steps after it on every micro-batch
+  in ``foreachBatch``: those branches must be stateless.
+- **Detours.** When the only obstacle to that is a ``parse_json`` step's dead
+  letters read beside a stateful step, the dead letters *detour*: spooled by the
+  decoding step and written from the spool after the micro-batch (spool.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ember.errors import PipelineError
+from ember.graph.graph import STATEFUL, Graph, ancestors
+from ember.graph.nodes import (
+    KeyedProcessNode,
+    Node,
+    ParseJsonNode,
+    SideOutputNode,
+    SinkNode,
+    SourceNode,
+    VectorizedProcessNode,
+    WindowAggregateNode,
+    WindowNode,
+)
+
+__all__ = ["Plan", "plan"]
+
+_WINDOWS = (WindowAggregateNode, WindowNode)
+# Steps that run on Ember's keyed state, i.e. on Spark's applyInPandasWithState.
+_KEYED_STATE = (KeyedProcessNode, VectorizedProcessNode, WindowNode)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a graph runs: where its sinks split (None for one streamed sink), which
+    side outputs detour, and which sinks are written from the query's own rows."""
+
+    graph: Graph
+    fork: Node | None
+    detours: tuple[SideOutputNode, ...] = ()
+    streamed_sinks: tuple[SinkNode, ...] = field(default=())
+
+    def detoured_sinks(self, side: SideOutputNode) -> list[SinkNode]:
+        return self.graph.sinks_after(side)
+
+
+def plan(graph: Graph) -> Plan:
+    """The physical plan of a validated ``graph``; raises :class:`PipelineError`
+    for what one Spark query cannot run."""
+    _check_single_stateful_chain(graph)
+    _check_one_keyed_state_step(graph)
+    fork, detours = _split(graph)
+    detoured = {id(s) for d in detours for s in graph.sinks_after(d)}
+    streamed = tuple(s for s in graph.sinks if id(s) not in detoured)
+    return Plan(graph, fork, tuple(detours), streamed)
+
+
+def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode]]:
+    """Where a job with several sinks splits, and which outputs leave the query beside it.
+
+    The split (``fork``) is the last step every sink reads from whose followers all
+    read from it or from each other. Ember runs the graph up to it as one streaming
+    query and the steps after it on every micro-batch, so those must be stateless
+    (None for a job with one sink).
+
+    When that would put a stateful step after the split only because the job also
+    reads the dead letters of a ``parse_json`` step (decoded JSON feeding a window,
+    say), those dead letters *detour*: the decoding step spools them beside the
+    query per micro-batch, and their (stateless) branch is written from the spool
+    after the micro-batch's other sinks. The detoured side outputs are returned."""
+    try:
+        return _fork(graph, graph.sinks), []
+    except PipelineError as problem:
+        detours = [
+            n for n in graph.nodes
+            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], ParseJsonNode)
+            and n.tag == n.inputs[0].dead_letter
+        ]
+        detoured = {id(s) for d in detours for s in graph.sinks_after(d)}
+        rest = [s for s in graph.sinks if id(s) not in detoured]
+        if not detours or not rest:
+            raise
+        for d in detours:  # a detour is a stateless branch of its own, from the side output to its sinks
+            branch = [n for n in graph.nodes if id(d) in {id(a) for a in ancestors(n)} and not isinstance(n, SinkNode)]
+            if _branch_problem(branch, {id(a) for a in ancestors(d)} | {id(d)}, d, d.name) is not None:
+                raise problem from None
+        return _fork(graph, rest), detours
+
+
+def _fork(graph: Graph, sinks: list[SinkNode]) -> Node | None:
+    if len(sinks) < 2:
+        return None
+    shared: set[int] | None = None
+    for sink in sinks:
+        upstream = {id(n) for n in ancestors(sink)}
+        shared = upstream if shared is None else shared & upstream
+    names = ", ".join(s.name for s in sinks)
+    feeding = {id(n) for s in sinks for n in ancestors(s)}
+    common = [n for n in graph.nodes if id(n) in (shared or set())]
+    if not common:
+        raise PipelineError(f"the sinks {names} read from unrelated pipelines; execute each as its own job")
+    # The latest shared step after which every step is stateless and reads only
+    # from it or from steps after it (a branch may also read a side output of a
+    # step between the split and its sink, e.g. dead letters of several steps).
+    problem: PipelineError | None = None
+    for fork in reversed(common):
+        before = {id(n) for n in ancestors(fork)} | {id(fork)}
+        branch = [n for n in graph.nodes if id(n) not in before and id(n) in feeding and not isinstance(n, SinkNode)]
+        problem = _branch_problem(branch, before, fork, names)
+        if problem is None:
+            return fork
+        if any(isinstance(n, (*STATEFUL, SourceNode)) for n in branch):
+            break  # an earlier split would only put more state after it
+    if problem is None:  # not reached: the loop returns or sets a problem
+        raise PipelineError(f"the sinks {names} have no step to split at")
+    raise problem
+
+
+def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str) -> PipelineError | None:
+    """Why the steps ``branch`` cannot run per micro-batch after a split at ``fork`` (None: they can)."""
+    for node in branch:
+        if isinstance(node, (*STATEFUL, SourceNode)):
+            return PipelineError(
+                f"'{node.name}' ({node.kind}) comes after the point where the job's sinks ({names}) split at "
+                f"'{fork.name}'; steps after the split run per micro-batch and must be stateless: move it before "
+                "the split, or run that branch as its own job",
+                node.name,
+            )
+        for parent in node.inputs:
+            if id(parent) in before and parent is not fork:
+                return PipelineError(
+                    f"'{node.name}' reads '{parent.name}', before the split at '{fork.name}'; after the split "
+                    "every branch must start from that one step",
+                    node.name,
+                )
+    return None
+
+
+def _check_single_stateful_chain(graph: Graph) -> None:
+    """Spark runs at most one stateful aggregation per query in append mode
+    before the watermark semantics get subtle; Ember refuses chains it cannot
+    honour exactly instead of silently changing their meaning."""
+    for node in graph.nodes:
+        if not isinstance(node, _WINDOWS):
+            continue
+        upstream = [n for n in ancestors(node) if isinstance(n, _WINDOWS)]
+        if upstream:
+            raise PipelineError(
+                f"window after window ('{upstream[0].name}' feeds '{node.name}') is not supported yet; "
+                "write the first window's results to a sink and read them as a new job",
+                node.name,
+            )
+
+
+
+def _check_one_keyed_state_step(graph: Graph) -> None:
+    keyed = [n for n in graph.nodes if isinstance(n, _KEYED_STATE)]
+    if len(keyed) > 1:
+        raise PipelineError(
+            f"Spark runs one applyInPandasWithState per query, and step '{keyed[0].name}' already keeps "
+            "Ember keyed state: a job can have one process function, process_batches or Python window step "
+            "(built-in aggregates on time/session windows compile to Spark's own and may be added)", keyed[1].name,
+        )

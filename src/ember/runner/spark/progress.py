@@ -1,0 +1,149 @@
+"""Following a running query: each progress report once, the events it counted,
+what waits in the sources, and the progress lines a user sees.
+
+Spark reports a batch's input rows; Ember corrects them where its own rows are
+not the user's events (the end-of-input row) or one row carries many events (a
+source packing records per state bucket), and reads the backlog from offsets
+of sources that report it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+from ember.time.clock import Clock
+
+__all__ = ["ProgressFollower", "PROGRESS_EVERY_S"]
+
+PROGRESS_EVERY_S = 5.0
+
+
+class ProgressFollower:
+    """Collects progress reports (each batch once) and shows progress."""
+
+    def __init__(self, progress: Callable[[dict[str, Any]], None] | bool, name: str, clock: Clock) -> None:
+        self.callback = progress if callable(progress) else None
+        self.verbose = progress is True
+        self.name = name
+        self.clock = clock
+        self.progress: list[dict[str, Any]] = []
+        self.seen: set[int] = set()
+        self.events = 0
+        self.late_dropped = 0
+        self.processing_ms = 0
+        self.last_batch = -1
+        self.eos_batch: int | None = None
+        self.last_print = clock.monotonic()
+        self.events_at_print = 0
+
+    def poll(self, query: Any) -> bool:
+        """Record new progress reports; cheap when nothing changed (one JVM call)."""
+        last = query._jsq.lastProgress()  # the JVM object: reading batchId parses nothing
+        bid = None if last is None else int(last.batchId())
+        if bid is None or bid in self.seen:
+            new = False
+        elif self.last_batch >= 0 and bid == self.last_batch + 1:
+            new = self._record(json.loads(last.json()))
+        else:  # the first report, or batches went by between polls: take them from this run's history
+            new = False
+            for p in sorted(query.recentProgress, key=lambda r: int(r.batchId)):
+                if int(p.batchId) not in self.seen:
+                    new = self._record(json.loads(p.json)) or new
+        if self.verbose and self.clock.monotonic() - self.last_print >= PROGRESS_EVERY_S:
+            self._print()
+        return new
+
+    def _record(self, report: dict[str, Any]) -> bool:
+        bid = int(report["batchId"])
+        if bid in self.seen:
+            return False
+        self.seen.add(bid)
+        self.progress.append(report)
+        sources = report.get("sources", [])
+        offsets = [_offset(s.get("endOffset")) for s in sources]
+        report["numInputRows"] = _events(report, sources, offsets)
+        self.events += report["numInputRows"]
+        lag = _lag(sources)
+        if lag is not None:
+            report["lag"] = lag
+        self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
+        self.last_batch = max(self.last_batch, bid)
+        dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
+        if dropped:
+            self.late_dropped += dropped
+            print(
+                f"[ember] {self.name}: batch {bid} dropped {dropped} late record(s) behind the watermark",
+                file=sys.stderr, flush=True,
+            )
+        if self.eos_batch is None and any(o.get("ended") == 1 for o in offsets):
+            self.eos_batch = bid
+        if self.callback:
+            self.callback(report)
+        return True
+
+    def _print(self) -> None:
+        now = self.clock.monotonic()
+        rate = (self.events - self.events_at_print) / max(1e-9, now - self.last_print)
+        last = self.progress[-1] if self.progress else {}
+        wm = last.get("eventTime", {}).get("watermark", "-")
+        took = last.get("durationMs", {}).get("triggerExecution", "-")
+        lag = f", lag {last['lag']:,} records" if "lag" in last else ""
+        print(
+            f"[ember] {self.name}: {self.events:,} events, {rate:,.0f} events/s, "
+            f"batch {last.get('batchId', '-')} took {took} ms, watermark {wm}{lag}",
+            file=sys.stderr, flush=True,
+        )
+        self.last_print, self.events_at_print = now, self.events
+
+    def sources_done(self, expected: int) -> bool:
+        if not self.progress:
+            return False
+        offsets = [_offset(s.get("endOffset")) for s in self.progress[-1].get("sources", [])]
+        done = [o["done"] for o in offsets if "done" in o]
+        return len(done) >= expected and all(done)
+
+    def end_of_input_seen_before(self, batch: int) -> bool:
+        return self.eos_batch is not None and batch > self.eos_batch
+
+
+def _events(report: dict[str, Any], sources: list[dict[str, Any]], offsets: list[dict[str, Any]]) -> int:
+    """The batch's input events: Spark's row count, except that the end-of-input
+    row is Ember's, not the user's, and a source packing its records per state
+    bucket (keyed/packing.py) counts events by its offsets (``n``), not rows."""
+    total = int(report.get("numInputRows") or 0)
+    for source, end in zip(sources, offsets):
+        if "ended" in end or end.get("packed"):
+            total -= int(source.get("numInputRows") or 0)
+        if end.get("packed"):
+            total += int(end["n"]) - int(_offset(source.get("startOffset")).get("n", 0))
+    return total
+
+
+def _lag(sources: list[dict[str, Any]]) -> int | None:
+    """Records waiting in sources that report them, after the batch: entries added
+    minus read (Redis streams), events due minus admitted (rate-limited generators)."""
+    total, known = 0, False
+    for s in sources:
+        end = _offset(s.get("endOffset"))
+        added, read = _offset(s.get("latestOffset")).get("added"), end.get("read")
+        if isinstance(added, dict) and isinstance(read, dict):
+            total += sum(max(0, int(added[k]) - int(read.get(k, 0))) for k in added)
+            known = True
+        elif "due" in end and "n" in end:
+            total += max(0, int(end["due"]) - int(end["n"]))
+            known = True
+    return total if known else None
+
+
+def _offset(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+    return {}

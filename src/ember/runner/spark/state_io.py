@@ -1,0 +1,292 @@
+"""Reading, writing and rescaling the state of a stopped checkpoint (the runner's
+half of the State Processor API; ``ember.savepoints`` is the user's half: it
+verifies savepoints, stages copies and cuts new ones).
+
+Operators are addressed as Spark numbers them (``op_id``) and described by
+their entry in the pipeline manifest (``compat.pipeline_manifest``: name, kind,
+key fields and, from ``ember/operators.json``, their Spark types).
+
+Reading uses Spark's state data source (``spark.read.format("statestore")``)
+and decodes Ember's layout: a keyed operator keeps one value per state bucket,
+the bucket's keys and their states pickled together (runner/spark/keyed/runtime.py),
+so a bucket row becomes one row per (key, state name). Spark's own operators
+(native window aggregations) are shown as Spark stores them, key and value
+fields flattened.
+
+Writing uses Spark's offline state rewriter (``StateRewriter``, the machinery
+behind Spark 4.3's state repartitioning): the savepoint is copied to a staging
+checkpoint, an empty micro-batch N + 1 is appended to its logs (same source
+offsets: no input is skipped or repeated), and the rewriter writes state
+version N + 2 of every operator — unchanged, except the one being written,
+whose rows Ember computes on the driver. (The caller stages the copy and cuts
+the result into a new savepoint.) The state store rows are Spark UnsafeRows; Ember's
+keyed operators have a fixed layout (key: the int bucket; value: one binary
+field and the group-state timeout), which :func:`_encode_value` writes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import pickle
+import shutil
+import struct
+from typing import Any, Callable
+
+import pandas as pd
+
+from ember.errors import SavepointError
+from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS, empty_bucket_state
+from ember.runner.spark.translators.keyed import bucket_of
+
+__all__ = ["read_operator_state", "write_operator_state", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
+
+KEYED = ("process function", "window")
+VECTORISED = "vectorised process function"
+STATE_KINDS_WRITABLE = ("process function", VECTORISED)
+NO_TIMEOUT = -1
+
+
+def _state_frame(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> Any:
+    """Operator ``op_id``'s state rows at ``batch_id`` (Spark's state data source)."""
+    return spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id).load(checkpoint)
+
+
+def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> dict[int, Any]:
+    """bucket -> its unpickled state (Ember's keyed operators; the checkpoint is the job's own)."""
+    out = {}
+    for row in _state_frame(spark, checkpoint, batch_id, op_id).collect():
+        blob = row["value"]["groupState"][0]
+        out[int(row["key"][0])] = pickle.loads(blob)
+    return out
+
+
+def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any]) -> pd.DataFrame:
+    """Operator ``op_id``'s state in ``checkpoint`` at committed batch ``batch_id``, one
+    layout per operator kind (documented for users at ``ember.savepoints.state.read_state``)."""
+    keys = list(op["keys"])
+    if op["kind"] in KEYED:
+        rows = []
+        for blob in _buckets(spark, checkpoint, batch_id, op_id).values():
+            for key, slot in blob["keys"].items():
+                key_values = list(key) if len(keys) > 1 else [key]
+                rows += [[*key_values, name, value] for name, value in slot.items() if name not in (EVENT_TIMERS, PROCESSING_TIMERS)]
+        frame = pd.DataFrame(rows, columns=[*keys, "state", "value"])
+        return frame.sort_values([*keys, "state"], ignore_index=True) if len(frame) else frame
+    if op["kind"] == VECTORISED:
+        tables = [t for t in _buckets(spark, checkpoint, batch_id, op_id).values() if len(t)]
+        if not tables:
+            return pd.DataFrame(columns=keys)
+        table = pd.concat(tables)
+        table.index.names = keys
+        return table.reset_index().sort_values(keys, ignore_index=True)
+    return _state_frame(spark, checkpoint, batch_id, op_id).select("key.*", "value.*").toPandas()
+
+
+# -- writing -----------------------------------------------------------------------------
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) // 8 * 8
+
+
+def _encode_key(bucket: int) -> bytes:
+    """UnsafeRow of struct<__ember_bucket: int>: null bits, one 8-byte slot."""
+    return struct.pack("<qi4x", 0, bucket)
+
+
+def _encode_value(payload: bytes, timeout: int) -> bytes:
+    """UnsafeRow of struct<groupState: struct<one binary>, timeoutTimestamp: bigint>."""
+    inner = struct.pack("<qq", 0, (16 << 32) | len(payload)) + payload + b"\0" * (_pad8(len(payload)) - len(payload))
+    return struct.pack("<qqq", 0, (24 << 32) | len(inner), timeout) + inner
+
+
+def _place_new_keys(spark: Any, op: dict[str, Any], where: dict[Any, int], keys: list[Any]) -> None:
+    """Add the state bucket of each key in ``keys`` (not yet in ``where``) to ``where``,
+    computed by Spark with the job's own bucket expression and key types."""
+    new = [k for k in keys if k not in where]
+    if not new:
+        return
+    types, names = op.get("key_types"), list(op["keys"])
+    if not types:
+        raise SavepointError(
+            f"operator '{op['name']}': this savepoint does not record its key types, so new keys cannot be placed"
+        )
+    ddl = ", ".join(f"`{k}` {t}" for k, t in zip(names, types))
+    df = spark.createDataFrame([k if len(names) > 1 else (k,) for k in new], ddl)
+    where.update(zip(new, (int(r[0]) for r in df.select(bucket_of(tuple(names))).collect())))
+
+
+def _new_keyed_blobs(
+    spark: Any, old: dict[int, Any], op: dict[str, Any], frame: pd.DataFrame
+) -> dict[int, Any]:
+    """The buckets of a process function whose keyed state becomes ``frame`` (read_state's layout)."""
+    keys = list(op["keys"])
+    missing = [c for c in [*keys, "state", "value"] if c not in frame.columns]
+    if missing:
+        raise SavepointError(f"the new state lacks the column(s) {missing}; it has the layout read_state returns")
+    where: dict[Any, int] = {}
+    old_slots: dict[Any, dict[str, Any]] = {}
+    for bucket, blob in old.items():
+        for key, slot in blob["keys"].items():
+            where[key], old_slots[key] = bucket, slot
+    slots: dict[Any, dict[str, Any]] = {}
+    for record in frame[[*keys, "state", "value"]].itertuples(index=False):
+        key = tuple(record[: len(keys)]) if len(keys) > 1 else record[0]
+        slots.setdefault(key, {})[record[-2]] = record[-1]
+    _place_new_keys(spark, op, where, list(slots))
+    blobs: dict[int, Any] = {b: empty_bucket_state() for b in set(old) | {where[k] for k in slots}}
+    for key, states in slots.items():
+        timers = {n: t for n, t in old_slots.get(key, {}).items() if n in (EVENT_TIMERS, PROCESSING_TIMERS)}  # a kept key keeps its timers
+        blobs[where[key]]["keys"][key] = {**states, **timers}
+    for blob in blobs.values():
+        for key, slot in blob["keys"].items():
+            for kind in (EVENT_TIMERS, PROCESSING_TIMERS):
+                for ts in sorted(slot.get(kind, ())):
+                    blob["n"] += 1
+                    heapq.heappush(blob[kind], (int(ts), blob["n"], key))
+    return {b: blob for b, blob in blobs.items() if blob["keys"]}
+
+
+def _new_vectorised_tables(spark: Any, old: dict[int, Any], op: dict[str, Any], frame: pd.DataFrame) -> dict[int, Any]:
+    keys = list(op["keys"])
+    missing = [k for k in keys if k not in frame.columns]
+    if missing:
+        raise SavepointError(f"the new state lacks the key column(s) {missing}")
+    where: dict[Any, int] = {}
+    columns: list[str] | None = None
+    for bucket, table in old.items():
+        columns = list(table.columns)
+        for key in table.index:
+            where[key] = bucket
+    indexed = frame.set_index(keys)
+    if columns is not None:
+        extra = [c for c in indexed.columns if c not in columns]
+        if extra:
+            raise SavepointError(f"the new state has column(s) {extra} that are not in the operator's state schema {columns}")
+        indexed = indexed.reindex(columns=columns)
+    _place_new_keys(spark, op, where, list(indexed.index))
+    buckets = pd.Series([where[k] for k in indexed.index], index=indexed.index)
+    out = {}
+    for bucket, part in indexed.groupby(buckets.to_numpy()):
+        part = part.copy()
+        part.index.names = [None] * len(keys) if len(keys) > 1 else [None]
+        out[int(bucket)] = part
+    return out
+
+
+def _timeout(blob: Any) -> int:
+    """The group-state timeout Spark keeps beside a bucket: its earliest timer (event
+    or processing time), which makes Spark call the bucket when it is due."""
+    if isinstance(blob, dict):
+        for kind in (EVENT_TIMERS, PROCESSING_TIMERS):
+            if blob.get(kind):
+                return int(blob[kind][0][0])
+    return NO_TIMEOUT
+
+
+class _Transform:
+    """A ``scala.Function1[Dataset[Row], Dataset[Row]]`` implemented in Python (Py4J
+    callback): Spark's StateRewriter calls it with each operator's state rows."""
+
+    def __init__(self, spark: Any, rewrite: Callable[[Any], Any]) -> None:
+        self.spark, self.rewrite = spark, rewrite
+
+    def apply(self, jdf: Any) -> Any:
+        from pyspark.sql import DataFrame
+
+        return self.rewrite(DataFrame(jdf, self.spark))._jdf
+
+    class Java:
+        implements = ["scala.Function1"]
+
+
+def _rewrite_checkpoint(spark: Any, checkpoint: str, batch: int, rewrite: Callable[[Any], Any]) -> None:
+    """Append an empty micro-batch ``batch + 1`` to ``checkpoint`` whose state is
+    each operator's state at ``batch`` passed through ``rewrite`` (a DataFrame of
+    Spark's raw state rows -> the rows to store)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    for log in ("offsets", "commits"):
+        shutil.copyfile(os.path.join(checkpoint, log, str(batch)), os.path.join(checkpoint, log, str(batch + 1)))
+    os.remove(os.path.join(checkpoint, "commits", str(batch + 1)))  # committed once the state is written
+    sc = spark.sparkContext
+    ensure_callback_server_started(sc._gateway)
+    jvm = sc._jvm
+    none = jvm.scala.Option.apply(None)
+    transform = jvm.scala.Some(_Transform(spark, rewrite))
+    rewriter = jvm.org.apache.spark.sql.execution.streaming.state.StateRewriter(
+        spark._jsparkSession, batch, batch + 1, checkpoint, sc._jsc.hadoopConfiguration(), none, transform, none
+    )
+    rewriter.run()
+    shutil.copyfile(os.path.join(checkpoint, "commits", str(batch)), os.path.join(checkpoint, "commits", str(batch + 1)))
+
+
+def write_operator_state(
+    spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any], n_operators: int,
+    partitions: int, frame: pd.DataFrame,
+) -> None:
+    """Append an empty micro-batch ``batch_id + 1`` to the (staging) ``checkpoint``
+    in which operator ``op_id``'s keyed state is ``frame`` (:func:`read_operator_state`'s
+    layout: keys left out lose their state, new keys get state) and every other
+    operator's state is unchanged. ``n_operators``: the job's stateful operators
+    (each must be visited once by Spark's rewriter); ``partitions``: its state partitions."""
+    if op["kind"] not in STATE_KINDS_WRITABLE:
+        raise SavepointError(
+            f"operator '{op['name']}' is a {op['kind']}: writing state is supported for "
+            f"{' and '.join(STATE_KINDS_WRITABLE)}s (read_state shows any operator)"
+        )
+    old = _buckets(spark, checkpoint, batch_id, op_id)
+    if op["kind"] == VECTORISED:
+        new = _new_vectorised_tables(spark, old, op, frame)
+    else:
+        new = _new_keyed_blobs(spark, old, op, frame)
+    payload = {b: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for b, v in new.items()}
+    calls: list[int] = []
+    wrong: list[str] = []
+
+    def rewrite(df: Any) -> Any:
+        # The rewriter visits operators in id order (checked: the key must be a bucket, and
+        # every operator visited once); only ours changes.
+        index = len(calls)
+        calls.append(index)
+        if index != op_id:
+            return df
+        from pyspark.sql import types as T
+
+        key_type = df.schema["partition_key"].dataType if "partition_key" in df.schema.names else None
+        if not isinstance(key_type, T.StructType) or key_type.names != ["__ember_bucket"]:
+            wrong.append(str(key_type))  # not the operator we meant: leave it, fail below
+            return df
+
+        rows = [
+            ({"__ember_bucket": b}, _encode_key(b), _encode_value(blob, _timeout(new[b])), "default")
+            for b, blob in sorted(payload.items())
+        ]
+        # The rewriter writes the DataFrame's partition i into state partition i: place
+        # each bucket where the job's hash partitioning by bucket looks for it.
+        rewritten = spark.createDataFrame(rows, df.schema) if rows else spark.createDataFrame([], df.schema or T.StructType())
+        return rewritten.repartition(partitions, "partition_key")
+
+    _rewrite_checkpoint(spark, checkpoint, batch_id, rewrite)
+    if wrong:
+        raise SavepointError(
+            f"Spark's state rewriter gave operator {op_id} with state key {wrong[0]}, not an Ember keyed "
+            f"operator's bucket: the state was not written"
+        )
+    if len(calls) != n_operators:
+        raise SavepointError(
+            f"Spark's state rewriter visited {len(calls)} operator(s), the job has {n_operators}: "
+            "the state was not written"
+        )
+
+
+def rescale_checkpoint(spark: Any, checkpoint: str, parallelism: int) -> None:
+    """Repartition a stopped checkpoint's state to ``parallelism`` state partitions
+    (Spark 4.3's offline repartitioning: it appends a batch that rewrites every
+    operator's state under the new partitioning)."""
+    try:
+        spark._jsparkSession.streamingCheckpointManager().repartition(checkpoint, int(parallelism), True)
+    except Exception as exc:  # noqa: BLE001 - Spark's error, reworded
+        text = str(getattr(exc, "desc", None) or exc).splitlines()[0]
+        raise SavepointError(f"rescaling the state to {parallelism} partitions failed: {text}") from exc

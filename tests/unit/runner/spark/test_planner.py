@@ -1,0 +1,88 @@
+"""The Spark runner's plan of a graph: where sinks split, which side outputs detour,
+and what one Spark query cannot run — all without a SparkSession."""
+
+import pytest
+
+from ember import (
+    CollectSink,
+    KeyedProcessFunction,
+    OutputTag,
+    PipelineError,
+    ScriptedSource,
+    TumblingEventTimeWindows,
+    YahooSource,
+)
+from ember.runner.spark.planner import plan
+
+
+def test_one_sink_needs_no_split(env, events):
+    sink = events().filter("k = 'a'").sink_to(CollectSink(), name="out")
+    p = plan(env.graph())
+    assert p.fork is None and p.detours == () and p.streamed_sinks == (sink,)
+
+
+def test_several_sinks_split_after_their_last_shared_step(env, events):
+    s = events().filter("k = 'a'", name="only-a")
+    s.sink_to(CollectSink(), name="all")
+    s.select("k", name="keys").sink_to(CollectSink(), name="keys-out")
+    assert plan(env.graph()).fork.name == "only-a"
+
+
+def test_a_stateful_step_after_the_split_is_refused(env, events):
+    s = events()
+    s.sink_to(CollectSink(), name="raw")
+    s.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
+    graph = env.graph()  # a valid graph ...
+    with pytest.raises(PipelineError, match="'counts' .* comes after the point where the job's sinks .* split at 'events'"):
+        plan(graph)  # ... that one Spark query cannot run
+
+
+def test_sinks_of_unrelated_pipelines_are_refused(env, events):
+    events().sink_to(CollectSink(), name="one")
+    env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").sink_to(CollectSink(), name="two")
+    with pytest.raises(PipelineError, match="unrelated pipelines"):
+        plan(env.graph())
+
+
+def test_window_after_window_is_refused(env, events):
+    w = TumblingEventTimeWindows.of(1000)
+    (
+        events().key_by("k").window(w).count()
+        .key_by("k").window(w).count(name="second").sink_to(CollectSink())
+    )
+    with pytest.raises(PipelineError, match="window after window"):
+        plan(env.graph())
+
+
+def test_dead_letters_beside_a_window_detour_instead_of_splitting(env):
+    bad = OutputTag("bad_json")
+    decoded = env.from_source(YahooSource(as_json=True), name="ad-events").parse_json(
+        "event", "ad_id string, event_time bigint", dead_letter=bad, name="decode")
+    counts = (decoded.key_by("ad_id").window(TumblingEventTimeWindows.of(1000)).count(name="per-ad")
+              .sink_to(CollectSink(), name="counts"))
+    dead = decoded.get_side_output(bad).sink_to(CollectSink(), name="dead")
+    p = plan(env.graph())
+    assert p.fork is None  # the window's sink alone is streamed
+    assert [d.tag for d in p.detours] == [bad] and p.detoured_sinks(p.detours[0]) == [dead]
+    assert p.streamed_sinks == (counts,)
+
+
+class _Count(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield value
+
+
+def test_two_keyed_state_steps_are_refused_naming_both(env, events):
+    first = events().key_by("k").process(_Count(), "ts bigint, k string", name="first")
+    first.key_by("k").process(_Count(), "ts bigint, k string", name="second").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'second': Spark runs one applyInPandasWithState per query, and step 'first'"):
+        plan(env.graph())
+
+
+def test_execute_refuses_an_unrunnable_plan_before_touching_the_checkpoint(env, tmp_path, events):
+    s = events()
+    s.sink_to(CollectSink(), name="raw")
+    s.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
+    with pytest.raises(PipelineError, match="'counts' .* comes after the point"):
+        env.execute("refused", checkpoint=tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()

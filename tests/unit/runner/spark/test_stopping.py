@@ -1,0 +1,119 @@
+"""Stop conditions of a running job, driven by a manual clock and scripted progress (no Spark)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ember.runner.spark.progress import ProgressFollower
+from ember.runner.spark.stopping import (
+    MIN_BATCHES_GRACE_S,
+    SAVEPOINT_STOP,
+    Duration,
+    EndOfInput,
+    Idle,
+    MaxEvents,
+    RunView,
+    StopRequested,
+)
+from ember.time.clock import ManualClock
+
+
+class _Query:
+    def __init__(self) -> None:
+        self.status = {"isDataAvailable": False, "isTriggerActive": False}
+
+
+def _report(batch: int, rows: int, **offset: object) -> dict:
+    end = {"n": rows, **offset}
+    return {"batchId": batch, "numInputRows": rows, "durationMs": {"triggerExecution": 5},
+            "sources": [{"endOffset": end, "numInputRows": rows}]}
+
+
+class _Run:
+    """A scripted run: batches recorded through the real follower, time on a manual clock."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock()
+        self.follower = ProgressFollower(False, "job", self.clock)
+        self.query = _Query()
+        self.start = self.clock.monotonic()
+
+    def batch(self, rows: int, **offset: object) -> bool:
+        return self.follower._record(_report(len(self.follower.progress), rows, **offset))
+
+    def view(self, new: bool = False) -> RunView:
+        return RunView(self.clock.monotonic(), self.start, self.follower, self.query, new)
+
+
+def test_duration_waits_for_min_batches_then_gives_up_after_the_grace():
+    run, cond = _Run(), Duration(2.0, min_batches=2)
+    run.clock.sleep(1.9)
+    assert cond.check(run.view()) is None
+    run.clock.sleep(0.2)
+    run.batch(10)
+    assert cond.check(run.view()) is None  # 2.1 s, but one batch with input of the two asked for
+    run.batch(0)
+    assert cond.check(run.view()) is None  # an empty batch does not count
+    run.batch(5)
+    assert cond.check(run.view()) == "duration 2 s reached"
+    late, lazy = _Run(), Duration(2.0, min_batches=5)
+    late.clock.sleep(2.0 + MIN_BATCHES_GRACE_S)
+    assert lazy.check(late.view()) == "duration 2 s reached"
+
+
+def test_max_events_counts_the_followers_events():
+    run, cond = _Run(), MaxEvents(100)
+    run.batch(60)
+    assert cond.check(run.view()) is None
+    run.batch(40)
+    assert cond.check(run.view()) == "100 events processed"
+
+
+def test_idle_stops_only_after_a_quiet_spell_with_nothing_waiting():
+    run = _Run()
+    cond = Idle(3.0, run.clock.monotonic())
+    run.clock.sleep(5)
+    assert cond.check(run.view()) is None  # no batch yet: a job still starting is not idle
+    new = run.batch(50)
+    assert cond.check(run.view(new)) is None  # input just arrived
+    run.clock.sleep(2)
+    assert cond.check(run.view(run.batch(0))) is None
+    run.clock.sleep(1.5)
+    run.query.status["isDataAvailable"] = True
+    assert cond.check(run.view()) is None  # quiet for 3.5 s, but a source has data waiting
+    run.query.status["isDataAvailable"] = False
+    assert cond.check(run.view()) == "no input for 3 s"
+
+
+def test_a_stop_request_file_stops_for_a_savepoint(tmp_path):
+    request = tmp_path / "stop-request"
+    cond, run = StopRequested(str(request)), _Run()
+    assert cond.check(run.view()) is None
+    request.touch()
+    assert cond.check(run.view()) == SAVEPOINT_STOP
+
+
+@pytest.mark.parametrize("needs_flush", [False, True])
+def test_end_of_input_marks_the_end_then_waits_for_the_flush(tmp_path, needs_flush):
+    marker = tmp_path / "end-of-input"
+    run = _Run()
+    cond = EndOfInput(1, str(marker), needs_flush, idle_limit_s=10, now=run.clock.monotonic())
+    assert cond.check(run.view(run.batch(10, done=False))) is None
+    reason = cond.check(run.view(run.batch(5, done=True)))
+    if not needs_flush:
+        assert reason == "sources ended" and not marker.exists()
+        return
+    assert reason is None and marker.exists()  # the end-of-input row may pass now
+    assert cond.check(run.view(run.batch(1, done=True, ended=1))) is None  # the batch that carried the row
+    assert cond.check(run.view(run.batch(0, done=True, ended=1))) == "sources ended, windows flushed"
+
+
+def test_end_of_input_gives_up_on_sources_that_stay_idle(tmp_path):
+    run = _Run()
+    cond = EndOfInput(1, str(tmp_path / "m"), True, idle_limit_s=10, now=run.clock.monotonic())
+    cond.check(run.view(run.batch(10, done=False)))
+    run.clock.sleep(10.5)
+    run.query.status["isTriggerActive"] = True
+    assert cond.check(run.view()) is None  # a batch is running
+    run.query.status["isTriggerActive"] = False
+    assert cond.check(run.view()) == "sources idle"
