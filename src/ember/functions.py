@@ -97,8 +97,14 @@ class WindowContext:
     processing time, and side outputs."""
 
     window: Any
-    current_watermark: int | None
-    current_processing_time: int
+
+    @property
+    def current_watermark(self) -> int | None:
+        raise NotImplementedError
+
+    @property
+    def current_processing_time(self) -> int:
+        raise NotImplementedError
 
     def output(self, tag: OutputTag, record: Any) -> None:
         raise NotImplementedError

@@ -9,8 +9,15 @@ class TimerService:
     """Current time and timers of the current key (and, for a trigger, window); epoch ms.
     A timer fires once; registering the same timestamp twice registers it once."""
 
-    current_processing_time: int
-    current_watermark: int | None
+    @property
+    def current_processing_time(self) -> int:
+        """The micro-batch's processing time."""
+        raise NotImplementedError
+
+    @property
+    def current_watermark(self) -> int | None:
+        """The micro-batch's watermark (None without event time)."""
+        raise NotImplementedError
 
     def register_event_time_timer(self, timestamp: int) -> None:
         """Fire once the watermark reaches ``timestamp``."""

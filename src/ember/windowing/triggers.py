@@ -29,6 +29,8 @@ __all__ = [
     "ContinuousEventTimeTrigger",
     "PurgingTrigger",
     "NeverTrigger",
+    "fires_on_time_only",
+    "count_window_size",
 ]
 
 
@@ -158,6 +160,11 @@ class CountTrigger(Trigger):
     @staticmethod
     def of(count: int) -> "CountTrigger":
         return CountTrigger(count)
+
+    @property
+    def counter(self) -> ReducingStateDescriptor:
+        """The per-window count this trigger keeps (a runner may advance it in bulk)."""
+        return self._state
 
     def on_element(self, element: Any, timestamp: int, window: TimeWindow, ctx: TriggerContext) -> TriggerResult:
         seen = ctx.get_partitioned_state(self._state)
@@ -315,3 +322,19 @@ class PurgingTrigger(Trigger):
 
 class NeverTrigger(Trigger):
     """Never fires (the default of :class:`~ember.windowing.GlobalWindows`)."""
+
+
+def fires_on_time_only(trigger: Trigger) -> bool:
+    """Whether ``trigger``'s ``on_element`` only (re)registers timers that depend on the
+    window and the current time, never on the element — so a runner may group a batch
+    by (key, window) and call it once per new window. True for the built-in time
+    triggers themselves; a subclass may override ``on_element``, so it is not assumed."""
+    return type(trigger) in (EventTimeTrigger, ProcessingTimeTrigger, ContinuousProcessingTimeTrigger)
+
+
+def count_window_size(trigger: Trigger) -> int | None:
+    """N when ``trigger`` is a tumbling count window's, ``PurgingTrigger(CountTrigger(N))``
+    (exactly those classes), else None."""
+    if type(trigger) is PurgingTrigger and type(trigger.trigger) is CountTrigger:
+        return trigger.trigger.count
+    return None

@@ -28,6 +28,7 @@ from typing import Any
 from ember.errors import RestartError
 from ember.graph import nodes as n
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
+from ember.runner.spark.keyed.runtime import KeyedRuntime
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare"]
 
@@ -188,10 +189,8 @@ class _Recorder:
         self.declared: dict[str, str] = {}
 
     def get_state(self, descriptor: Any) -> Any:
-        from ember.runner.spark.keyed.runtime import _Runtime
-
         self.declared[descriptor.name] = type(descriptor).__name__
-        return _Runtime(event_time=True).get_state(descriptor)
+        return KeyedRuntime(event_time=True).get_state(descriptor)
 
 
 def _declared_state(fn: Any) -> dict[str, str] | str:

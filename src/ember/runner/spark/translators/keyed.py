@@ -24,8 +24,9 @@ from ember.connectors.hashing import INT_KINDS
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.keyed.bucket import make_bucket_function
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, make_bucket_function, side_column
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, side_column
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
     LATE_COUNTER,
@@ -34,6 +35,7 @@ from ember.runner.spark.keyed.windows import (
     PARTIAL_START,
     WindowOperator,
     WindowSpec,
+    make_combiner,
 )
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import ANCHOR, TIME, keep_late_rows, restore_anchor, with_event_time
@@ -228,8 +230,7 @@ def _window(comp: Compilation, node: WindowNode) -> Frame:
     late = (node.late_tag, input_type) if node.late_tag is not None else None
     combiner = None
     if spec.combinable and event_time and comp.config.combine_windows:
-        map_side = WindowOperator(spec)
-        ship_by_value(map_side)
+        ship_by_value(spec)  # the aggregate function travels with the combiner
         partial_type = T.StructType(
             [input_type[k] for k in node.keys]
             + [T.StructField(PARTIAL_START, T.LongType()), T.StructField(PARTIAL_ACC, T.BinaryType()),
@@ -237,7 +238,7 @@ def _window(comp: Compilation, node: WindowNode) -> Frame:
         )
 
         def combiner(fields: list[str]) -> tuple[Any, T.StructType]:
-            return map_side.combiner(fields, node.keys, TIME), partial_type
+            return make_combiner(spec, fields, node.keys, TIME), partial_type
 
         spec = replace(spec, combined=True)
     return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late, combiner)

@@ -8,7 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from ember.runner.spark.keyed.runtime import TAG, make_bucket_function, side_column
+from ember.runner.spark.keyed.bucket import make_bucket_function
+from ember.runner.spark.keyed.runtime import TAG, side_column
 
 
 class FakeGroupState:

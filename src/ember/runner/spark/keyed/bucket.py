@@ -1,0 +1,211 @@
+"""The ``applyInPandasWithState`` function of a keyed step: one call per state
+bucket and micro-batch (design A of docs/design/keyed-state.md).
+
+Per call: load the bucket's state, fire the timers that are due, process the
+bucket's records (per key in timestamp order; or hand the whole batch to an
+operator that takes it, contracts.BatchHandler), fire timers that became due
+meanwhile, store the bucket, and ask Spark to call again when the earliest
+remaining timer is due. The user's function is called once per record; the
+runtime adds no per-key or per-record call of its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import pickle
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from ember.errors import UserFunctionError
+from ember.functions import KeyedProcessFunction
+from ember.runner.spark.keyed.contracts import BatchHandler, GroupState
+from ember.runner.spark.keyed.runtime import (
+    EVENT_TIMERS,
+    PROCESSING_TIMERS,
+    TAG,
+    KeyedRuntime,
+    empty_bucket_state,
+    records_builder,
+    side_column,
+)
+
+__all__ = ["BucketFunction", "make_bucket_function"]
+
+
+class BucketFunction:
+    """The function Spark calls as ``(bucket key, frames, group state) -> frames``.
+
+    ``side_outputs`` maps each side output read downstream to its fields: the
+    output then also has a ``__ember_tag`` column and one column per side field
+    (see :func:`~ember.runner.spark.keyed.runtime.side_column`). ``counters`` maps
+    counter names (e.g. late records dropped) to Spark accumulators.
+
+    Pickled to the executors with the user's function; its runtime is made (and the
+    function's ``open`` called) once per deserialised copy, i.e. once per task."""
+
+    def __init__(
+        self,
+        fn: KeyedProcessFunction,
+        step: str,
+        keys: list[str],
+        fields: list[str],
+        out_fields: list[str],
+        time_column: str | None,
+        event_time: bool,
+        side_outputs: dict[str, list[str]] | None = None,
+        counters: dict[str, Any] | None = None,
+    ) -> None:
+        self.fn, self.step, self.keys, self.fields = fn, step, keys, fields
+        self.out_fields, self.time_column, self.event_time = out_fields, time_column, event_time
+        self.side_outputs = side_outputs or {}
+        self.counters = counters or {}
+        # An operator may take whole batches (contracts.BatchHandler); process_batch = None opts out.
+        self.batches: BatchHandler | None = fn if callable(getattr(fn, "process_batch", None)) else None  # type: ignore[assignment]
+        self.build_records = records_builder(fields)
+        self.columns_out = list(out_fields)
+        if self.side_outputs:
+            self.columns_out += [TAG] + [side_column(t, f) for t, fs in self.side_outputs.items() for f in fs]
+        self._rt: KeyedRuntime | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_rt": None}  # a runtime belongs to one task, never shipped
+
+    def runtime(self) -> KeyedRuntime:
+        if self._rt is None:
+            self._rt = KeyedRuntime(self.event_time, frozenset(self.side_outputs))
+            self.fn.open(self._rt)
+        return self._rt
+
+    def __call__(self, bucket: Any, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        rt = self.runtime()
+        rt.side, rt.counts = [], {}
+        rt.blob = pickle.loads(state.get[0]) if state.exists else empty_bucket_state()
+        rt.watermark = state.getCurrentWatermarkMs() if self.event_time else None
+        rt.now = state.getCurrentProcessingTimeMs()
+        out: list[Any] = []
+        self._fire_due(rt, out)
+        for pdf in frames:
+            self._process(rt, pdf, out)
+        self._fire_due(rt, out)
+        rt.expire(rt.blob["keys"])
+        state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
+        if self.event_time and rt.blob[EVENT_TIMERS]:
+            state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0], (rt.watermark or 0) + 1))
+        elif not self.event_time and rt.blob[PROCESSING_TIMERS]:
+            state.setTimeoutDuration(max(1, rt.blob[PROCESSING_TIMERS][0][0] - rt.now))
+        for name, n in rt.counts.items():
+            if name in self.counters:
+                self.counters[name].add(n)
+        rt.counts = {}
+        yield from self._frames_out(rt, out)
+
+    def _process(self, rt: KeyedRuntime, pdf: pd.DataFrame, out: list[Any]) -> None:
+        """One frame of the bucket's records: to the operator's batch path, else one call per record."""
+        times = None
+        if self.time_column is not None:  # a timestamp whatever the field's type: sort and report as epoch ms
+            millis = pdf[self.time_column].to_numpy().astype("datetime64[ms]").astype(np.int64)
+            order = np.argsort(millis, kind="stable")
+            pdf, times = pdf.iloc[order], millis[order].tolist()
+        columns = [pdf[f].tolist() for f in self.fields]
+        key_cols = [pdf[k].tolist() for k in self.keys]
+        single = len(self.keys) == 1
+        if self.batches is not None:  # the operator may handle the whole batch itself
+            key_list = key_cols[0] if single else list(zip(*key_cols))
+            if self.batches.process_batch(rt, self.build_records, key_list, columns, times, out):
+                return
+        fn, step = self.fn, self.step
+        table, process, append = rt.blob["keys"], fn.process_element, out.extend
+        # The hot loop: one user call per record and nothing else per record.
+        for i, record in enumerate(self.build_records(columns)):
+            key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)
+            found = table.get(key)
+            rt.current = slot = found if found is not None else {}
+            rt.current_key = key
+            if times is not None:
+                rt.timestamp = times[i]
+            try:
+                result = process(record, rt)
+                if result is not None:
+                    append(result)
+            except Exception as exc:
+                raise UserFunctionError(
+                    f"step '{step}': {type(fn).__name__}.process_element raised {type(exc).__name__}: {exc} "
+                    f"on record {record!r}"
+                ) from exc
+            if slot:  # state objects change the slot in place
+                if found is None:
+                    table[key] = slot
+            elif found is not None:
+                del table[key]
+
+    def _fire_due(self, rt: KeyedRuntime, out: list[Any]) -> None:
+        self._fire(rt, EVENT_TIMERS, rt.watermark, out)
+        self._fire(rt, PROCESSING_TIMERS, rt.now, out)
+
+    def _fire(self, rt: KeyedRuntime, kind: str, until: int | None, out: list[Any]) -> None:
+        queue = rt.blob[kind]
+        while until is not None and queue and queue[0][0] <= until:
+            ts, _, key = heapq.heappop(queue)
+            found = rt.enter(key)
+            rt.time_domain = "event_time" if kind == EVENT_TIMERS else "processing_time"
+            timers = rt.current.get(kind)
+            if not timers or ts not in timers:
+                continue  # deleted, or already fired
+            timers.discard(ts)
+            if not timers:
+                del rt.current[kind]
+            rt.timestamp = ts
+            self._call("on_timer", {"key": key, "timestamp": ts}, self.fn.on_timer, (ts, rt), out)
+            rt.leave(key, found)
+
+    def _call(self, what: str, record: Any, invoke: Callable[..., Any], args: tuple[Any, ...], out: list[Any]) -> None:
+        try:
+            result = invoke(*args)
+            if result is not None:
+                out.extend(result)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(
+                f"step '{self.step}': {type(self.fn).__name__}.{what} raised {type(exc).__name__}: {exc} on {record!r}"
+            ) from exc
+
+    def _frames_out(self, rt: KeyedRuntime, out: list[Any]) -> Iterator[pd.DataFrame]:
+        out_fields, columns_out = self.out_fields, self.columns_out
+        if out:
+            rows = [r if type(r) is dict else dict(zip(out_fields, r)) for r in out]
+            main = pd.DataFrame(rows, columns=out_fields)
+            for c in columns_out[len(out_fields):]:
+                main[c] = None
+            yield main
+        if rt.side:
+            by_tag: dict[str, list[Any]] = {}
+            for tag, record in rt.side:
+                by_tag.setdefault(tag, []).append(record)
+            rt.side = []
+            for tag, records in by_tag.items():
+                fields = self.side_outputs[tag]
+                rows = [r if type(r) is dict else dict(zip(fields, r)) for r in records]
+                given = pd.DataFrame(rows, columns=fields)
+                empty = pd.Series([None] * len(rows), dtype=object)
+                data = {c: empty for c in columns_out}
+                data.update({side_column(tag, f): given[f] for f in fields})
+                data[TAG] = pd.Series([tag] * len(rows), dtype=object)
+                yield pd.DataFrame(data, columns=columns_out)
+
+
+def make_bucket_function(
+    fn: KeyedProcessFunction,
+    step: str,
+    keys: list[str],
+    fields: list[str],
+    out_fields: list[str],
+    time_column: str | None,
+    event_time: bool,
+    side_outputs: dict[str, list[str]] | None = None,
+    counters: dict[str, Any] | None = None,
+) -> BucketFunction:
+    """The ``applyInPandasWithState`` function of one keyed process step (see :class:`BucketFunction`)."""
+    return BucketFunction(fn, step, keys, fields, out_fields, time_column, event_time, side_outputs, counters)

@@ -1,0 +1,296 @@
+"""Flink's window operator, run as a keyed function on the bucket runtime.
+
+Windows Spark has no native form for — count windows, global windows with
+triggers, evictors, allowed lateness with a late-data side output, Python
+``AggregateFunction`` / ``ProcessWindowFunction`` / reduce on any window — are
+one :class:`WindowOperator` per step. It keeps, per key, each open window's
+contents (an accumulator, or the elements when an evictor or a whole-window
+function needs them), each window's trigger state, and which windows wait for
+which timer, all in the key's slot of the bucket state (so in Spark's
+checkpoint). Timers are the runtime's per-key timers.
+
+Semantics follow Flink's ``WindowOperator``: an element is added to each
+window it is assigned to unless that window is already past its end plus the
+allowed lateness; an element no window accepts is late and goes to the
+late-data side output (or is counted as dropped). A window is removed at its
+end plus the allowed lateness (event time) or at its end (processing time).
+
+This module is the per-element path, which defines those semantics, and the
+firing and timer logic every path shares; the whole-batch paths (spec.WindowPath)
+are in batch.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, cast
+
+from ember.errors import UserFunctionError
+from ember.functions import KeyedProcessFunction, RuntimeContext
+from ember.runner.spark.keyed.contracts import RecordsBuilder
+from ember.runner.spark.keyed.runtime import KeyedRuntime
+from ember.runner.spark.keyed.windows.batch import BatchPath, batch_path
+from ember.runner.spark.keyed.windows.contexts import WindowFunctionContext, WindowTriggerContext
+from ember.runner.spark.keyed.windows.spec import (
+    LATE_COUNTER,
+    TRIGGER_STATE,
+    WINDOW_EVENT_TIMERS,
+    WINDOW_PROC_TIMERS,
+    WINDOWS,
+    WindowSpec,
+)
+from ember.windowing.assigners import TimeWindow
+from ember.windowing.evictors import TimestampedValue
+from ember.windowing.triggers import TriggerResult
+
+__all__ = ["WindowOperator"]
+
+
+class WindowOperator(KeyedProcessFunction):
+    """The keyed function of one window step (see the module docstring)."""
+
+    def __init__(self, spec: WindowSpec) -> None:
+        self.spec = spec
+        self.trigger_ctx = WindowTriggerContext()
+        self._batches: BatchPath | None = batch_path(self)
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.trigger_ctx = WindowTriggerContext()
+
+    def process_batch(self, rt: KeyedRuntime, build: RecordsBuilder, keys: list[Any], columns: list[list[Any]],
+                      times: list[int] | None, out: list[Any]) -> bool:
+        """A bucket's micro-batch on the step's whole-batch path (False: per element)."""
+        return self._batches is not None and self._batches.run(rt, build, keys, columns, times, out)
+
+    def process_element(self, value: dict[str, Any], ctx: KeyedRuntime) -> list[Any]:  # type: ignore[override]
+        spec, out = self.spec, list[Any]()
+        # Without event time (a count window, say) records carry no timestamp: None, as Flink's.
+        ts = cast(int, ctx.now if spec.assigner.processing_time else ctx.timestamp)
+        windows = spec.assigner.assign(ts)
+        if spec.assigner.merging:
+            merged = self._merge(ctx, windows[0])
+            windows = [merged] if merged is not None else []
+        placed = False
+        for window in windows:
+            if self.is_late(window, ctx):
+                continue
+            placed = True
+            self._add(ctx, window, value, ts)
+            tctx = self.trigger_ctx.bind(ctx, window)
+            result = self._call_trigger("on_element", spec.trigger.on_element, (value, ts, window, tctx))
+            self.apply_result(ctx, window, result, out)
+            tctx.bind(ctx, window).release()
+            self.register_cleanup(ctx, window)
+        if not placed:
+            self._late(ctx, value)
+        self.tidy(ctx)
+        return out
+
+    def is_late(self, window: TimeWindow, ctx: KeyedRuntime) -> bool:
+        wm = ctx.watermark
+        return (
+            not self.spec.assigner.processing_time
+            and wm is not None
+            and not window.is_global
+            and window.max_timestamp + self.spec.allowed_lateness_ms <= wm
+        )
+
+    def _late(self, ctx: KeyedRuntime, value: dict[str, Any]) -> None:
+        if self.spec.late_tag is not None:
+            ctx.output(self.spec.late_tag, value)
+        else:
+            ctx.count(LATE_COUNTER)
+
+    def _add(self, ctx: KeyedRuntime, window: TimeWindow, value: dict[str, Any], ts: int) -> None:
+        spec = self.spec
+        windows = ctx.current.setdefault(WINDOWS, {})
+        if spec.keeps_elements:
+            windows.setdefault(window, []).append(TimestampedValue(value, ts))
+        elif spec.aggregate is not None:
+            acc = windows.get(window)
+            if acc is None:
+                acc = self.call("create_accumulator", spec.aggregate.create_accumulator, ())
+            windows[window] = self.call("add", spec.aggregate.add, (value, acc))
+        else:
+            prev = windows.get(window)
+            windows[window] = value if prev is None else self.call("reduce", spec.reduce, (prev, value))
+
+    def _combine(self, a: Any, b: Any) -> Any:
+        spec = self.spec
+        if spec.keeps_elements:
+            return sorted([*a, *b], key=lambda e: e.timestamp)
+        if spec.aggregate is not None:
+            return self.call("merge", spec.aggregate.merge, (a, b))
+        return self.call("reduce", spec.reduce, (a, b))
+
+    def _merge(self, ctx: KeyedRuntime, new: TimeWindow) -> TimeWindow | None:
+        """Session windows: merge ``new`` with the key's windows it touches.
+        Returns the window the element belongs to, or None when that is late."""
+        windows = ctx.current.get(WINDOWS, {})
+        touching = sorted(w for w in windows if w.intersects(new))
+        merged = new
+        for w in touching:
+            merged = merged.cover(w)
+        if self.is_late(merged, ctx):
+            return None
+        if touching == [merged]:
+            return merged
+        contents = None
+        for w in touching:
+            c = windows.pop(w)
+            contents = c if contents is None else self._combine(contents, c)
+        if contents is not None:
+            windows[merged] = contents
+        trigger, tctx = self.spec.trigger, self.trigger_ctx
+        if touching:
+            states = ctx.current.get(TRIGGER_STATE, {})
+            tctx.merged = [states.get(w, {}) for w in touching]
+            tctx.bind(ctx, merged)
+            self._call_trigger("on_merge", trigger.on_merge, (merged, tctx))
+            tctx.release()
+            tctx.merged = []
+            for w in touching:
+                tctx.bind(ctx, w)
+                self._call_trigger("clear", trigger.clear, (w, tctx))
+                tctx.scope.current.clear()
+                tctx.release()
+                self._delete_cleanup(ctx, w)
+        return merged
+
+    # -- timers ---------------------------------------------------------------------
+
+    def _cleanup_time(self, window: TimeWindow) -> tuple[str, int] | None:
+        if window.is_global:
+            return None
+        if self.spec.assigner.processing_time:
+            return WINDOW_PROC_TIMERS, window.max_timestamp
+        return WINDOW_EVENT_TIMERS, window.max_timestamp + self.spec.allowed_lateness_ms
+
+    def register_cleanup(self, ctx: KeyedRuntime, window: TimeWindow) -> None:
+        self._cleanup_timer(ctx, window, register=True)
+
+    def _delete_cleanup(self, ctx: KeyedRuntime, window: TimeWindow) -> None:
+        self._cleanup_timer(ctx, window, register=False)
+
+    def _cleanup_timer(self, ctx: KeyedRuntime, window: TimeWindow, *, register: bool) -> None:
+        when = self._cleanup_time(window)
+        if when is None:
+            return
+        kind, at = when
+        tctx = self.trigger_ctx.bind(ctx, window)
+        if kind == WINDOW_PROC_TIMERS:
+            (tctx.register_processing_time_timer if register else tctx.delete_processing_time_timer)(at)
+        else:
+            (tctx.register_event_time_timer if register else tctx.delete_event_time_timer)(at)
+        tctx.release()
+
+    def on_timer(self, timestamp: int, ctx: KeyedRuntime) -> list[Any]:  # type: ignore[override]
+        out: list[Any] = []
+        kind = WINDOW_PROC_TIMERS if ctx.time_domain == "processing_time" else WINDOW_EVENT_TIMERS
+        timers = ctx.current.get(kind, {})
+        due = timers.pop(timestamp, set())
+        if not timers:
+            ctx.current.pop(kind, None)
+        trigger = self.spec.trigger
+        for window in sorted(due):
+            tctx = self.trigger_ctx.bind(ctx, window)
+            hook = trigger.on_processing_time if kind == WINDOW_PROC_TIMERS else trigger.on_event_time
+            result = self._call_trigger(hook.__name__, hook, (timestamp, window, tctx))
+            self.apply_result(ctx, window, result, out)
+            tctx.bind(ctx, window).release()
+            if self._cleanup_time(window) == (kind, timestamp):
+                self._clear_window(ctx, window)
+        self.tidy(ctx)
+        return out
+
+    def _clear_window(self, ctx: KeyedRuntime, window: TimeWindow) -> None:
+        windows = ctx.current.get(WINDOWS)
+        if windows is not None:
+            windows.pop(window, None)
+        tctx = self.trigger_ctx.bind(ctx, window)
+        self._call_trigger("clear", self.spec.trigger.clear, (window, tctx))
+        tctx.scope.current.clear()
+        tctx.release()
+
+    @staticmethod
+    def tidy(ctx: KeyedRuntime) -> None:
+        if not ctx.current.get(WINDOWS, True):
+            del ctx.current[WINDOWS]
+
+    # -- firing ---------------------------------------------------------------------
+
+    def apply_result(self, ctx: KeyedRuntime, window: TimeWindow, result: TriggerResult, out: list[Any]) -> None:
+        if not isinstance(result, TriggerResult):
+            raise UserFunctionError(
+                f"step '{self.spec.step}': trigger {self.spec.trigger.describe()} returned {result!r}; "
+                "return a TriggerResult (CONTINUE, FIRE, PURGE or FIRE_AND_PURGE)"
+            )
+        windows = ctx.current.get(WINDOWS, {})
+        if result.is_fire and window in windows:
+            self.emit(ctx, window, windows, out)
+        if result.is_purge:
+            windows.pop(window, None)
+
+    def emit(self, ctx: KeyedRuntime, window: TimeWindow, windows: dict[TimeWindow, Any], out: list[Any]) -> None:
+        spec = self.spec
+        contents = windows[window]
+        if spec.keeps_elements:
+            elements = contents
+            if spec.evictor is not None:
+                elements = self.call("evict_before", spec.evictor.evict_before, (list(elements), window))
+            values = [e.value for e in elements]
+            if spec.aggregate is not None:
+                acc = self.call("create_accumulator", spec.aggregate.create_accumulator, ())
+                for v in values:
+                    acc = self.call("add", spec.aggregate.add, (v, acc))
+                results = [self.call("get_result", spec.aggregate.get_result, (acc,))]
+            elif spec.reduce is not None:
+                reduced = values[0] if values else None
+                for v in values[1:]:
+                    reduced = self.call("reduce", spec.reduce, (reduced, v))
+                results = [reduced] if values else []
+            else:
+                results = values
+            if spec.evictor is not None:
+                kept = self.call("evict_after", spec.evictor.evict_after, (list(elements), window))
+                windows[window] = list(kept)
+        elif spec.aggregate is not None:
+            results = [self.call("get_result", spec.aggregate.get_result, (contents,))]
+        else:
+            results = [contents]
+        if spec.window_function is not None:
+            wctx = WindowFunctionContext(ctx, window)
+            emitted = self.call("process", spec.window_function.process, (ctx.current_key, wctx, results))
+            if emitted is not None:
+                out.extend(emitted)
+        elif spec.aggregate is not None:
+            out.extend(self._row(ctx.current_key, window, r) for r in results)
+        else:
+            out.extend(results)
+
+    def _row(self, key: Any, window: TimeWindow, result: Any) -> dict[str, Any]:
+        spec = self.spec
+        row = dict(zip(spec.key_names, key if len(spec.key_names) > 1 else (key,)))
+        row["window_start"] = None if window.is_global else window.start
+        row["window_end"] = None if window.is_global else window.end
+        if isinstance(result, dict):
+            row.update(result)
+        elif isinstance(result, tuple | list):
+            row.update(zip(spec.result_fields, result))
+        else:
+            row[spec.result_fields[0]] = result
+        return row
+
+    # -- user code ------------------------------------------------------------------
+
+    def call(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        try:
+            return fn(*args)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(
+                f"step '{self.spec.step}': {what} raised {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _call_trigger(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        return self.call(f"trigger {self.spec.trigger.describe()}.{what}", fn, args)
