@@ -9,12 +9,19 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from ember.connectors.base import Sink
+from ember.connectors.external import parse_json_schema
 from ember.connectors.sinks import ConsoleSink
 from ember.errors import ConfigError, PipelineError
+from ember.functions import DEAD_LETTER_SCHEMA, AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction, VectorizedKeyedFunction
 from ember.graph import nodes as n
 from ember.graph.graph import Graph
+from ember.graph.nodes import is_plain_window
+from ember.runner.spark.planner import physical_note
+from ember.time.durations import to_ms
 from ember.windowing.aggregates import Agg, Aggregate
-from ember.windowing.assigners import WindowAssigner
+from ember.windowing.assigners import GlobalWindows, WindowAssigner
+from ember.windowing.evictors import CountEvictor, Evictor
+from ember.windowing.triggers import CountTrigger, PurgingTrigger, Trigger
 
 __all__ = ["DataStream", "KeyedStream", "WindowedStream", "PipelineBuilder"]
 
@@ -180,8 +187,6 @@ class DataStream:
         the pipeline must read it (``get_side_output(dead_letter)``), so no bad
         record is lost unnoticed. Decoding is vectorised (Arrow's JSON reader,
         record by record only for a batch holding a bad record)."""
-        from ember.connectors.external import parse_json_schema
-
         step = name or "parse_json"
         if not isinstance(field, str) or not field:
             raise PipelineError(f"parse_json: field must name the JSON text field, got {field!r}", step)
@@ -227,8 +232,6 @@ class DataStream:
     def get_side_output(self, tag: Any, *, name: str | None = None) -> "DataStream":
         """The side output ``tag`` of this step: records a process function sent with
         ``ctx.output(tag, ...)``, or a window's late records (``side_output_late_data``)."""
-        from ember.functions import OutputTag
-
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
         if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode | n.MapNode | n.FlatMapNode | n.FilterNode):
@@ -257,7 +260,7 @@ class DataStream:
 
     def explain(self) -> str:
         """The graph up to this stream, one step per line."""
-        return Graph([n.SinkNode(name="(unsinked)", inputs=(self._node,), sink=_Unsinked())]).explain()
+        return Graph([n.SinkNode(name="(unsinked)", inputs=(self._node,), sink=_Unsinked())]).explain(physical_note)
 
 
 class KeyedStream(DataStream):
@@ -281,10 +284,6 @@ class KeyedStream(DataStream):
         Records of a key are counted in timestamp order within a micro-batch when
         the stream has event time, else in arrival order.
         """
-        from ember.windowing.assigners import GlobalWindows
-        from ember.windowing.evictors import CountEvictor
-        from ember.windowing.triggers import CountTrigger, PurgingTrigger
-
         for what, v in (("size", size), ("slide", slide)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
                 raise PipelineError(f"count_window {what} must be a positive int, got {v!r}", "window")
@@ -305,8 +304,6 @@ class KeyedStream(DataStream):
         Within a micro-batch each key's records are processed in timestamp order
         when the stream has event time, else in arrival order.
         """
-        from ember.functions import KeyedProcessFunction
-
         step = name or "process"
         if not isinstance(fn, KeyedProcessFunction):
             raise PipelineError(f"process takes a KeyedProcessFunction instance, got {fn!r}", step)
@@ -321,9 +318,6 @@ class KeyedStream(DataStream):
         """Run ``fn`` (a :class:`~ember.functions.VectorizedKeyedFunction`) on whole
         micro-batches of many keys at once, with columnar keyed state — the fast variant
         of :meth:`process` when the logic can be written with pandas/numpy."""
-        from ember.errors import ConfigError
-        from ember.functions import VectorizedKeyedFunction
-
         step = name or "process_batches"
         if not isinstance(fn, VectorizedKeyedFunction):
             raise PipelineError(f"process_batches takes a VectorizedKeyedFunction instance, got {fn!r}", step)
@@ -384,16 +378,12 @@ class WindowedStream:
     # -- refinements -----------------------------------------------------------------
     def trigger(self, trigger: Any) -> "WindowedStream":
         """Replace the assigner's default trigger (e.g. ``CountTrigger.of(100)``, a custom Trigger)."""
-        from ember.windowing.triggers import Trigger
-
         if not isinstance(trigger, Trigger):
             raise PipelineError(f"trigger takes an ember.windowing.triggers.Trigger, got {trigger!r}", "window")
         return self._with(trigger=trigger)
 
     def evictor(self, evictor: Any) -> "WindowedStream":
         """Remove elements before/after the window function runs (``CountEvictor.of(10)``...)."""
-        from ember.windowing.evictors import Evictor
-
         if not isinstance(evictor, Evictor):
             raise PipelineError(f"evictor takes an ember.windowing.evictors.Evictor, got {evictor!r}", "window")
         return self._with(evictor=evictor)
@@ -401,8 +391,6 @@ class WindowedStream:
     def allowed_lateness(self, lateness: Any) -> "WindowedStream":
         """Keep windows open this long after the watermark passed their end; an element
         arriving then fires the window again with the updated result."""
-        from ember.time.durations import to_ms
-
         if self._assigner.processing_time:
             raise PipelineError("allowed lateness applies to event-time windows only", "window")
         return self._with(allowed_lateness_ms=to_ms(lateness, "allowed lateness", allow_zero=True))
@@ -411,29 +399,26 @@ class WindowedStream:
         """Send elements that arrive after their windows closed (end + allowed lateness)
         to the side output ``tag`` instead of dropping them: read them with
         ``result.get_side_output(tag)``; they keep the input's fields."""
-        from ember.functions import OutputTag
-
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"side_output_late_data takes an OutputTag, got {tag!r}", "window")
         return self._with(late_tag=tag)
 
     # -- finishing ---------------------------------------------------------------------
-    @property
-    def _native(self) -> bool:
-        from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
-
-        plain = self._trigger is None and self._evictor is None and not self._lateness and self._late_tag is None
-        return plain and isinstance(self._assigner, TumblingWindows | SlidingWindows | SessionWindows)
-
-    def _python_window(self, name: str | None, **fields: Any) -> DataStream:
-        if not self._keys:
+    def _window(self, name: str | None, **fields: Any) -> DataStream:
+        """The window step. Built-in aggregates on a plain time or session window (no
+        trigger, evictor, lateness or late-data output) may be global or keyed by
+        Columns; anything else needs keys that are field names."""
+        plain = bool(fields.get("aggregates")) and is_plain_window(
+            self._assigner, self._trigger, self._evictor, self._lateness, self._late_tag
+        )
+        if not plain and not self._keys:
             raise PipelineError(
                 "window_all runs only built-in aggregates on time/session windows; for a Python function, "
                 "trigger, evictor, lateness or count window, key the stream first (key_by a field, or a "
                 "constant column added with select)",
                 name or "window",
             )
-        if not all(isinstance(k, str) for k in self._keys):
+        if not plain and not all(isinstance(k, str) for k in self._keys):
             raise PipelineError("this window needs key_by with field names (not Columns)", name or "window")
         stream = self._stream
         node = stream._add(
@@ -462,8 +447,6 @@ class WindowedStream:
         fields. With a ``window_function`` (a ProcessWindowFunction receiving the
         one aggregated result), ``output_schema`` is that function's output.
         """
-        from ember.functions import AggregateFunction, ProcessWindowFunction
-
         step = name or "window"
         if fn is not None:
             if aggregates:
@@ -474,38 +457,29 @@ class WindowedStream:
                 raise PipelineError(f"window_function must be a ProcessWindowFunction, got {window_function!r}", step)
             if not output_schema:
                 raise PipelineError("aggregate with an AggregateFunction needs output_schema (Spark DDL)", step)
-            return self._python_window(name, aggregate_fn=fn, window_fn=window_function, output_schema=output_schema)
+            return self._window(name, aggregate_fn=fn, window_fn=window_function, output_schema=output_schema)
         if not aggregates:
             raise PipelineError("aggregate needs at least one named aggregate, e.g. count=Agg.count()", step)
         for out, agg in aggregates.items():
             if not isinstance(agg, Aggregate):
                 raise PipelineError(f"aggregate '{out}' must be an Agg.*(...) value, got {agg!r}", step)
-        if not self._native:
-            return self._python_window(name, aggregates=tuple(aggregates.items()))
-        stream = self._stream
-        node = stream._add(
-            n.WindowAggregateNode, name, "window",
-            keys=self._keys, assigner=self._assigner, aggregates=tuple(aggregates.items()),
-        )
-        return DataStream(stream._env, node)
+        return self._window(name, aggregates=tuple(aggregates.items()))
 
     def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> DataStream:
         """Combine each window's records pairwise with ``fn(a, b) -> record``; the
         output is the reduced record (the input's fields)."""
         _require_callable(fn, "reduce", name)
-        return self._python_window(name, reduce_fn=fn)
+        return self._window(name, reduce_fn=fn)
 
     def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
         """Run a :class:`~ember.functions.ProcessWindowFunction` on all of a
         window's elements when it fires; ``output_schema`` types what it yields."""
-        from ember.functions import ProcessWindowFunction
-
         step = name or "window"
         if not isinstance(fn, ProcessWindowFunction):
             raise PipelineError(f"process takes a ProcessWindowFunction instance, got {fn!r}", step)
         if not output_schema:
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
-        return self._python_window(name, window_fn=fn, output_schema=output_schema)
+        return self._window(name, window_fn=fn, output_schema=output_schema)
 
     def count(self, *, name: str | None = None) -> DataStream:
         return self.aggregate(name=name, count=Agg.count())
@@ -536,8 +510,6 @@ class _Unsinked(Sink):
 
 def _dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
     """``tag`` typed as a dead-letter output (``raw string, error string``)."""
-    from ember.functions import DEAD_LETTER_SCHEMA, OutputTag
-
     if not isinstance(tag, OutputTag):
         raise PipelineError(f"{what} must be an OutputTag, got {tag!r}", name or what.split()[0])
     if tag.schema not in (None, DEAD_LETTER_SCHEMA):

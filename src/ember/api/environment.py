@@ -14,12 +14,13 @@ from ember.errors import ConfigError, PipelineError
 from ember.graph.graph import Graph
 from ember.graph.nodes import SinkNode, SourceNode
 from ember.job import EnvironmentConfig, JobResult
+from ember.runner.spark.planner import physical_note, plan
 from ember.time.clock import Clock, SystemClock
 from ember.time.durations import seconds_of, to_ms
 from ember.time.watermarks import WatermarkStrategy
 
-# The runner and the savepoints (and with them PySpark and pandas) are imported where a
-# job is explained or run, not here: `import ember` and declaring a pipeline stay light
+# The runner's compiler and executor and the savepoints (and with them PySpark and pandas)
+# are imported where a job is explained or run, not here (the planner is plain Python): `import ember` and declaring a pipeline stay light
 # (0.1 s instead of 0.8 s), which the CLI and Spark-free unit tests rely on.
 
 __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
@@ -153,7 +154,7 @@ class StreamEnvironment:
     def explain(self, spark_plan: bool = True) -> str:
         """The Ember graph and, with ``spark_plan``, the Spark plan it compiles to."""
         graph = self.graph()
-        text = "== Ember graph ==\n" + graph.explain()
+        text = "== Ember graph ==\n" + graph.explain(physical_note)
         if spark_plan:
             from ember.runner.spark.compiler import compile_graph
 
@@ -202,7 +203,6 @@ class StreamEnvironment:
         if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
             raise ConfigError(f"max_events must be a positive int, got {max_events!r}")
         from ember.runner.spark.execution import run_job
-        from ember.runner.spark.planner import plan
         from ember.savepoints import restore_savepoint
 
         graph = self.graph()

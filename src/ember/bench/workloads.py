@@ -10,8 +10,17 @@ from pyspark.sql import functions as F
 from ember.api.environment import StreamEnvironment
 from ember.bench import baselines
 from ember.bench.harness import WARMUP_BATCHES, BenchConfig, RunOutcome, throughput, workload
-from ember.connectors.generators import GrepSource, GroupingSource
-from ember.connectors.sinks import CountSink
+from ember.bench.jobs import ALERT_SCHEMA, KEYED_COUNT_SCHEMA, CountAggregate, KeyedCount, StateMachine, StateMachineVectorized
+from ember.bench.verify import check_yahoo_windows
+from ember.connectors.external import RedisSink, redis_url, yahoo_window_writer
+from ember.connectors.generators import GrepSource, GroupingSource, StateMachineSource, YahooSource
+from ember.connectors.sinks import CollectSink, CountSink, NoopSink
+from ember.functions import OutputTag
+from ember.runner.spark.compiler import compile_graph
+from ember.runner.spark.execution import source_origins
+from ember.time.watermarks import WatermarkStrategy
+from ember.windowing.assigners import TumblingEventTimeWindows
+from ember.windowing.triggers import ContinuousProcessingTimeTrigger
 
 GREP_PATTERN = r"[A-Z]{3}\."  # WORKLOADS.md E1: a full-string match that matches nothing
 
@@ -94,9 +103,6 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """E2 with a keyed state step: records -> key_by(host_id) -> a vectorised running
     count per key (``--keys`` distinct keys, default 1,000), verified: every event
     counted once, every key's state created once."""
-    from ember.bench.jobs import KEYED_COUNT_SCHEMA, KeyedCount
-    from ember.connectors.sinks import CollectSink
-
     env = _env(spark, cfg, ckpt)
     keys = int(cfg.options.get("keys") or 1000)
     src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys)
@@ -117,8 +123,6 @@ TWS_EVENTS_PER_BATCH = 200_000
 
 
 def _statemachine_source(spark: Any, cfg: BenchConfig):
-    from ember.connectors.generators import StateMachineSource
-
     return StateMachineSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, invalid_rate=0.0005)
 
 
@@ -132,8 +136,6 @@ def _statemachine_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     env = StreamEnvironment(master=cfg.master, checkpoint_dir=tempfile.mkdtemp(prefix="ember-bench-tws-"), spark=spark,
                             max_events_per_batch=per_batch)
     src = _statemachine_source(spark, cfg)
-    from ember.connectors.sinks import NoopSink
-    from ember.runner.spark.compiler import compile_graph
 
     env.from_source(src, name="events").sink_to(NoopSink())
     job = compile_graph(env.graph(), spark, env.config, job_name="tws", checkpoint=tempfile.mkdtemp())
@@ -147,9 +149,6 @@ def _statemachine_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
 def _run_statemachine(spark: Any, cfg: BenchConfig, ckpt: str, name: str, keyed_step: Callable[[Any], Any]) -> RunOutcome:
     """E4: state-machine events -> key_by(address) -> ``keyed_step`` -> alerts, verified
     against the invalid events the generator injected."""
-    from ember.connectors.sinks import CollectSink
-    from ember.time.watermarks import WatermarkStrategy
-
     env = _env(spark, cfg, ckpt)
     src = _statemachine_source(spark, cfg)
     sink = CollectSink()
@@ -167,8 +166,6 @@ def _run_statemachine(spark: Any, cfg: BenchConfig, ckpt: str, name: str, keyed_
 @workload("statemachine", baseline=_statemachine_baseline)
 def statemachine(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """E4 with a per-record KeyedProcessFunction and a ValueState per address."""
-    from ember.bench.jobs import ALERT_SCHEMA, StateMachine
-
     return _run_statemachine(
         spark, cfg, ckpt, "bench-statemachine", lambda k: k.process(StateMachine(), ALERT_SCHEMA, name="state-machine")
     )
@@ -177,8 +174,6 @@ def statemachine(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
 @workload("statemachine-vectorized", baseline=_statemachine_baseline)
 def statemachine_vectorized(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """E4 with the vectorised keyed variant (``process_batches`` + ``StateMachineVectorized``)."""
-    from ember.bench.jobs import ALERT_SCHEMA, StateMachineVectorized
-
     return _run_statemachine(
         spark, cfg, ckpt, "bench-statemachine-vectorized",
         lambda k: k.process_batches(StateMachineVectorized(), ALERT_SCHEMA, name="state-machine"),
@@ -192,8 +187,6 @@ YAHOO_WINDOW_MS = 10_000  # WORKLOADS.md E5: 10 s tumbling windows
 def _yahoo_bench_source(spark: Any, cfg: BenchConfig) -> Any:
     """Yahoo events; at unbounded speed their event time advances 5 s per full
     micro-batch, so 10 s windows close (and are verified) every other batch."""
-    from ember.connectors.generators import YahooSource
-
     return YahooSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism,
                        nominal_rate=max(1, cfg.max_events_per_batch // 5))
 
@@ -201,9 +194,6 @@ def _yahoo_bench_source(spark: Any, cfg: BenchConfig) -> Any:
 def _yahoo_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     """The same job hand-written in PySpark, on the same generated events."""
     import tempfile
-
-    from ember.connectors.sinks import NoopSink
-    from ember.runner.spark.compiler import compile_graph
 
     env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-yahoo-"))
     src = _yahoo_bench_source(spark, cfg)
@@ -220,10 +210,6 @@ def yahoo(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     aggregation); every emitted count verified against the generator, and every
     window that closed must be emitted. Under ``--rate`` the latency of each window
     (its emission time minus its end) is reported."""
-    from ember.bench.verify import check_yahoo_windows
-    from ember.connectors.sinks import CollectSink
-    from ember.windowing.assigners import TumblingEventTimeWindows
-
     env = _env(spark, cfg, ckpt)
     src = _yahoo_bench_source(spark, cfg)
     sink = CollectSink()
@@ -243,8 +229,6 @@ YAHOO_JSON_SCHEMA = "ad_id string not null, event_type string not null, event_ti
 
 
 def _yahoo_json_source(spark: Any, cfg: BenchConfig) -> Any:
-    from ember.connectors.generators import YahooSource
-
     return YahooSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism,
                        nominal_rate=max(1, cfg.max_events_per_batch // 5), as_json=True)
 
@@ -256,9 +240,6 @@ def _yahoo_json_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     import tempfile
 
     from pyspark.sql import functions as F
-
-    from ember.connectors.sinks import NoopSink
-    from ember.runner.spark.compiler import compile_graph
 
     def decoded(texts: Any) -> Any:
         return texts.select(F.from_json("event", YAHOO_JSON_SCHEMA.replace(" not null", "")).alias("e")).select("e.*")
@@ -288,11 +269,6 @@ def yahoo_json(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     decoded by ``parse_json`` (every record validated, only the three fields the job
     reads extracted; bad records to a dead-letter sink) -> views -> campaign -> count
     per campaign and 10 s event-time window; every count verified, no dead letter."""
-    from ember.bench.verify import check_yahoo_windows
-    from ember.connectors.sinks import CollectSink, CountSink
-    from ember.functions import OutputTag
-    from ember.windowing.assigners import TumblingEventTimeWindows
-
     env = _env(spark, cfg, ckpt)
     src = _yahoo_json_source(spark, cfg)
     bad = OutputTag("bad_json")
@@ -360,12 +336,6 @@ def yahoo_redis(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
 
     import redis
 
-    from ember.bench.verify import check_yahoo_windows
-    from ember.connectors.external import RedisSink, redis_url, yahoo_window_writer
-    from ember.connectors.generators import YahooSource
-    from ember.windowing.assigners import TumblingEventTimeWindows
-    from ember.windowing.triggers import ContinuousProcessingTimeTrigger
-
     env = _env(spark, cfg, ckpt)
     # Open loop by default; unbounded (event time advancing per batch, no latency) only for
     # the drain run of a max-rate search.
@@ -406,8 +376,6 @@ WINDOW_MS = 1000  # 1 s windows: a 20 s run closes enough of them to verify
 
 def _yahoo_events(env: StreamEnvironment, src: Any) -> Any:
     """The Yahoo source, its event time from ``event_time`` (1 s out of orderness)."""
-    from ember.time.watermarks import WatermarkStrategy
-
     return env.from_source(src, WatermarkStrategy.for_bounded_out_of_orderness(1000, "event_time"), name="ad-events")
 
 
@@ -428,17 +396,12 @@ def _yahoo_views(events: Any, src: Any) -> Any:
 def _yahoo_source(spark: Any, cfg: BenchConfig) -> Any:
     """Yahoo events whose event time advances 1 s per full micro-batch at unbounded speed,
     so windows close (and are verified) at any batch size."""
-    from ember.connectors.generators import YahooSource
-
     return YahooSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, nominal_rate=cfg.max_events_per_batch)
 
 
 def _yahoo_views_job(spark: Any, cfg: BenchConfig, name: str) -> tuple[StreamEnvironment, Any, Any]:
     """The keyed Yahoo views stream compiled (not started), for a baseline to read ``job.df``."""
     import tempfile
-
-    from ember.connectors.sinks import NoopSink
-    from ember.runner.spark.compiler import compile_graph
 
     env = _env(spark, cfg, tempfile.mkdtemp(prefix="ember-bench-tws-"))
     src = _yahoo_source(spark, cfg)
@@ -456,8 +419,6 @@ def _window_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
 def _checked_windows(env: StreamEnvironment, src: Any, job: Any, reports: list[dict], rows: list[dict], size_ms: int) -> RunOutcome:
     """A baseline run's outcome: its throughput, and its window counts checked
     against the generator (every emitted count exact, none twice)."""
-    from ember.bench.verify import check_yahoo_windows
-
     events, seconds, eps = throughput(reports)
     total = sum(int(r.get("numInputRows") or 0) for r in reports)
     origin = _origin(env, job)
@@ -467,8 +428,6 @@ def _checked_windows(env: StreamEnvironment, src: Any, job: Any, reports: list[d
 
 
 def _origin(env: StreamEnvironment, job: Any) -> int | None:
-    from ember.runner.spark.execution import source_origins
-
     return source_origins(job.compilation.checkpoint, env.graph()).get("ad-events")
 
 
@@ -476,11 +435,6 @@ def _origin(env: StreamEnvironment, job: Any) -> int | None:
 def window(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """Yahoo views per campaign in 1 s event-time tumbling windows, counted by a
     Python ``AggregateFunction`` on Ember's window operator; verified exactly."""
-    from ember.bench.jobs import CountAggregate
-    from ember.bench.verify import check_yahoo_windows
-    from ember.connectors.sinks import CollectSink
-    from ember.windowing.assigners import TumblingEventTimeWindows
-
     env = _env(spark, cfg, ckpt)
     src = _yahoo_source(spark, cfg)
     sink = CollectSink()
@@ -540,9 +494,6 @@ def _countwindow_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
 def countwindow(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """Yahoo views per campaign in tumbling count windows of 1,000, counted by a Python
     ``AggregateFunction``; verified: each campaign fired exactly views // 1000 full windows."""
-    from ember.bench.jobs import CountAggregate
-    from ember.connectors.sinks import CollectSink
-
     env = _env(spark, cfg, ckpt)
     src = _yahoo_source(spark, cfg)
     sink = CollectSink()

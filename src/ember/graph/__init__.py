@@ -14,7 +14,7 @@ from ember.graph.nodes import (
     SinkNode,
     SourceNode,
     UnionNode,
-    WindowAggregateNode,
+    WindowNode,
 )
 
 __all__ = [
@@ -30,6 +30,6 @@ __all__ = [
     "LookupJoinNode",
     "KeyByNode",
     "KeyedProcessNode",
-    "WindowAggregateNode",
+    "WindowNode",
     "SinkNode",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ember.errors import PipelineError
 from ember.graph.nodes import (
@@ -13,14 +13,13 @@ from ember.graph.nodes import (
     SourceNode,
     UnionNode,
     VectorizedProcessNode,
-    WindowAggregateNode,
     WindowNode,
 )
 
 __all__ = ["Graph", "ancestors", "STATEFUL"]
 
 # The node types that keep state across records (keyed state, windows).
-STATEFUL = (WindowAggregateNode, WindowNode, KeyedProcessNode, VectorizedProcessNode)
+STATEFUL = (WindowNode, KeyedProcessNode, VectorizedProcessNode)
 
 
 class Graph:
@@ -59,12 +58,14 @@ class Graph:
         """The sinks that read ``node``'s records, directly or through other steps."""
         return [s for s in self.sinks if any(a is node for a in ancestors(s))]
 
-    def explain(self) -> str:
-        """A readable rendering: one line per step, inputs indented under it."""
+    def explain(self, note: Callable[[Node], str] | None = None) -> str:
+        """A readable rendering: one line per step, inputs indented under it; ``note``
+        (a runner's) adds how a step runs, in parentheses."""
         lines: list[str] = []
 
         def walk(node: Node, depth: int) -> None:
-            lines.append(f"{'  ' * depth}{node.name}: {node.describe()}")
+            how = note(node) if note is not None else ""
+            lines.append(f"{'  ' * depth}{node.name}: {node.describe()}" + (f" ({how})" if how else ""))
             for parent in node.inputs:
                 walk(parent, depth + 1)
 

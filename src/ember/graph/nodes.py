@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ember.time.watermarks import WatermarkStrategy
 from ember.windowing.aggregates import Aggregate
-from ember.windowing.assigners import WindowAssigner
+from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner
 
 __all__ = [
     "Node",
@@ -25,9 +25,9 @@ __all__ = [
     "UnionNode",
     "LookupJoinNode",
     "KeyByNode",
-    "WindowAggregateNode",
     "KeyedProcessNode",
     "WindowNode",
+    "is_plain_window",
     "VectorizedProcessNode",
     "SideOutputNode",
     "ParseJsonNode",
@@ -164,20 +164,6 @@ class KeyByNode(Node):
 
 
 @dataclass(frozen=True, eq=False)
-class WindowAggregateNode(Node):
-    """Keyed (or global) window with built-in aggregates, compiled to Spark's native windows."""
-
-    keys: tuple[Any, ...] = ()
-    assigner: WindowAssigner | None = None
-    aggregates: tuple[tuple[str, Aggregate], ...] = ()
-
-    def describe(self) -> str:
-        aggs = ", ".join(f"{name}={a.describe()}" for name, a in self.aggregates)
-        keys = ", ".join(str(k) for k in self.keys) or "(all)"
-        return f"window {_describe(self.assigner)} by {keys}: {aggs} (native)"
-
-
-@dataclass(frozen=True, eq=False)
 class KeyedProcessNode(Node):
     """A KeyedProcessFunction with managed keyed state, run per record."""
 
@@ -203,11 +189,14 @@ class VectorizedProcessNode(Node):
 
 @dataclass(frozen=True, eq=False)
 class WindowNode(Node):
-    """A keyed window run by Ember's window operator (Python, on keyed state):
-    count and global windows, triggers, evictors, allowed lateness, late-data
-    side output, and Python aggregate / reduce / process-window functions."""
+    """A window step: records grouped by key (none: the whole stream) into windows by
+    ``assigner``, emitted when ``trigger`` fires (None: the assigner's default), after
+    ``evictor``, with ``allowed_lateness_ms`` and a late-data side output ``late_tag``;
+    finished by built-in ``aggregates``, or a Python ``aggregate_fn`` / ``reduce_fn`` /
+    ``window_fn``. How it runs is the runner's choice (Spark's runner: ``plain`` windows
+    on Spark's native windowing, the rest on Ember's window operator)."""
 
-    keys: tuple[str, ...] = ()
+    keys: tuple[Any, ...] = ()
     assigner: WindowAssigner | None = None
     trigger: Any = None  # None = the assigner's default
     evictor: Any = None
@@ -219,6 +208,14 @@ class WindowNode(Node):
     window_fn: Any = None  # ProcessWindowFunction
     output_schema: Any = None
     label: str = ""  # how the window was declared, e.g. "count window 100"
+
+    @property
+    def plain(self) -> bool:
+        """Built-in aggregates on a tumbling, sliding or session window with its default
+        trigger: no evictor, no allowed lateness, no late-data output, no Python function."""
+        return bool(self.aggregates) and is_plain_window(
+            self.assigner, self.trigger, self.evictor, self.allowed_lateness_ms, self.late_tag
+        )
 
     def describe(self) -> str:
         parts = [self.label or _describe(self.assigner)]
@@ -236,7 +233,15 @@ class WindowNode(Node):
             fns = [type(f).__name__ if not callable(f) or hasattr(f, "process") else _callable_name(f)
                    for f in (self.aggregate_fn, self.reduce_fn, self.window_fn) if f is not None]
             what = " + ".join(fns)
-        return f"window {'; '.join(parts)} by {', '.join(self.keys)}: {what} (python, keyed state)"
+        keys = ", ".join(str(k) for k in self.keys) or "(all)"
+        return f"window {'; '.join(parts)} by {keys}: {what}"
+
+
+def is_plain_window(assigner: Any, trigger: Any, evictor: Any, allowed_lateness_ms: int, late_tag: Any) -> bool:
+    """A tumbling, sliding or session window with its default trigger, no evictor, no
+    allowed lateness and no late-data output (see :attr:`WindowNode.plain`)."""
+    timed = isinstance(assigner, TumblingWindows | SlidingWindows | SessionWindows)
+    return timed and trigger is None and evictor is None and not allowed_lateness_ms and late_tag is None
 
 
 @dataclass(frozen=True, eq=False)

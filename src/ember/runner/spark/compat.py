@@ -29,6 +29,7 @@ from ember.errors import RestartError
 from ember.graph import nodes as n
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
 from ember.runner.spark.keyed.runtime import KeyedRuntime
+from ember.runner.spark.planner import native_window
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare"]
 
@@ -134,9 +135,7 @@ def _show(value: Any) -> str:
 
 
 def _stateful(node: n.Node) -> bool:
-    if isinstance(node, n.KeyedProcessNode | n.VectorizedProcessNode | n.WindowNode):
-        return True
-    return isinstance(node, n.WindowAggregateNode)
+    return isinstance(node, n.KeyedProcessNode | n.VectorizedProcessNode | n.WindowNode)
 
 
 def _operator(node: n.Node) -> dict[str, Any]:
@@ -147,19 +146,20 @@ def _operator(node: n.Node) -> dict[str, Any]:
     if isinstance(node, n.VectorizedProcessNode):
         return {"name": node.name, "kind": "vectorised process function", "keys": keys,
                 "state": {"state schema": str(getattr(node.fn, "state_schema", None))}}
-    if isinstance(node, n.WindowNode):
-        state: dict[str, Any] = {
-            "assigner": _describe(node.assigner), "trigger": _describe(node.trigger), "evictor": _describe(node.evictor),
-        }
-        if node.aggregates:
-            state["aggregation"] = [[name, repr(agg)] for name, agg in node.aggregates]
-        else:
-            fn = node.aggregate_fn or node.reduce_fn or node.window_fn
-            state["aggregation"] = _qualname(fn)
-        return {"name": node.name, "kind": "window", "keys": keys, "state": state}
-    assert isinstance(node, n.WindowAggregateNode), node  # _stateful() admits these four kinds only
-    return {"name": node.name, "kind": "window aggregate", "keys": keys,
-            "state": {"assigner": _describe(node.assigner), "aggregation": [[name, repr(agg)] for name, agg in node.aggregates]}}
+    assert isinstance(node, n.WindowNode), node  # _stateful() admits these three kinds only
+    if native_window(node):  # Spark's own state layout: its operator kind in the manifest
+        return {"name": node.name, "kind": "window aggregate", "keys": keys,
+                "state": {"assigner": _describe(node.assigner),
+                          "aggregation": [[name, repr(agg)] for name, agg in node.aggregates]}}
+    state: dict[str, Any] = {
+        "assigner": _describe(node.assigner), "trigger": _describe(node.trigger), "evictor": _describe(node.evictor),
+    }
+    if node.aggregates:
+        state["aggregation"] = [[name, repr(agg)] for name, agg in node.aggregates]
+    else:
+        fn = node.aggregate_fn or node.reduce_fn or node.window_fn
+        state["aggregation"] = _qualname(fn)
+    return {"name": node.name, "kind": "window", "keys": keys, "state": state}
 
 
 def _describe(obj: Any, depth: int = 0) -> str | None:

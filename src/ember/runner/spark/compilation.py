@@ -19,6 +19,7 @@ from ember.graph.nodes import Node
 from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import CheckpointLayout, fixed_token
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG
+from ember.runner.spark.planner import Plan, plan
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["Frame", "Compilation", "TRANSLATORS", "translates", "registry", "main_output"]
@@ -74,9 +75,11 @@ class Compilation:
     unstoppable: list[str] = field(default_factory=list)
     # Where the job's files go (a temporary directory when compiled without a checkpoint, to explain).
     layout: CheckpointLayout = field(init=False)
+    plan: Plan = field(init=False)  # the planner's choices for this graph
 
     def __post_init__(self) -> None:
         self.layout = CheckpointLayout.for_explain(self.checkpoint)
+        self.plan = plan(self.graph)
 
     @property
     def job_id(self) -> str:

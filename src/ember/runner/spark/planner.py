@@ -15,6 +15,11 @@ a session.
 - **Detours.** When the only obstacle to that is a ``parse_json`` step's dead
   letters read beside a stateful step, the dead letters *detour*: spooled by the
   decoding step and written from the spool after the micro-batch (spool.py).
+- **Windows.** A window runs on Spark's native windowing (``groupBy(window(...))``,
+  in the JVM) when Spark's semantics are Flink's for it: built-in aggregates on a
+  tumbling, sliding or session window with the default trigger and nothing else
+  (``WindowNode.plain``). Every other window runs on Ember's window operator over
+  keyed state (runner/spark/keyed/windows).
 """
 
 from __future__ import annotations
@@ -31,15 +36,29 @@ from ember.graph.nodes import (
     SinkNode,
     SourceNode,
     VectorizedProcessNode,
-    WindowAggregateNode,
     WindowNode,
 )
 
-__all__ = ["Plan", "plan"]
+__all__ = ["Plan", "plan", "native_window", "physical_note"]
 
-_WINDOWS = (WindowAggregateNode, WindowNode)
-# Steps that run on Ember's keyed state, i.e. on Spark's applyInPandasWithState.
-_KEYED_STATE = (KeyedProcessNode, VectorizedProcessNode, WindowNode)
+
+def native_window(node: WindowNode) -> bool:
+    """Whether the window step runs on Spark's native windowing (else on Ember's window operator)."""
+    return node.plain
+
+
+def _keyed_state(node: Node) -> bool:
+    """Whether the step runs on Ember's keyed state, i.e. on Spark's applyInPandasWithState."""
+    if isinstance(node, WindowNode):
+        return not native_window(node)
+    return isinstance(node, KeyedProcessNode | VectorizedProcessNode)
+
+
+def physical_note(node: Node) -> str:
+    """How a window step runs, for ``explain`` ("" for other steps: they say it themselves)."""
+    if isinstance(node, WindowNode):
+        return "native" if native_window(node) else "python, keyed state"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,11 @@ class Plan:
 
     def detoured_sinks(self, side: SideOutputNode) -> list[SinkNode]:
         return self.graph.sinks_after(side)
+
+    @staticmethod
+    def native(node: WindowNode) -> bool:
+        """Whether the window step runs on Spark's native windowing (:func:`native_window`)."""
+        return native_window(node)
 
 
 def plan(graph: Graph) -> Plan:
@@ -153,9 +177,9 @@ def _check_single_stateful_chain(graph: Graph) -> None:
     before the watermark semantics get subtle; Ember refuses chains it cannot
     honour exactly instead of silently changing their meaning."""
     for node in graph.nodes:
-        if not isinstance(node, _WINDOWS):
+        if not isinstance(node, WindowNode):
             continue
-        upstream = [n for n in ancestors(node) if isinstance(n, _WINDOWS)]
+        upstream = [n for n in ancestors(node) if isinstance(n, WindowNode)]
         if upstream:
             raise PipelineError(
                 f"window after window ('{upstream[0].name}' feeds '{node.name}') is not supported yet; "
@@ -166,7 +190,7 @@ def _check_single_stateful_chain(graph: Graph) -> None:
 
 
 def _check_one_keyed_state_step(graph: Graph) -> None:
-    keyed = [n for n in graph.nodes if isinstance(n, _KEYED_STATE)]
+    keyed = [n for n in graph.nodes if _keyed_state(n)]
     if len(keyed) > 1:
         raise PipelineError(
             f"Spark runs one applyInPandasWithState per query, and step '{keyed[0].name}' already keeps "

@@ -86,3 +86,23 @@ def test_execute_refuses_an_unrunnable_plan_before_touching_the_checkpoint(env, 
     with pytest.raises(PipelineError, match="'counts' .* comes after the point"):
         env.execute("refused", checkpoint=tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
+
+
+def test_the_planner_runs_plain_windows_natively_and_the_rest_on_the_window_operator(env, events):
+    from ember import Agg
+    from ember.windowing.triggers import CountTrigger
+    from ember.runner.spark.planner import native_window
+
+    keyed = events().key_by("k")
+    plain = keyed.window(TumblingEventTimeWindows.of(1000)).aggregate(n=Agg.count(), name="plain")
+    triggered = (plain.key_by("k").window(TumblingEventTimeWindows.of(1000)).trigger(CountTrigger.of(2))
+                 .count(name="triggered"))
+    triggered.sink_to(CollectSink())
+    graph = env.graph()
+    by_name = {n.name: n for n in graph.nodes}
+    assert native_window(by_name["plain"]) and not native_window(by_name["triggered"])
+    text = env.explain(spark_plan=False)
+    assert "plain: window tumbling 1000 ms (event time) by k: n=count(*) (native)" in text
+    assert "triggered: window tumbling 1000 ms (event time); trigger CountTrigger(2) by k: count=count(*) (python, keyed state)" in text
+    with pytest.raises(PipelineError, match="window after window"):
+        plan(graph)

@@ -196,8 +196,8 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
     return Frame(result, up.time)
 
 
-@translates(WindowNode)
-def _window(comp: Compilation, node: WindowNode) -> Frame:
+def operator_window(comp: Compilation, node: WindowNode) -> Frame:
+    """Any window on Ember's window operator (keyed/windows), over keyed state."""
     up = _input(comp, node, node.keys)
     assigner = node.assigner
     event_time = _has_event_time(up) and not assigner.processing_time

@@ -1,6 +1,8 @@
-"""Window aggregates compiled to Spark's native ``window`` / ``session_window``.
+"""Window steps: the planner's choice (planner.native_window) between Spark's native
+``window`` / ``session_window`` (this module) and Ember's window operator
+(keyed.operator_window).
 
-Results are emitted in append mode: once per window, when the watermark passes
+Native results are emitted in append mode: once per window, when the watermark passes
 the window's end (event time: see :mod:`.eventtime`). Processing time (and
 ingestion time, which is the same instant in a micro-batch engine) is the
 micro-batch's timestamp.
@@ -13,17 +15,24 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from ember.errors import PipelineError
-from ember.graph.nodes import KeyByNode, WindowAggregateNode
+from ember.graph.nodes import KeyByNode, WindowNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.translators.eventtime import TIME, with_event_time, with_processing_time
+from ember.runner.spark.translators.keyed import operator_window
 from ember.runner.spark.translators.transforms import key_columns, key_name
 from ember.time.watermarks import TimeCharacteristic
 from ember.windowing.aggregates import Aggregate
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
 
 
-@translates(WindowAggregateNode)
-def _window(comp: Compilation, node: WindowAggregateNode) -> Frame:
+@translates(WindowNode)
+def _window(comp: Compilation, node: WindowNode) -> Frame:
+    return native_window(comp, node) if comp.plan.native(node) else operator_window(comp, node)
+
+
+def native_window(comp: Compilation, node: WindowNode) -> Frame:
+    """Built-in aggregates per key and window, in the JVM."""
+    assert node.assigner is not None
     parent = node.inputs[0]
     # A window groups by key itself: skip key_by's own repartition.
     up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)
