@@ -24,8 +24,8 @@ def sustained(outcome: RunOutcome, rate: float, bound_s: float) -> tuple[bool, i
     """Whether the run kept its backlog within ``bound_s`` seconds of input past its
     first third, and the largest backlog there (events)."""
     lags = [r.get("lag") for r in outcome.progress if int(r.get("numInputRows") or 0) > 0]
-    steady = lags[len(lags) // 3:]
-    if len(steady) < 3 or any(lag is None for lag in steady):
+    steady = [int(lag) for lag in lags[len(lags) // 3:] if lag is not None]
+    if len(steady) < 3 or len(steady) < len(lags[len(lags) // 3:]):
         return False, -1
     worst = max(steady)
     return worst <= rate * bound_s, int(worst)

@@ -43,7 +43,7 @@ def run_sweep(
     point per setting with events/s, latency percentiles and ``verified``; a
     discarded run of ``warmup_s`` first (the JVM's JIT), none if 0."""
     spark = bench_session(master)
-    settings = [("fixed_rate", rate, t, max(batch_bounds)) for t in triggers_ms]
+    settings: list[tuple[str, float | None, int, int]] = [("fixed_rate", rate, t, max(batch_bounds)) for t in triggers_ms]
     settings += [("max_rate", None, 0, b) for b in batch_bounds]
     if warmup_s > 0:
         if verbose:
@@ -56,7 +56,7 @@ def run_sweep(
                           verbose=False, options={"trigger_interval_ms": trigger_ms})
         started = time.monotonic()
         out = _point(spark, cfg)
-        point = {
+        point: dict[str, Any] = {
             "trigger_interval_ms": trigger_ms, "max_events_per_batch": bound,
             "events_per_second": round(out.events_per_second), "latency_ms": percentiles(out.latencies_ms),
             "verified": out.verified,

@@ -142,11 +142,12 @@ class RedisStreamSource(Source):
         for s in names:
             if dead_letter.format(stream=s) in names:
                 raise ConfigError(f"RedisStreamSource: stream {s!r}'s dead-letter stream is also read")
-        for key, value in (
+        settings: tuple[tuple[str, Any], ...] = (
             ("streams", names), ("schema", schema), ("url", url), ("max_events_per_batch", max_events_per_batch),
             ("stop_at_end", bool(stop_at_end)), ("dead_letter", dead_letter), ("read_chunk", read_chunk),
             ("json_field", json_field),
-        ):
+        )
+        for key, value in settings:
             object.__setattr__(self, key, value)
         object.__setattr__(self, "_fields", fields)
 

@@ -422,9 +422,9 @@ class StateMachineSource(GeneratorSource):
         """Addresses, types and an is-injected flag of all events of one epoch, in order."""
         k, f = self.active_addresses, self.frames_per_epoch
         abeg, cbeg, cdg, invalid = self._frame_counts
-        kinds = np.repeat(np.arange(4, dtype=np.int8), [abeg, cbeg, cdg, invalid])
+        counts = np.repeat(np.arange(4, dtype=np.int8), [abeg, cbeg, cdg, invalid])
         rng = np.random.default_rng([self.seed, partition, epoch, 0x5EED])
-        kinds = rng.permutation(kinds).reshape(f, k)  # [frame, slot]
+        kinds = rng.permutation(counts).reshape(f, k)  # [frame, slot]
         bad = _INVALID_FROM_INITIAL[rng.integers(0, len(_INVALID_FROM_INITIAL), size=(f, k))]
         table = np.zeros((4, 4), dtype=np.int8)  # [kind, position] -> type (0 = no event)
         for i, seq in enumerate(_SEQUENCES):
@@ -460,7 +460,7 @@ class StateMachineSource(GeneratorSource):
 
     def expected_alerts(self, total_events: int) -> list[tuple[int, str, int]]:
         """``(address, state, type)`` of every alert the first ``total_events`` events cause."""
-        out = []
+        out: list[tuple[int, str, int]] = []
         for p in range(self.partitions):
             n = len(range(p, total_events, self.partitions))
             addr, types, inj = self.events(p, 0, n)

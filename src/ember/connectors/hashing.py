@@ -70,5 +70,6 @@ def spark_xxhash64(*columns: np.ndarray | int, kinds: tuple[str, ...] | None = N
     h: np.ndarray | int = SPARK_HASH_SEED
     for i, col in enumerate(columns):
         width = INT_KINDS[kinds[i]] if kinds is not None else 8
-        h = xxhash64_long(col, h) if width == 8 else xxhash64_int(col, h)
+        values = np.asarray(col)
+        h = xxhash64_long(values, h) if width == 8 else xxhash64_int(values, h)
     return np.asarray(h).astype(np.int64)

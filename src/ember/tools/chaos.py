@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ember.connectors.external import postgres_url, redis_url
+from ember.connectors.generators import StateMachineSource
 from ember.errors import ConfigError, EmberError
 from ember.tools.produce import ProduceConfig, produce
 
@@ -296,7 +297,9 @@ def _verify(run: ChaosRun, client: Any, produced: ProduceConfig, events: int) ->
     """Each sink's alerts against the alerts the first ``events`` produced events must cause."""
     import psycopg
 
-    expected = collections.Counter(produced.source().expected_alerts(events))
+    source = produced.source()
+    assert isinstance(source, StateMachineSource)  # chaos runs the statemachine workload only (WORKLOADS)
+    expected = collections.Counter(source.expected_alerts(events))
     with psycopg.connect(postgres_url()) as conn:
         rows = conn.execute(f'select address, state, type from "{run.table}"').fetchall()
     postgres = collections.Counter((int(a), s, int(t)) for a, s, t in rows)

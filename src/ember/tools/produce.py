@@ -113,7 +113,7 @@ def produce(
     meta = {"workload": cfg.workload, "seed": cfg.seed, "partitions": cfg.partitions, "origin_ms": origin,
             "invalid_rate": cfg.invalid_rate, "events": 0, "done": False}
     client.hset(meta_key, mapping={k: json.dumps(v) for k, v in meta.items()})
-    encode = _statemachine_fields if cfg.workload == "statemachine" else _yahoo_fields
+    encode: Callable[..., Any] = _statemachine_fields if cfg.workload == "statemachine" else _yahoo_fields
     total, n = cfg.total, 0
     least = 1 if cfg.rate is None else max(1, int(cfg.rate * 0.02))  # write every ~20 ms, not per event
     start = time.monotonic()
@@ -129,7 +129,7 @@ def produce(
             a, b = partition_offsets(p, cfg.partitions, n, hi)
             for fields in encode(source, p, a, b, origin):
                 pipe.xadd(stream, fields)
-        pipe.hset(meta_key, "events", hi)
+        pipe.hset(meta_key, "events", str(hi))
         pipe.execute()
         n = hi
         if progress is not None and time.monotonic() - last_report >= 1.0:

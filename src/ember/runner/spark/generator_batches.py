@@ -59,10 +59,10 @@ def sequence_batches(
             )
         return
     if spec["kind"] == "YahooSource" and spec["fields"].get("as_json"):
-        source = g.YahooSource(**spec["fields"])
+        yahoo = g.YahooSource(**spec["fields"])
         for lo in range(a, b, chunk):
             seq = np.arange(lo, min(b, lo + chunk), dtype=np.int64) * parts + partition
-            yield pa.RecordBatch.from_arrays([yahoo_json(source, seq, origin_ms)], names=["event"])
+            yield pa.RecordBatch.from_arrays([yahoo_json(yahoo, seq, origin_ms)], names=["event"])
         return
     for lo in range(a, b, chunk):
         hi = min(b, lo + chunk)

@@ -251,7 +251,7 @@ def _one(text: str | None, fields: Fields) -> tuple[dict[str, Any] | None, str |
         return None, f"invalid JSON: {getattr(exc, 'msg', exc)} at character {getattr(exc, 'pos', '?')}"
     if not isinstance(value, dict):
         return None, f"not a JSON object but {_json_kind(value)}"
-    row = {}
+    row: dict[str, Any] = {}
     for name, kind, nullable in fields:
         v = value.get(name)
         if v is None:

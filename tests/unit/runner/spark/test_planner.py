@@ -90,8 +90,8 @@ def test_execute_refuses_an_unrunnable_plan_before_touching_the_checkpoint(env, 
 
 def test_the_planner_runs_plain_windows_natively_and_the_rest_on_the_window_operator(env, events):
     from ember import Agg
-    from ember.windowing.triggers import CountTrigger
     from ember.runner.spark.planner import native_window
+    from ember.windowing.triggers import CountTrigger
 
     keyed = events().key_by("k")
     plain = keyed.window(TumblingEventTimeWindows.of(1000)).aggregate(n=Agg.count(), name="plain")

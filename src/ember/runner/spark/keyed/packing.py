@@ -47,8 +47,9 @@ class PackSpec:
 
     @classmethod
     def from_json(cls, text: str) -> "PackSpec":
-        fields = json.loads(text)
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        fields: dict[str, Any] = json.loads(text)
+        kwargs: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        return cls(**kwargs)
 
 
 def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str,

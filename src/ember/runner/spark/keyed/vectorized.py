@@ -52,10 +52,10 @@ def make_vectorized_bucket_function(
         if not opened:
             fn.open()
             opened["yes"] = True
-        frames = [f for f in frames if len(f)]
-        if not frames:
+        given = [f for f in frames if len(f)]
+        if not given:
             return
-        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        pdf = given[0] if len(given) == 1 else pd.concat(given, ignore_index=True)
         sort_by = [pdf[k].to_numpy() for k in reversed(keys)]
         if time_column is not None:
             sort_by.insert(0, pdf[time_column].to_numpy().astype("datetime64[ms]").astype(np.int64))

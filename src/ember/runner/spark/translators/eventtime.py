@@ -30,6 +30,7 @@ _DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time 
 
 def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str) -> Any:
     """``df`` with ``__ember_time`` from the strategy's field and the watermark set on it."""
+    assert time.timestamp_field is not None  # an event-time strategy names its field
     df = df.withColumn(TIME, _timestamp(df, time.timestamp_field, step))
     flush = comp.bounded and comp.end_of_input_marker
     if flush:

@@ -128,7 +128,10 @@ def _count(sink: CountSink, batch: Any, batch_id: int, target: SinkTarget) -> No
 def _partition_id() -> int:
     from pyspark import TaskContext
 
-    return TaskContext.get().partitionId()
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("a sink's partition writer ran outside a Spark task")
+    return context.partitionId()
 
 
 @prepares(RedisSink)

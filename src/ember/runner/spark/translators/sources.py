@@ -58,9 +58,11 @@ def _rate(comp: Compilation, node: SourceNode, src: RateSource) -> Any:
 
 @builds(ScriptedSource)
 def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
-    from pyspark.sql.types import _parse_datatype_string
+    from pyspark.sql.types import StructType, _parse_datatype_string
 
     schema = _parse_datatype_string(src.schema)
+    if not isinstance(schema, StructType):
+        raise PipelineError(f"ScriptedSource: schema must list fields ('a int, b string'), got {src.schema!r}", node.name)
     names = schema.names
     batches = []
     for i, batch in enumerate(src.batches):

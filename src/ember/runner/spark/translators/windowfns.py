@@ -101,6 +101,7 @@ def _aggregate_type(kind: str, field: str | None, input_type: T.StructType) -> T
         return T.LongType()
     if kind == "avg":
         return T.DoubleType()
+    assert field is not None  # every aggregate but count reads a field (Aggregate checks it)
     dtype = input_type[field].dataType
     if kind == "sum":
         return T.LongType() if isinstance(dtype, _INTEGRAL) else T.DoubleType()
