@@ -3,8 +3,8 @@
 A ``parse_json`` step whose decoded records feed a stateful step (a window)
 cannot also hand its dead letters to a second sink inside the query: Spark
 runs one streaming plan per query, and Ember's split of a query into several
-sinks happens per micro-batch, after every stateful step (graph.py,
-``Graph.split``). So the step's task *spools* its dead letters instead: one
+sinks happens per micro-batch, after every stateful step (planner.py: the
+split). So the step's task *spools* its dead letters instead: one
 Parquet file per (micro-batch, Spark partition) under the job's checkpoint,
 
     <checkpoint>/ember/spool/<step>/<batch id>/part-<partition>.parquet

@@ -8,7 +8,7 @@ key fields and, from ``ember/operators.json``, their Spark types).
 
 Reading uses Spark's state data source (``spark.read.format("statestore")``)
 and decodes Ember's layout: a keyed operator keeps one value per state bucket,
-the bucket's keys and their states pickled together (runner/spark/keyed/runtime.py),
+the bucket's keys and their states pickled together (runner/spark/keyed/runtime.py, bucket.py),
 so a bucket row becomes one row per (key, state name). Spark's own operators
 (native window aggregations) are shown as Spark stores them, key and value
 fields flattened.
