@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import socket
-import time
 from typing import Any, Callable
 
 import pandas as pd
@@ -40,6 +39,7 @@ from ember.savepoints.store import (
     list_savepoints,
     verify,
 )
+from ember.time.clock import Clock, SystemClock
 from ember.version import __version__ as ember_version
 
 __all__ = [
@@ -70,7 +70,7 @@ def _alive(info: dict[str, Any]) -> bool:
     return True
 
 
-def _stop_job(checkpoint: str, timeout_s: float, progress: Callable[[str], None]) -> bool:
+def _stop_job(checkpoint: str, timeout_s: float, progress: Callable[[str], None], clock: Clock) -> bool:
     """Ask the job running on ``checkpoint`` to stop at a clean cut and wait for it;
     False when no job was running."""
     layout = CheckpointLayout(checkpoint)
@@ -80,14 +80,14 @@ def _stop_job(checkpoint: str, timeout_s: float, progress: Callable[[str], None]
         return False
     open(layout.stop_request, "a").close()
     progress(f"asked job '{info.get('job', '?')}' (pid {info.get('pid')}) to stop at a clean cut ...")
-    deadline = time.monotonic() + timeout_s
+    deadline = clock.monotonic() + timeout_s
     while os.path.exists(running):
         current = read_json(running)
         if current is not None and not _alive(current):
             break
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise SavepointError(f"the job did not stop within {timeout_s:g} s; no savepoint was taken")
-        time.sleep(0.1)
+        clock.sleep(0.1)
     return True
 
 
@@ -120,6 +120,7 @@ def create_savepoint(
     job: str | None = None,
     timeout_s: float = 300.0,
     progress: Callable[[str], None] = lambda _: None,
+    clock: Clock | None = None,
 ) -> "Savepoint":
     """Take a savepoint of the job whose checkpoint is ``checkpoint``.
 
@@ -132,7 +133,7 @@ def create_savepoint(
     checkpoint = os.path.abspath(checkpoint)
     if not os.path.isdir(checkpoint):
         raise SavepointError(f"no checkpoint at {checkpoint}")
-    stopped = _stop_job(checkpoint, timeout_s, progress) if stop else False
+    stopped = _stop_job(checkpoint, timeout_s, progress, clock or SystemClock()) if stop else False
     running = os.path.exists(CheckpointLayout(checkpoint).running)
     meta = _describe_job(checkpoint, job)
     batch = last_batch(checkpoint, "commits")

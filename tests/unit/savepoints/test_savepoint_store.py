@@ -102,3 +102,24 @@ def test_added_state_is_compatible_removed_or_changed_state_is_not():
     (changed,) = compare(manifest(base), manifest({"n": "ListStateDescriptor"}))
     assert "'n' was a ValueStateDescriptor, now a ListStateDescriptor" in changed
     json.dumps(manifest(base))
+
+
+def test_a_stop_that_does_not_come_times_out_on_the_injected_clock(tmp_path):
+    """A job that never honours the stop request: the wait ends after timeout_s of the
+    given clock (a manual clock: no real waiting), and no savepoint is taken."""
+    import socket
+
+    from ember.errors import SavepointError
+    from ember.runner.spark.checkpoint import CheckpointLayout
+    from ember.savepoints import create_savepoint
+    from ember.time.clock import ManualClock
+
+    layout = CheckpointLayout(str(tmp_path / "job"))
+    os.makedirs(layout.ember_dir)
+    with open(layout.running, "w") as f:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "job": "stuck"}, f)
+    clock = ManualClock()
+    with pytest.raises(SavepointError, match="did not stop within 30 s; no savepoint was taken"):
+        create_savepoint(layout.path, str(tmp_path / "sp"), stop=True, timeout_s=30, clock=clock)
+    assert os.path.exists(layout.stop_request) and 30_000 <= clock.now_ms() <= 30_200
+    assert not (tmp_path / "sp").exists()
