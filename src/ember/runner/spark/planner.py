@@ -84,8 +84,8 @@ def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
     _check_single_stateful_chain(graph)
+    fork, detours = _split(graph)  # before the next check: "move it before the split" is the better advice
     _check_one_keyed_state_step(graph)
-    fork, detours = _split(graph)
     detoured = {id(s) for d in detours for s in graph.sinks_after(d)}
     streamed = tuple(s for s in graph.sinks if id(s) not in detoured)
     return Plan(graph, fork, tuple(detours), streamed)
