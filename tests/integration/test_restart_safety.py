@@ -9,7 +9,7 @@ import pytest
 from ember import CollectSink, ScriptedSource, StreamEnvironment
 from ember.functions import KeyedProcessFunction
 from ember.runner.spark.checkpoint import CheckpointLayout
-from ember.runner.spark.compat import RestartError, compare
+from ember.runner.spark.restart import RestartError, compare
 from ember.state import ListStateDescriptor, ValueStateDescriptor
 
 pytestmark = pytest.mark.spark

@@ -13,7 +13,7 @@ import pytest
 from ember import CollectSink, ScriptedSource, StreamEnvironment
 from ember.cli.main import main
 from ember.functions import KeyedProcessFunction
-from ember.runner.spark.compat import RestartError
+from ember.runner.spark.restart import RestartError
 from ember.savepoints import Savepoint, SavepointError, create_savepoint, list_savepoints
 from ember.state import ValueStateDescriptor
 

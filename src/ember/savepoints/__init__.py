@@ -28,7 +28,7 @@ from ember.errors import RestartError, SavepointError
 from ember.graph.graph import Graph
 from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
-from ember.runner.spark.compat import compare, pipeline_manifest
+from ember.runner.spark.restart import compare, pipeline_manifest
 from ember.runner.spark.state_io import rescale_checkpoint
 from ember.savepoints.state import read_state, write_state
 from ember.savepoints.store import (

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ember.runner.spark.compat import compare
+from ember.runner.spark.restart import compare
 from ember.savepoints.store import (
     MANIFEST,
     SavepointError,

@@ -18,7 +18,7 @@ from ember.runner.spark import translators  # noqa: F401 - fills TRANSLATORS
 from ember.runner.spark.compilation import TRANSLATORS, Compilation, Frame, registry, translates
 from ember.runner.spark.datasources import register_sources
 from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT
-from ember.runner.spark.external import SinkTarget
+from ember.runner.spark.fenced_writes import SinkTarget
 from ember.runner.spark.spool import clear_spool, read_spool
 from ember.runner.spark.translators.sinks import check_sink, prepare_sink, sink_writer, write_batch
 

@@ -24,9 +24,9 @@ from ember.runner.spark.checkpoint import (
     planned_batch,
     write_json,
 )
-from ember.runner.spark.compat import check_restart
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.progress import ProgressFollower
+from ember.runner.spark.restart import check_restart
 from ember.runner.spark.session import configure_for_query
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,

@@ -3,7 +3,7 @@ half of the State Processor API; ``ember.savepoints`` is the user's half: it
 verifies savepoints, stages copies and cuts new ones).
 
 Operators are addressed as Spark numbers them (``op_id``) and described by
-their entry in the pipeline manifest (``compat.pipeline_manifest``: name, kind,
+their entry in the pipeline manifest (``restart.pipeline_manifest``: name, kind,
 key fields and, from ``ember/operators.json``, their Spark types).
 
 Reading uses Spark's state data source (``spark.read.format("statestore")``)

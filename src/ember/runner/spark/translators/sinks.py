@@ -6,7 +6,7 @@ job with one sink, types Spark writes natively (files, noop) use
 writer from ``foreachBatch``. Jobs with several sinks write every sink from one
 ``foreachBatch``. Sinks to external systems (Redis, PostgreSQL) write from
 the executors, each Spark partition in one fenced transaction
-(``ember.runner.spark.external``); ``SINK_PREPARERS`` check or create what
+(``ember.runner.spark.fenced_writes``); ``SINK_PREPARERS`` check or create what
 they write to before the job starts.
 """
 
@@ -22,9 +22,9 @@ from ember.connectors.external import PostgresSink, RedisSink, RedisStreamSink, 
 from ember.connectors.sinks import CollectSink, ConsoleSink, CountSink, FileSink, NoopSink
 from ember.errors import PipelineError
 from ember.graph.nodes import SinkNode
-from ember.runner.spark import external
+from ember.runner.spark import fenced_writes
 from ember.runner.spark.compilation import registry
-from ember.runner.spark.external import SinkTarget
+from ember.runner.spark.fenced_writes import SinkTarget
 from ember.runner.spark.pickling import ship_by_value
 
 __all__ = ["SINK_WRITERS", "BATCH_WRITERS", "SINK_PREPARERS", "sink_writer", "write_batch", "check_sink", "prepare_sink"]
@@ -137,7 +137,7 @@ def _partition_id() -> int:
 @prepares(RedisSink)
 @prepares(RedisStreamSink)
 def _check_redis(sink: RedisSink | RedisStreamSink, schema: Any, step: str) -> None:
-    external.check_redis(redis_url(sink.url), step)
+    fenced_writes.check_redis(redis_url(sink.url), step)
 
 
 @writes_batch(RedisSink)
@@ -146,24 +146,24 @@ def _redis(sink: RedisSink, batch: Any, batch_id: int, target: SinkTarget) -> No
     ship_by_value(write)
 
     def partition(rows: Any) -> None:
-        external.redis_fenced_write(url, target, batch_id, _partition_id(), (r.asDict(recursive=True) for r in rows), write)
+        fenced_writes.redis_fenced_write(url, target, batch_id, _partition_id(), (r.asDict(recursive=True) for r in rows), write)
 
     batch.foreachPartition(partition)
 
 
 @writes_batch(RedisStreamSink)
 def _redis_stream(sink: RedisStreamSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
-    url, write = redis_url(sink.url), external.redis_stream_writer(sink.stream, sink.maxlen)
+    url, write = redis_url(sink.url), fenced_writes.redis_stream_writer(sink.stream, sink.maxlen)
 
     def partition(rows: Any) -> None:
-        external.redis_fenced_write(url, target, batch_id, _partition_id(), (r.asDict(recursive=True) for r in rows), write)
+        fenced_writes.redis_fenced_write(url, target, batch_id, _partition_id(), (r.asDict(recursive=True) for r in rows), write)
 
     batch.foreachPartition(partition)
 
 
 @prepares(PostgresSink)
 def _prepare_postgres(sink: PostgresSink, schema: Any, step: str) -> None:
-    external.prepare_postgres(postgres_url(sink.url), sink.table, schema, sink.mode, sink.key, sink.create, step)
+    fenced_writes.prepare_postgres(postgres_url(sink.url), sink.table, schema, sink.mode, sink.key, sink.create, step)
 
 
 @writes_batch(PostgresSink)
@@ -171,6 +171,6 @@ def _postgres(sink: PostgresSink, batch: Any, batch_id: int, target: SinkTarget)
     url, table, mode, key, columns = postgres_url(sink.url), sink.table, sink.mode, sink.key, batch.columns
 
     def partition(rows: Any) -> None:
-        external.postgres_fenced_write(url, target, batch_id, _partition_id(), table, columns, mode, key, (tuple(r) for r in rows))
+        fenced_writes.postgres_fenced_write(url, target, batch_id, _partition_id(), table, columns, mode, key, (tuple(r) for r in rows))
 
     batch.foreachPartition(partition)

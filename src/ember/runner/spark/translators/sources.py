@@ -88,7 +88,7 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
 # --------------------------------------------------------------------------- external systems
 @builds(RedisStreamSource)
 def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) -> Any:
-    from ember.runner.spark.external import check_redis
+    from ember.runner.spark.fenced_writes import check_redis
 
     url = redis_url(src.url)
     check_redis(url, node.name)  # unreachable Redis fails before the job starts
