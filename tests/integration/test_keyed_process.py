@@ -328,3 +328,26 @@ def test_two_keyed_state_steps_in_one_job_fail_before_start(env):
     first.key_by("n").process(RunningCount(), "k string, n bigint, ts bigint", name="second").sink_to(CollectSink())
     with pytest.raises(PipelineError, match=r"step 'second': Spark runs one applyInPandasWithState per query, and step 'first'"):
         env.execute("two-keyed", progress=False)
+
+
+class FireAfter500(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        ctx.register_event_time_timer(value["ts"] + 500)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        yield (ctx.current_key, timestamp, ctx.current_watermark)
+
+
+def test_a_timer_fires_when_the_watermark_reaches_it_not_a_batch_later(env):
+    """Issue 16, finding 5, on Spark: a's timer (1500) is due once the watermark is 1500, after
+    the batch of (1500, b); its bucket has no record then, so only Spark's timeout calls it —
+    which must happen at watermark 1500, not 1600."""
+    batches = [[(1_000, "a")], [(1_500, "b")], [(1_600, "b")], [(3_000, "c")]]
+    src = env.from_source(ScriptedSource(batches, SCHEMA), MONOTONOUS, name="events")
+    sink = CollectSink()
+    src.key_by("k").process(FireAfter500(), "k string, ts bigint, wm bigint", name="timers").sink_to(sink)
+    env.execute("timer-at-watermark", progress=False)
+    fired = {r["k"]: r for r in sink.rows()}
+    assert fired["a"]["ts"] == 1_500 and fired["a"]["wm"] == 1_500, fired["a"]
+    assert fired["b"]["ts"] == 2_000 and fired["b"]["wm"] == 3_000  # 2_100 is never a watermark here

@@ -91,10 +91,15 @@ class BucketFunction:
         self._fire_due(rt, out)
         rt.expire(rt.blob["keys"])
         state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
+        # Spark calls a bucket back once its clock passes the timeout (watermark > timeout,
+        # batch time > timeout) while a timer is due when the clock reaches it (>=): time out
+        # one ms before the earliest timer, so it fires in the batch that reaches it whether or
+        # not other keys of the bucket have records then. Spark refuses a timeout behind the
+        # watermark (equal is allowed) and one that is not positive.
         if self.event_time and rt.blob[EVENT_TIMERS]:
-            state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0], (rt.watermark or 0) + 1))
+            state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0] - 1, rt.watermark or 0, 1))
         elif not self.event_time and rt.blob[PROCESSING_TIMERS]:
-            state.setTimeoutDuration(max(1, rt.blob[PROCESSING_TIMERS][0][0] - rt.now))
+            state.setTimeoutDuration(max(1, rt.blob[PROCESSING_TIMERS][0][0] - 1 - rt.now))
         for name, n in rt.counts.items():
             if name in self.counters:
                 self.counters[name].add(n)

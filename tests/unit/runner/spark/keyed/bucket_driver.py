@@ -46,8 +46,11 @@ class BucketDriver:
 
     def __init__(self, fn: Any, fields: list[str], out_fields: list[str], *, keys: tuple[str, ...] = ("k",),
                  event_time: bool = True, time_field: str = "ts", side_outputs: dict[str, list[str]] | None = None,
-                 counters: dict[str, Any] | None = None) -> None:
+                 counters: dict[str, Any] | None = None, every_batch: bool = False) -> None:
+        """``every_batch``: call the bucket in every batch, as Spark does when other keys of
+        the bucket have records in each; by default only when Spark would call it."""
         self.fields, self.time_field, self.event_time = fields, time_field, event_time
+        self.every_batch = every_batch
         self.side_outputs = side_outputs or {}
         self.out_fields = out_fields
         self.fn = make_bucket_function(
@@ -58,6 +61,12 @@ class BucketDriver:
         self.timeout_at: int | None = None
 
     def batch(self, rows: list[tuple], *, watermark: int | None = None, now: int = 0) -> tuple[list[dict], dict[str, list[dict]]]:
+        """As Spark does: the bucket is called when it has records, or when its clock (the
+        watermark with event time, else the batch time) is past the timeout it asked for."""
+        clock = watermark if self.event_time else now
+        due = self.timeout_at is not None and clock is not None and clock > self.timeout_at
+        if not rows and not due and not self.every_batch:
+            return [], {t: [] for t in self.side_outputs}
         state = FakeGroupState(self.blob, watermark, now)
         frames = []
         if rows:
@@ -66,7 +75,7 @@ class BucketDriver:
                 pdf["__time"] = pd.to_datetime(pdf[self.time_field], unit="ms")
             frames = [pdf]
         out = list(self.fn((0,), iter(frames), state))
-        self.blob, self.timeout_at = state._blob, state.timeout_at
+        self.blob, self.timeout_at = state._blob, state.timeout_at  # a call without a timeout set clears it
         main: list[dict] = []
         sides: dict[str, list[dict]] = {t: [] for t in self.side_outputs}
         for frame in out:
