@@ -140,3 +140,12 @@ def test_run_time_limits_take_a_timedelta_or_seconds_by_name():
         seconds_of(None, 0, "stop_when_idle")
     with pytest.raises(ConfigError, match="duration must be a timedelta, got '10s'"):
         seconds_of("10s", None, "duration")
+
+
+def test_the_window_building_blocks_the_readme_lists_are_importable_from_ember():
+    import ember
+
+    for name in ("EventTimeTrigger", "ProcessingTimeTrigger", "CountTrigger", "PurgingTrigger",
+                 "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Trigger", "TriggerResult",
+                 "CountEvictor", "TimeEvictor", "DeltaEvictor"):
+        assert name in ember.__all__ and getattr(ember, name).__module__.startswith("ember.windowing.")
