@@ -20,8 +20,9 @@ from ember.time.durations import seconds_of, to_ms
 from ember.time.watermarks import WatermarkStrategy
 
 # The runner's compiler and executor and the savepoints (and with them PySpark and pandas)
-# are imported where a job is explained or run, not here (the planner is plain Python): `import ember` and declaring a pipeline stay light
-# (0.1 s instead of 0.8 s), which the CLI and Spark-free unit tests rely on.
+# are imported where a job is explained or run, not here (the planner is plain Python):
+# `import ember` and declaring a pipeline stay light (0.1 s instead of 0.8 s), which the
+# CLI and the Spark-free unit tests rely on.
 
 __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
 

@@ -27,7 +27,7 @@ import pandas as pd
 from ember.errors import RestartError, SavepointError
 from ember.graph.graph import Graph
 from ember.job import EnvironmentConfig
-from ember.runner.spark.checkpoint import CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
+from ember.runner.spark.checkpoint import EMBER_DIR, CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
 from ember.runner.spark.restart import compare, pipeline_manifest
 from ember.runner.spark.state_io import rescale_checkpoint
 from ember.savepoints.state import read_state, write_state
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 DEFAULT_ROOT = "ember-savepoints"
-_CHECKPOINT_ENTRIES = {"ember", "offsets", "commits", "state", "sources", "metadata", ".metadata.crc"}
+_CHECKPOINT_ENTRIES = {EMBER_DIR, "offsets", "commits", "state", "sources", "metadata", ".metadata.crc"}
 
 
 def _alive(info: dict[str, Any]) -> bool:
@@ -153,7 +153,7 @@ def _clear_checkpoint(checkpoint: str) -> None:
     """Make way for a restore: the job's checkpoint must hold no progress."""
     if not os.path.exists(checkpoint):
         return
-    if last_batch(checkpoint, "offsets") >= 0:
+    if CheckpointLayout(checkpoint).has_progress():
         raise SavepointError(
             f"the job's checkpoint {checkpoint} already has progress: a savepoint starts a job from a new "
             "checkpoint (give the job another name, or delete that checkpoint; to continue a job restored "

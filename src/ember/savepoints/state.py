@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ember.errors import SavepointError
-from ember.runner.spark.state_io import STATE_KINDS_WRITABLE, read_operator_state, write_operator_state
+from ember.runner.spark.state_io import STATE_KINDS_WRITABLE, check_writable, read_operator_state, write_operator_state
 from ember.savepoints.store import copy_into_checkpoint, cut_checkpoint, verify
 
 __all__ = ["read_state", "write_state", "STATE_KINDS_WRITABLE"]
@@ -61,11 +61,7 @@ def write_state(
     metadata are unchanged. Returns the new savepoint's manifest."""
     manifest = verify(path)
     op_id, op = _operator(manifest, operator)
-    if op["kind"] not in STATE_KINDS_WRITABLE:
-        raise SavepointError(
-            f"operator '{operator}' is a {op['kind']}: writing state is supported for "
-            f"{' and '.join(STATE_KINDS_WRITABLE)}s (read_state shows any operator)"
-        )
+    check_writable(op)  # before the current state is read for a function of it
     batch = int(manifest["batch_id"])
     frame = state(read_operator_state(spark, path, batch, op_id, op)) if callable(state) else state
     if not isinstance(frame, pd.DataFrame):

@@ -30,14 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ember.errors import SavepointError
-from ember.runner.spark.checkpoint import (
-    EMBER_DIR,
-    RUNTIME_MARKERS,
-    batch_conf,
-    checkpoint_partitions,
-    last_batch,
-    offset_log_entry,
-)
+from ember.runner.spark.checkpoint import EMBER_DIR, RUNTIME_MARKERS, checkpoint_partitions, last_batch
 
 __all__ = [
     "SavepointError",
@@ -45,15 +38,11 @@ __all__ = [
     "FORMAT_VERSION",
     "SavepointInfo",
     "cut_checkpoint",
-    "last_batch",
     "read_manifest",
     "verify",
     "copy_into_checkpoint",
     "list_savepoints",
     "delete_savepoint",
-    "checkpoint_partitions",
-    "batch_conf",
-    "offset_log_entry",
 ]
 
 MANIFEST = "_savepoint.json"

@@ -68,7 +68,7 @@ class CheckpointLayout:
         return os.path.join(self.path, EMBER_DIR)
 
     def _file(self, name: str) -> str:
-        return os.path.join(self.path, EMBER_DIR, name)
+        return os.path.join(self.ember_dir, name)
 
     @property
     def pipeline(self) -> str:
@@ -107,11 +107,7 @@ class CheckpointLayout:
 
     def spool(self, step: str) -> str:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
-        return os.path.join(self.path, EMBER_DIR, "spool", safe)
-
-    # -- Spark's logs --------------------------------------------------------------------
-    def last_batch(self, log: str) -> int:
-        return last_batch(self.path, log)
+        return os.path.join(self.ember_dir, "spool", safe)
 
     def has_progress(self) -> bool:
         """Spark planned at least one batch from this checkpoint (its offset log is not empty)."""

@@ -11,6 +11,7 @@ step's name — before the job starts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable
 
 from ember.errors import EmberError, PipelineError
@@ -19,7 +20,6 @@ from ember.graph.nodes import Node
 from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import CheckpointLayout, fixed_token
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG
-from ember.runner.spark.planner import Plan, plan
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["Frame", "Compilation", "TRANSLATORS", "translates", "registry", "main_output"]
@@ -73,13 +73,12 @@ class Compilation:
     detoured: dict[int, str] = field(default_factory=dict)  # step -> spool directory of its detoured dead letters
     # Sources read by Spark's own readers, which keep admitting input after the stop marker.
     unstoppable: list[str] = field(default_factory=list)
-    # Where the job's files go (a temporary directory when compiled without a checkpoint, to explain).
-    layout: CheckpointLayout = field(init=False)
-    plan: Plan = field(init=False)  # the planner's choices for this graph
 
-    def __post_init__(self) -> None:
-        self.layout = CheckpointLayout.for_explain(self.checkpoint)
-        self.plan = plan(self.graph)
+    @cached_property
+    def layout(self) -> CheckpointLayout:
+        """Where the job's files go (a temporary directory when compiled without a
+        checkpoint, to explain); made on first use, not for every branch compiled."""
+        return CheckpointLayout.for_explain(self.checkpoint)
 
     @property
     def job_id(self) -> str:

@@ -19,6 +19,7 @@ from ember.runner.spark.compilation import TRANSLATORS, Compilation, Frame, regi
 from ember.runner.spark.datasources import register_sources
 from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT
 from ember.runner.spark.fenced_writes import SinkTarget
+from ember.runner.spark.planner import plan
 from ember.runner.spark.spool import clear_spool, read_spool
 from ember.runner.spark.translators.sinks import check_sink, prepare_sink, sink_writer, write_batch
 
@@ -114,7 +115,7 @@ def compile_graph(
     comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker)
     for sink in graph.sinks:
         check_sink(sink)
-    physical = comp.plan
+    physical = plan(graph)
     fork = physical.fork
     detours = [Detour(side, physical.detoured_sinks(side), comp.layout.spool(side.inputs[0].name)) for side in physical.detours]
     comp.detoured = {id(d.side.inputs[0]): d.directory for d in detours}

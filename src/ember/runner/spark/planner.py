@@ -74,24 +74,17 @@ class Plan:
     def detoured_sinks(self, side: SideOutputNode) -> list[SinkNode]:
         return self.graph.sinks_after(side)
 
-    @staticmethod
-    def native(node: WindowNode) -> bool:
-        """Whether the window step runs on Spark's native windowing (:func:`native_window`)."""
-        return native_window(node)
-
 
 def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
     _check_single_stateful_chain(graph)
-    fork, detours = _split(graph)  # before the next check: "move it before the split" is the better advice
+    fork, detours, streamed = _split(graph)  # before the next check: "move it before the split" is the better advice
     _check_one_keyed_state_step(graph)
-    detoured = {id(s) for d in detours for s in graph.sinks_after(d)}
-    streamed = tuple(s for s in graph.sinks if id(s) not in detoured)
-    return Plan(graph, fork, tuple(detours), streamed)
+    return Plan(graph, fork, tuple(detours), tuple(streamed))
 
 
-def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode]]:
+def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:
     """Where a job with several sinks splits, and which outputs leave the query beside it.
 
     The split (``fork``) is the last step every sink reads from whose followers all
@@ -103,9 +96,10 @@ def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode]]:
     reads the dead letters of a ``parse_json`` step (decoded JSON feeding a window,
     say), those dead letters *detour*: the decoding step spools them beside the
     query per micro-batch, and their (stateless) branch is written from the spool
-    after the micro-batch's other sinks. The detoured side outputs are returned."""
+    after the micro-batch's other sinks. Returns the split, the detoured side outputs and
+    the sinks written from the query's own rows."""
     try:
-        return _fork(graph, graph.sinks), []
+        return _fork(graph, graph.sinks), [], graph.sinks
     except PipelineError as problem:
         detours = [
             n for n in graph.nodes
@@ -120,7 +114,7 @@ def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode]]:
             branch = [n for n in graph.nodes if id(d) in {id(a) for a in ancestors(n)} and not isinstance(n, SinkNode)]
             if _branch_problem(branch, {id(a) for a in ancestors(d)} | {id(d)}, d, d.name) is not None:
                 raise problem from None
-        return _fork(graph, rest), detours
+        return _fork(graph, rest), detours, rest
 
 
 def _fork(graph: Graph, sinks: list[SinkNode]) -> Node | None:

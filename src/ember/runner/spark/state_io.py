@@ -39,7 +39,7 @@ from ember.errors import SavepointError
 from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS, empty_bucket_state
 from ember.runner.spark.translators.keyed import bucket_of
 
-__all__ = ["read_operator_state", "write_operator_state", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
+__all__ = ["read_operator_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
 
 KEYED = ("process function", "window")
 VECTORISED = "vectorised process function"
@@ -222,6 +222,15 @@ def _rewrite_checkpoint(spark: Any, checkpoint: str, batch: int, rewrite: Callab
     shutil.copyfile(os.path.join(checkpoint, "commits", str(batch)), os.path.join(checkpoint, "commits", str(batch + 1)))
 
 
+def check_writable(op: dict[str, Any]) -> None:
+    """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
+    if op["kind"] not in STATE_KINDS_WRITABLE:
+        raise SavepointError(
+            f"operator '{op['name']}' is a {op['kind']}: writing state is supported for "
+            f"{' and '.join(STATE_KINDS_WRITABLE)}s (read_state shows any operator)"
+        )
+
+
 def write_operator_state(
     spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any], n_operators: int,
     partitions: int, frame: pd.DataFrame,
@@ -231,11 +240,7 @@ def write_operator_state(
     layout: keys left out lose their state, new keys get state) and every other
     operator's state is unchanged. ``n_operators``: the job's stateful operators
     (each must be visited once by Spark's rewriter); ``partitions``: its state partitions."""
-    if op["kind"] not in STATE_KINDS_WRITABLE:
-        raise SavepointError(
-            f"operator '{op['name']}' is a {op['kind']}: writing state is supported for "
-            f"{' and '.join(STATE_KINDS_WRITABLE)}s (read_state shows any operator)"
-        )
+    check_writable(op)
     old = _buckets(spark, checkpoint, batch_id, op_id)
     if op["kind"] == VECTORISED:
         new = _new_vectorised_tables(spark, old, op, frame)

@@ -31,7 +31,7 @@ from ember.runner.spark.keyed.runtime import (
     side_column,
 )
 
-__all__ = ["BucketFunction", "make_bucket_function"]
+__all__ = ["BucketFunction"]
 
 
 class BucketFunction:
@@ -199,18 +199,3 @@ class BucketFunction:
                 data.update({side_column(tag, f): given[f] for f in fields})
                 data[TAG] = pd.Series([tag] * len(rows), dtype=object)
                 yield pd.DataFrame(data, columns=columns_out)
-
-
-def make_bucket_function(
-    fn: KeyedProcessFunction,
-    step: str,
-    keys: list[str],
-    fields: list[str],
-    out_fields: list[str],
-    time_column: str | None,
-    event_time: bool,
-    side_outputs: dict[str, list[str]] | None = None,
-    counters: dict[str, Any] | None = None,
-) -> BucketFunction:
-    """The ``applyInPandasWithState`` function of one keyed process step (see :class:`BucketFunction`)."""
-    return BucketFunction(fn, step, keys, fields, out_fields, time_column, event_time, side_outputs, counters)

@@ -24,7 +24,7 @@ from ember.connectors.hashing import INT_KINDS
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.keyed.bucket import make_bucket_function
+from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, side_column
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
@@ -104,7 +104,7 @@ def keyed_operator(
     comp.side_types[id(node)] = sides
     counters = {LATE_COUNTER: comp.counter(LATE_COUNTER)}
     ship_by_value(fn)
-    bucket_fn = make_bucket_function(
+    bucket_fn = BucketFunction(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
     )

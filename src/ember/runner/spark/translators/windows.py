@@ -1,6 +1,6 @@
 """Window steps: the planner's choice (planner.native_window) between Spark's native
 ``window`` / ``session_window`` (this module) and Ember's window operator
-(keyed.operator_window).
+(keyed.operator_window); the planner decides.
 
 Native results are emitted in append mode: once per window, when the watermark passes
 the window's end (event time: see :mod:`.eventtime`). Processing time (and
@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, WindowNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.planner import native_window
 from ember.runner.spark.translators.eventtime import TIME, with_event_time, with_processing_time
 from ember.runner.spark.translators.keyed import operator_window
 from ember.runner.spark.translators.transforms import key_columns, key_name
@@ -27,10 +28,10 @@ from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWi
 
 @translates(WindowNode)
 def _window(comp: Compilation, node: WindowNode) -> Frame:
-    return native_window(comp, node) if comp.plan.native(node) else operator_window(comp, node)
+    return spark_window(comp, node) if native_window(node) else operator_window(comp, node)
 
 
-def native_window(comp: Compilation, node: WindowNode) -> Frame:
+def spark_window(comp: Compilation, node: WindowNode) -> Frame:
     """Built-in aggregates per key and window, in the JVM."""
     assert node.assigner is not None
     parent = node.inputs[0]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ember.runner.spark.keyed.bucket import make_bucket_function
+from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.runtime import TAG, side_column
 
 
@@ -53,7 +53,7 @@ class BucketDriver:
         self.every_batch = every_batch
         self.side_outputs = side_outputs or {}
         self.out_fields = out_fields
-        self.fn = make_bucket_function(
+        self.fn = BucketFunction(
             fn, "test", list(keys), fields, out_fields, "__time" if event_time else None, event_time,
             side_outputs=self.side_outputs, counters=counters,
         )

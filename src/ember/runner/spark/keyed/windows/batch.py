@@ -304,14 +304,12 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
             order = np.lexsort((ts[rec], starts, codes[rec]))
             rec, starts = rec[order], starts[order]
             group_codes = codes[rec]
-            edges = _edges(group_codes, starts) if len(rec) else [0, 0]
+            edges = _edges(group_codes, starts)
             # Records built in group order, so each group is a run of the list.
             taken = batch.take(pa.array(rec)) if len(rec) else batch.slice(0, 0)
             records = iter(build([taken.column(f).to_pylist() for f in fields]))
             starts_l, gc = starts.tolist(), group_codes.tolist()
             for a, b in zip(edges, edges[1:]):
-                if a == b:
-                    continue
                 slot_key = (uniques[gc[a]], starts_l[a])
                 slot = partials.get(slot_key)
                 acc = agg.create_accumulator() if slot is None else slot[0]
