@@ -21,7 +21,7 @@ from ember.time.watermarks import WatermarkStrategy
 
 # The runner's compiler and executor and the savepoints (and with them PySpark and pandas)
 # are imported where a job is explained or run, not here (the planner is plain Python):
-# `import ember` and declaring a pipeline stay light (0.1 s instead of 0.8 s), which the
+# `import ember` and declaring a pipeline stay light (0.1-0.2 s instead of 0.8 s), which the
 # CLI and the Spark-free unit tests rely on.
 
 __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
