@@ -26,6 +26,7 @@ from ember.runner.spark.keyed.runtime import (
     PROCESSING_TIMERS,
     TAG,
     KeyedRuntime,
+    ember_watermark,
     empty_bucket_state,
     records_builder,
     side_column,
@@ -82,7 +83,8 @@ class BucketFunction:
         rt = self.runtime()
         rt.side, rt.counts = [], {}
         rt.blob = pickle.loads(state.get[0]) if state.exists else empty_bucket_state()
-        rt.watermark = state.getCurrentWatermarkMs() if self.event_time else None
+        spark_watermark = state.getCurrentWatermarkMs() if self.event_time else 0
+        rt.watermark = ember_watermark(spark_watermark) if self.event_time else None
         rt.now = state.getCurrentProcessingTimeMs()
         out: list[Any] = []
         self._fire_due(rt, out)
@@ -91,13 +93,14 @@ class BucketFunction:
         self._fire_due(rt, out)
         rt.expire(rt.blob["keys"])
         state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
-        # Spark calls a bucket back once its clock passes the timeout (watermark > timeout,
-        # batch time > timeout) while a timer is due when the clock reaches it (>=): time out
-        # one ms before the earliest timer, so it fires in the batch that reaches it whether or
-        # not other keys of the bucket have records then. Spark refuses a timeout behind the
-        # watermark (equal is allowed) and one that is not positive.
+        # Spark calls a bucket back once its clock passes the timeout (Spark's watermark >
+        # timeout, batch time > timeout), whether or not other keys of the bucket have records
+        # then. An event-time timer is due when Ember's watermark (Spark's - 1) reaches it, i.e.
+        # when Spark's passes it: the timeout is the timer itself. A processing-time timer is
+        # due when the batch time reaches it: time out one ms before. Spark refuses a timeout
+        # behind its watermark (equal is allowed) and one that is not positive.
         if self.event_time and rt.blob[EVENT_TIMERS]:
-            state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0] - 1, rt.watermark or 0, 1))
+            state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0], spark_watermark, 1))
         elif not self.event_time and rt.blob[PROCESSING_TIMERS]:
             state.setTimeoutDuration(max(1, rt.blob[PROCESSING_TIMERS][0][0] - 1 - rt.now))
         for name, n in rt.counts.items():

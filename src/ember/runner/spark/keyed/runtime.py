@@ -26,13 +26,27 @@ from ember.state.interfaces import State
 
 __all__ = [
     "STATE_BUCKETS", "TAG", "SIDE_PREFIX", "EVENT_TIMERS", "PROCESSING_TIMERS",
-    "KeyedRuntime", "empty_bucket_state", "side_column", "records_builder",
+    "KeyedRuntime", "empty_bucket_state", "side_column", "records_builder", "ember_watermark",
 ]
 
 STATE_BUCKETS = 128
 TAG = "__ember_tag"  # which output a row belongs to: null = the main output, else a side output's name
 SIDE_PREFIX = "__ember_side_"
 EVENT_TIMERS, PROCESSING_TIMERS = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
+
+
+def ember_watermark(spark_watermark_ms: int) -> int | None:
+    """Ember's (Flink's) watermark from Spark's: one millisecond behind it, None before Spark has one.
+
+    Spark's watermark is ``max event time - bound``, Flink's bounded-out-of-orderness
+    watermark ``max - bound - 1``: "every event at or before it has arrived". Ember's
+    lateness, timer and trigger rules are Flink's (an element is late when ``timestamp <=
+    watermark``; a timer fires when ``watermark >= timer``), so they need Flink's watermark,
+    else a record exactly ``bound`` behind the maximum would be late in one batching of the
+    stream and on time in another. Spark's watermark is 0 until a batch moved it (it never
+    goes below 0): no watermark yet, and no non-negative timestamp is behind it.
+    """
+    return spark_watermark_ms - 1 if spark_watermark_ms > 0 else None
 
 
 def empty_bucket_state() -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ember.errors import UserFunctionError
 from ember.functions import BatchContext, VectorizedKeyedFunction
+from ember.runner.spark.keyed.runtime import ember_watermark
 
 __all__ = ["make_vectorized_bucket_function"]
 
@@ -63,7 +64,7 @@ def make_vectorized_bucket_function(
         stored: pd.DataFrame = pickle.loads(state.get[0]) if state.exists else pd.DataFrame(columns=state_fields)
         batch_keys = _index(pdf, keys).unique()
         current = stored[stored.index.isin(batch_keys)]
-        ctx = _Context(state.getCurrentWatermarkMs() if event_time else None, state.getCurrentProcessingTimeMs())
+        ctx = _Context(ember_watermark(state.getCurrentWatermarkMs()) if event_time else None, state.getCurrentProcessingTimeMs())
         try:
             result = fn.process_batch(pdf[fields], current, ctx)
         except UserFunctionError:

@@ -61,13 +61,17 @@ class BucketDriver:
         self.timeout_at: int | None = None
 
     def batch(self, rows: list[tuple], *, watermark: int | None = None, now: int = 0) -> tuple[list[dict], dict[str, list[dict]]]:
-        """As Spark does: the bucket is called when it has records, or when its clock (the
-        watermark with event time, else the batch time) is past the timeout it asked for."""
-        clock = watermark if self.event_time else now
-        due = self.timeout_at is not None and clock is not None and clock > self.timeout_at
+        """As Spark does: the bucket is called when it has records, or when its clock (Spark's
+        watermark with event time, else the batch time) is past the timeout it asked for.
+
+        ``watermark`` is Ember's (Flink's) watermark, the one the operator's rules read; Spark
+        hands the bucket its own, one ms ahead (``watermark + 1``; 0 for None: no watermark yet)."""
+        spark_watermark = 0 if watermark is None else watermark + 1
+        clock = spark_watermark if self.event_time else now
+        due = self.timeout_at is not None and clock > self.timeout_at
         if not rows and not due and not self.every_batch:
             return [], {t: [] for t in self.side_outputs}
-        state = FakeGroupState(self.blob, watermark, now)
+        state = FakeGroupState(self.blob, spark_watermark, now)
         frames = []
         if rows:
             pdf = pd.DataFrame(rows, columns=self.fields)
