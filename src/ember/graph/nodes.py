@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ember.time.watermarks import WatermarkStrategy
 from ember.windowing.aggregates import Aggregate
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner
+from ember.windowing.triggers import EventTimeTrigger, ProcessingTimeTrigger
 
 __all__ = [
     "Node",
@@ -238,10 +239,13 @@ class WindowNode(Node):
 
 
 def is_plain_window(assigner: Any, trigger: Any, evictor: Any, allowed_lateness_ms: int, late_tag: Any) -> bool:
-    """A tumbling, sliding or session window with its default trigger, no evictor, no
-    allowed lateness and no late-data output (see :attr:`WindowNode.plain`)."""
+    """A tumbling, sliding or session window with its default trigger (left out, or
+    declared: one pipeline, one meaning), no evictor, no allowed lateness and no
+    late-data output (see :attr:`WindowNode.plain`)."""
     timed = isinstance(assigner, TumblingWindows | SlidingWindows | SessionWindows)
-    return timed and trigger is None and evictor is None and not allowed_lateness_ms and late_tag is None
+    default = ProcessingTimeTrigger if timed and assigner.processing_time else EventTimeTrigger
+    default_trigger = trigger is None or type(trigger) is default
+    return timed and default_trigger and evictor is None and not allowed_lateness_ms and late_tag is None
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,6 +20,8 @@ from ember.graph.nodes import Node
 from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import CheckpointLayout, fixed_token
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG
+from ember.runner.spark.planner import Plan
+from ember.runner.spark.planner import plan as plan_graph
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["Frame", "Compilation", "TRANSLATORS", "translates", "registry", "main_output"]
@@ -73,6 +75,11 @@ class Compilation:
     detoured: dict[int, str] = field(default_factory=dict)  # step -> spool directory of its detoured dead letters
     # Sources read by Spark's own readers, which keep admitting input after the stop marker.
     unstoppable: list[str] = field(default_factory=list)
+    plan: Plan = None  # type: ignore[assignment]  # the graph's physical plan: computed once, shared by branches
+
+    def __post_init__(self) -> None:
+        if self.plan is None:
+            self.plan = plan_graph(self.graph)
 
     @cached_property
     def layout(self) -> CheckpointLayout:

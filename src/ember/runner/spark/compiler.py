@@ -112,10 +112,10 @@ def compile_graph(
 ) -> CompiledJob:
     """Translate ``graph`` (validated) for ``spark``; nothing starts running."""
     register_sources(spark)
-    comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker)
     for sink in graph.sinks:
         check_sink(sink)
     physical = plan(graph)
+    comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker, plan=physical)
     fork = physical.fork
     detours = [Detour(side, physical.detoured_sinks(side), comp.layout.spool(side.inputs[0].name)) for side in physical.detours]
     comp.detoured = {id(d.side.inputs[0]): d.directory for d in detours}

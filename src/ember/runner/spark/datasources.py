@@ -12,6 +12,10 @@
 - ``ember_scripted``: one scripted batch per micro-batch (tests).
 - ``ember_end_of_input``: emits one row once the driver marks the input as
   ended, which moves the watermark to the end of time and flushes windows.
+- ``ember_batch_watermark`` (a batch source, read inside every micro-batch): one
+  row, the watermark Spark runs the current micro-batch with, from the batch's
+  offset-log entry; native windows apply Flink's lateness rule with it (see
+  translators/windows.py).
 
 Every reader is a pure function of its offsets, so Spark's replays are identical.
 """
@@ -23,10 +27,11 @@ import os
 import time
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from ember.runner.spark.checkpoint import admission_stopped, fixed_origin
+from ember.errors import EmberError
+from ember.runner.spark.checkpoint import admission_stopped, fixed_origin, offset_log_entry
 
 __all__ = ["register_sources", "END_OF_TIME_MS"]
 
@@ -185,6 +190,51 @@ class EndOfInputSource(DataSource):
         return EndOfInputReader(self.options)
 
 
+# --------------------------------------------------------------------------- the batch's watermark
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the local property Spark sets on a micro-batch's jobs
+
+
+class BatchWatermarkReader(DataSourceReader):
+    """One row: the watermark of the micro-batch being executed (Spark's, 0 before it has one).
+
+    Spark writes each micro-batch's watermark into the batch's offset-log entry before
+    running it, and tags the batch's jobs with its id; a stream joined with this (static)
+    source reads it afresh in every micro-batch, replays included (the entry is the
+    write-ahead log: a replayed batch reads the same value)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.checkpoint = options["checkpoint"]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if batch is None:
+            raise EmberError("ember_batch_watermark is read inside a streaming micro-batch only")
+        try:
+            meta, _ = offset_log_entry(self.checkpoint, int(batch))
+        except OSError as exc:
+            raise EmberError(
+                f"cannot read the offset log of micro-batch {batch} under {self.checkpoint} ({exc}): a native "
+                "event-time window reads its batch's watermark there, so the checkpoint directory must be on "
+                "storage every executor sees (local, or mounted at the same path)"
+            ) from None
+        yield (int(meta.get("batchWatermarkMs", 0)),)
+
+
+class BatchWatermarkSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "ember_batch_watermark"
+
+    def schema(self) -> str:
+        return "batch_watermark_ms bigint"
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return BatchWatermarkReader(self.options)
+
+
 _registered: set[int] = set()
 
 
@@ -194,6 +244,6 @@ def register_sources(spark: Any) -> None:
 
     if id(spark) in _registered:
         return
-    for ds in (SequenceSource, ScriptedSourceDS, EndOfInputSource, RedisStreamsDataSource):
+    for ds in (SequenceSource, ScriptedSourceDS, EndOfInputSource, BatchWatermarkSource, RedisStreamsDataSource):
         spark.dataSource.register(ds)
     _registered.add(id(spark))

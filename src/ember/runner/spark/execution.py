@@ -27,7 +27,7 @@ from ember.runner.spark.checkpoint import (
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.progress import ProgressFollower
 from ember.runner.spark.restart import check_restart
-from ember.runner.spark.session import configure_for_query
+from ember.runner.spark.session import configure_for_query, configure_lateness
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,
     Duration,
@@ -89,6 +89,7 @@ def run_job(
         end_of_input_marker=layout.end_of_input if bounded else None,
         stop_marker=layout.stop_marker,
     )
+    configure_lateness(spark, job.compilation.plan.late_rows_against_current_watermark)
     write_json(layout.operators, {"key_types": job.compilation.key_types})
     job.prepare_sinks()
     writer = (
@@ -98,7 +99,9 @@ def run_job(
         .queryName(f"{name}-{os.getpid()}-{id(job)}")
         .trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")
     )
-    follower = ProgressFollower(progress, name, clock)
+    # Spark's own count of late rows is the job's only when Ember does not count them itself
+    # (translators/windows.py); then it counts aggregated rows, not records.
+    follower = ProgressFollower(progress, name, clock, spark_late_rows=not job.compilation.plan.late_rows_against_current_watermark)
     start = clock.monotonic()
     conditions: list[StopCondition] = []
     if idle_s is not None:

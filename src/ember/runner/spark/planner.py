@@ -17,9 +17,16 @@ a session.
   decoding step and written from the spool after the micro-batch (spool.py).
 - **Windows.** A window runs on Spark's native windowing (``groupBy(window(...))``,
   in the JVM) when Spark's semantics are Flink's for it: built-in aggregates on a
-  tumbling, sliding or session window with the default trigger and nothing else
-  (``WindowNode.plain``). Every other window runs on Ember's window operator over
-  keyed state (runner/spark/keyed/windows).
+  tumbling or sliding window, or a processing-time session window, with the default
+  trigger and nothing else (``WindowNode.plain``). An event-time session window runs
+  on Ember's operator: Spark cannot merge a record behind the watermark into a
+  session that is still open (Flink does), it drops it. Every other window runs on
+  Ember's window operator over keyed state (runner/spark/keyed/windows).
+- **Lateness.** With a single Spark stateful operator, the query runs with Spark's
+  "current watermark" late-row filter (``allowMultiple`` off) and Ember drops and
+  counts late records before a native window itself (translators/windows.py):
+  Flink's rule. A query with several (a keyed step and a native window) keeps
+  Spark's filter, one batch behind, and Spark's count of aggregated rows.
 """
 
 from __future__ import annotations
@@ -38,13 +45,20 @@ from ember.graph.nodes import (
     VectorizedProcessNode,
     WindowNode,
 )
+from ember.windowing.assigners import SessionWindows
 
-__all__ = ["Plan", "plan", "native_window", "physical_note"]
+__all__ = ["Plan", "plan", "native_window", "physical_note", "spark_stateful_operators"]
 
 
 def native_window(node: WindowNode) -> bool:
     """Whether the window step runs on Spark's native windowing (else on Ember's window operator)."""
-    return node.plain
+    event_time_sessions = isinstance(node.assigner, SessionWindows) and not node.assigner.processing_time
+    return node.plain and not event_time_sessions
+
+
+def spark_stateful_operators(graph: Graph) -> list[Node]:
+    """The steps Spark runs as stateful operators: native windows and keyed-state steps."""
+    return [n for n in graph.nodes if _keyed_state(n) or (isinstance(n, WindowNode) and native_window(n))]
 
 
 def _keyed_state(node: Node) -> bool:
@@ -73,6 +87,17 @@ class Plan:
 
     def detoured_sinks(self, side: SideOutputNode) -> list[SinkNode]:
         return self.graph.sinks_after(side)
+
+    @property
+    def late_rows_against_current_watermark(self) -> bool:
+        """Whether the query runs Spark's late-row filter with the current batch's watermark
+        (``spark.sql.streaming.statefulOperator.allowMultiple`` off: possible with one
+        stateful operator) rather than the previous batch's."""
+        return len(spark_stateful_operators(self.graph)) == 1
+
+    def drops_late_records(self, node: Node) -> bool:
+        """Whether Ember drops and counts a native window's late records itself (Flink's rule)."""
+        return isinstance(node, WindowNode) and native_window(node) and self.late_rows_against_current_watermark
 
 
 def plan(graph: Graph) -> Plan:

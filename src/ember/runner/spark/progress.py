@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 from ember.time.clock import Clock
 
+LATE_METRIC_PREFIX = "ember_late_records:"  # an observed metric: one native window step's late records
+
 __all__ = ["ProgressFollower", "PROGRESS_EVERY_S"]
 
 PROGRESS_EVERY_S = 5.0
@@ -23,7 +25,11 @@ PROGRESS_EVERY_S = 5.0
 class ProgressFollower:
     """Collects progress reports (each batch once) and shows progress."""
 
-    def __init__(self, progress: Callable[[dict[str, Any]], None] | bool, name: str, clock: Clock) -> None:
+    def __init__(self, progress: Callable[[dict[str, Any]], None] | bool, name: str, clock: Clock, *,
+                 spark_late_rows: bool = True) -> None:
+        """``spark_late_rows``: count the late rows Spark's stateful operators report
+        (``numRowsDroppedByWatermark``) besides the late records Ember's native windows
+        count themselves (observed metrics named ``ember_late_records:<step>``)."""
         self.callback = progress if callable(progress) else None
         self.verbose = progress is True
         self.name = name
@@ -32,6 +38,7 @@ class ProgressFollower:
         self.seen: set[int] = set()
         self.events = 0
         self.late_dropped = 0
+        self.spark_late_rows = spark_late_rows
         self.processing_ms = 0
         self.last_batch = -1
         self.eos_batch: int | None = None
@@ -70,7 +77,12 @@ class ProgressFollower:
             report["lag"] = lag
         self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
         self.last_batch = max(self.last_batch, bid)
-        dropped = sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
+        dropped = sum(
+            int(metric.get("records") or 0) for metric_name, metric in (report.get("observedMetrics") or {}).items()
+            if metric_name.startswith(LATE_METRIC_PREFIX)
+        )
+        if self.spark_late_rows:
+            dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
         if dropped:
             self.late_dropped += dropped
             print(

@@ -61,3 +61,14 @@ def configure_for_query(spark: Any, config: EnvironmentConfig) -> None:
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
         str(config.changelog_checkpointing).lower(),
     )
+
+
+ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+
+def configure_lateness(spark: Any, current_watermark: bool) -> None:
+    """Which watermark Spark's late-row filter compares with: the current batch's (one
+    stateful operator only; Spark before 3.4) or the previous batch's (the default, which
+    lets a query chain stateful operators). Spark records the choice in the checkpoint's
+    offset log, and a restarted query keeps what its checkpoint recorded."""
+    spark.conf.set(ALLOW_MULTIPLE, "false" if current_watermark else "true")

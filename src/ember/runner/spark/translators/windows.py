@@ -2,10 +2,21 @@
 ``window`` / ``session_window`` (this module) and Ember's window operator
 (keyed.operator_window); the planner decides.
 
-Native results are emitted in append mode: once per window, when the watermark passes
-the window's end (event time: see :mod:`.eventtime`). Processing time (and
-ingestion time, which is the same instant in a micro-batch engine) is the
-micro-batch's timestamp.
+Native results are emitted in append mode: once per window, when Spark's watermark
+reaches the window's end (Flink's, one ms behind, reaches its last timestamp; event
+time: see :mod:`.eventtime`). Processing time (and ingestion time, which is the same
+instant in a micro-batch engine) is the micro-batch's timestamp.
+
+Lateness is Flink's on both paths: a record is dropped when every window it belongs to
+ends at or before the watermark of the micro-batch that brings it (Spark's, i.e. the
+window's last timestamp is at or behind Flink's). Spark's own filter compares with the
+*previous* batch's watermark (so a record could still join a window that closes in its
+batch) and counts aggregated rows, not records; so Ember drops late records itself,
+before the aggregation, against the current batch's watermark (read in the batch:
+``ember_batch_watermark``), and counts them with an observed metric (progress.py sums
+it as ``late_dropped``). A sliding-window record late for some of its windows only is
+kept for the others; Spark skips the closed ones when the query runs them with the
+current watermark (planner: ``Plan.late_rows_against_current_watermark``).
 """
 
 from __future__ import annotations
@@ -18,12 +29,22 @@ from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, WindowNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.planner import native_window
+from ember.runner.spark.progress import LATE_METRIC_PREFIX
 from ember.runner.spark.translators.eventtime import TIME, with_event_time, with_processing_time
 from ember.runner.spark.translators.keyed import operator_window
 from ember.runner.spark.translators.transforms import key_columns, key_name
 from ember.time.watermarks import TimeCharacteristic
 from ember.windowing.aggregates import Aggregate
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
+
+__all__ = ["spark_window", "late_metric"]
+
+_BATCH_WATERMARK = "__ember_batch_watermark"
+
+
+def late_metric(step: str) -> str:
+    """The observed metric counting a native window step's late records."""
+    return LATE_METRIC_PREFIX + step
 
 
 @translates(WindowNode)
@@ -56,6 +77,8 @@ def spark_window(comp: Compilation, node: WindowNode) -> Frame:
                 node.name,
             )
     df = with_event_time(comp, df, up.time, node.name) if event_time else with_processing_time(df)
+    if event_time and not isinstance(assigner, SessionWindows) and comp.plan.drops_late_records(node):
+        df = _drop_late_records(comp, df, node.name, assigner)
     win = _window_column(assigner)
     names = [key_name(k) for k in node.keys]
     keys = [c if isinstance(k, str) else c.alias(n) for k, c, n in zip(node.keys, key_columns(node.keys), names)]
@@ -68,6 +91,21 @@ def spark_window(comp: Compilation, node: WindowNode) -> Frame:
         *[F.col(out) for out, _ in node.aggregates],
     )
     return Frame(result, None)
+
+
+def _drop_late_records(comp: Compilation, df: Any, step: str, assigner: TumblingWindows | SlidingWindows) -> Any:
+    """``df`` without the records whose every window ends at or before the current
+    batch's watermark, counted (Flink's rule; see the module's docstring)."""
+    millis = F.unix_millis(F.col(TIME))
+    slide = assigner.slide_ms if isinstance(assigner, SlidingWindows) else assigner.size_ms
+    last_end = millis - F.pmod(millis - F.lit(assigner.offset_ms), F.lit(slide)) + F.lit(assigner.size_ms)
+    watermark = (
+        comp.spark.read.format("ember_batch_watermark").option("checkpoint", comp.checkpoint or "").load()
+        .withColumnRenamed("batch_watermark_ms", _BATCH_WATERMARK)
+    )
+    late = (F.col(_BATCH_WATERMARK) > 0) & (last_end <= F.col(_BATCH_WATERMARK))
+    df = df.crossJoin(F.broadcast(watermark)).observe(late_metric(step), F.count_if(late).alias("records"))
+    return df.filter(~late).drop(_BATCH_WATERMARK)
 
 
 def _window_column(assigner: Any) -> Any:
