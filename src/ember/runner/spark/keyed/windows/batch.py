@@ -58,11 +58,18 @@ class WindowHooks(Protocol):
     def tidy(self, ctx: KeyedRuntime) -> None: ...
 
 
+def last_window_start(assigner: WindowAssigner, ts: np.ndarray) -> np.ndarray:
+    """The start of each record's last window (tumbling or sliding): the one that ends last,
+    so a record is late exactly when that window is."""
+    slide = assigner.size_ms if isinstance(assigner, TumblingWindows) else assigner.slide_ms  # type: ignore[attr-defined]
+    return ts - (ts - assigner.offset_ms) % slide  # type: ignore[attr-defined]
+
+
 def window_starts(assigner: WindowAssigner, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(record index, window start) for every window of every record (tumbling or sliding)."""
     size = assigner.size_ms  # type: ignore[attr-defined]
     slide = size if isinstance(assigner, TumblingWindows) else assigner.slide_ms  # type: ignore[attr-defined]
-    last = ts - (ts - assigner.offset_ms) % slide  # type: ignore[attr-defined]
+    last = last_window_start(assigner, ts)
     idx, starts = [], []
     for j in range(-(-size // slide)):
         start = last - j * slide
@@ -245,8 +252,10 @@ class TimeBatchPath(BatchPath):
 
 class PartialsPath(BatchPath):
     """Partial aggregates from the combiner: a window past its end drops the whole
-    partial (counted as late records, as the element path would); otherwise the
-    partial is merged in, and a new window gets its trigger timer and cleanup."""
+    partial; otherwise the partial is merged in, and a new window gets its trigger timer
+    and cleanup. A dropped partial counts the records whose *last* window it is as late
+    (Flink counts a record dropped when all its windows are late, i.e. its last one is;
+    a sliding window's other records still reach their later windows)."""
 
     def run(self, rt: KeyedRuntime, build: RecordsBuilder, keys: list[Any], columns: list[list[Any]],
             times: list[int] | None, out: list[Any]) -> bool:
@@ -303,6 +312,8 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
             rec, starts = window_starts(spec.assigner, ts)
             order = np.lexsort((ts[rec], starts, codes[rec]))
             rec, starts = rec[order], starts[order]
+            # running count of pairs that are their record's last window: a group's share is a difference
+            ends_here = np.concatenate(([0], np.cumsum(starts == last_window_start(spec.assigner, ts)[rec]))).tolist()
             group_codes = codes[rec]
             edges = _edges(group_codes, starts)
             # Records built in group order, so each group is a run of the list.
@@ -318,7 +329,7 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
                         acc = add(record, acc)
                 except Exception as exc:
                     raise UserFunctionError(f"step '{spec.step}': add raised {type(exc).__name__}: {exc}") from exc
-                partials[slot_key] = [acc, (slot[1] if slot else 0) + b - a]
+                partials[slot_key] = [acc, (slot[1] if slot else 0) + ends_here[b] - ends_here[a]]
         if not partials:
             return
         columns: list[list[Any]] = [[] for _ in keys]

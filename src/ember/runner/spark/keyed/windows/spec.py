@@ -22,6 +22,7 @@ WINDOWS, TRIGGER_STATE = "\x00windows", "\x00trigger"
 WINDOW_EVENT_TIMERS, WINDOW_PROC_TIMERS = "\x00wt_event", "\x00wt_proc"
 LATE_COUNTER = "late_dropped"
 # Columns of a partial aggregate (with the key fields) sent from the combiner to the window step.
+# A combiner's partial: the window start, the accumulator, the records whose last window it is.
 PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT = "__ember_window_start", "__ember_acc", "__ember_records"
 
 

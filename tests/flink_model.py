@@ -1,0 +1,130 @@
+"""An independent model of Flink's event-time semantics, applied at micro-batch boundaries.
+
+Plain Python, no Ember code: the reference Ember's windows and timers are checked against
+(issue 16). A job's input is a list of micro-batches of ``(ts_ms, key, value)``. Semantics:
+
+- **Watermark.** Before micro-batch ``k`` the watermark is Flink's bounded-out-of-orderness
+  one computed from every earlier batch: ``max timestamp - bound - 1`` (None before any
+  record). Spark's is one ms ahead and never below 0; a watermark only moves forward.
+- **Windows** (Flink's ``WindowOperator`` with the default event-time trigger, no allowed
+  lateness): a window fires once the watermark reaches its last timestamp (``end - 1``),
+  i.e. in the first batch whose watermark is at least that — with what it holds *before*
+  that batch's records. A record is added to each of its windows whose last timestamp is
+  after the watermark; a record none of whose windows is is late: dropped and counted.
+  Session windows (gap ``g``) merge a record's ``[ts, ts + g)`` with every open session of
+  its key it overlaps or touches; the merged session is late only when it ends at or before
+  the watermark + 1.
+- **Timers** (a ``KeyedProcessFunction``): an event-time timer fires in the first batch
+  whose watermark is at least the timer, before that batch's records; one a record
+  registers behind the watermark fires in the same batch, after the records (a timer that
+  fired may be registered again and fires again; a pending one is registered once).
+- At the end of input the watermark moves to the end of time: everything still open fires.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+END = "end"  # the batch label of what fires at the end of input
+
+
+def flink_watermarks(batches: list[list[tuple]], bound_ms: int) -> list[int | None]:
+    """The watermark before each micro-batch (None: none yet)."""
+    out: list[int | None] = []
+    wm: int | None = None
+    for batch in batches:
+        out.append(wm)
+        if batch:
+            candidate = max(r[0] for r in batch) - bound_ms - 1
+            if candidate >= 0 and (wm is None or candidate > wm):  # Spark's never goes below 0 (Flink's -1)
+                wm = candidate
+    return out
+
+
+@dataclass
+class Windowed:
+    """What a window job emits: ``(key, start, end) -> (count, sum, batch it fired in)``."""
+
+    fired: dict[tuple, tuple[int, int, int | str]] = field(default_factory=dict)
+    late: int = 0
+
+
+def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, slide: int | None = None) -> Windowed:
+    """Count and sum per key and window. ``kind``: tumbling (``size``), sliding (``size``,
+    ``slide``) or session (``size`` = the gap)."""
+    result = Windowed()
+    open_: dict[tuple, list[int]] = {}  # (key, start, end) -> [count, sum]
+    for k, (batch, wm) in enumerate(zip(batches, flink_watermarks(batches, bound_ms))):
+        if wm is not None:
+            for w in sorted(w for w in open_ if w[2] - 1 <= wm):
+                n, total = open_.pop(w)
+                result.fired[w] = (n, total, k)
+        for ts, key, value in batch:
+            if kind == "session":
+                _add_to_session(open_, result, key, ts, value, size, wm)
+                continue
+            step = slide or size
+            last_start = ts - (ts % step)
+            starts = [s for s in range(last_start, ts - size, -step) if s <= ts < s + size]
+            alive = [(key, s, s + size) for s in starts if wm is None or s + size - 1 > wm]
+            if not alive:
+                result.late += 1
+            for w in alive:
+                acc = open_.setdefault(w, [0, 0])
+                acc[0] += 1
+                acc[1] += value
+    for w in sorted(open_):
+        n, total = open_[w]
+        result.fired[w] = (n, total, END)
+    return result
+
+
+def _add_to_session(open_: dict[tuple, list[int]], result: Windowed, key: str, ts: int, value: int, gap: int,
+                    wm: int | None) -> None:
+    start, end, n, total = ts, ts + gap, 1, value
+    for w in [w for w in open_ if w[0] == key and w[1] <= ts + gap and w[2] >= ts]:  # overlaps or touches
+        acc = open_.pop(w)
+        start, end, n, total = min(start, w[1]), max(end, w[2]), n + acc[0], total + acc[1]
+    if wm is not None and end - 1 <= wm:
+        result.late += n  # only a record that merged with nothing can be late: n == 1 then
+        return
+    open_[(key, start, end)] = [n, total]
+
+
+def timer_firings(batches: list[list[tuple]], bound_ms: int, delay_ms: int) -> list[tuple[str, int, int | str]]:
+    """A timer ``delay_ms`` after every record: ``(key, timer, batch it fires in)``, sorted
+    (a key's timers at one timestamp fire once)."""
+    pending: set[tuple[str, int]] = set()
+    fired = []
+    for k, (batch, wm) in enumerate(zip(batches, flink_watermarks(batches, bound_ms))):
+        for before_records in (True, False):  # the watermark fires timers before the batch's records ...
+            if not before_records:  # ... which may register timers behind it: those fire in the batch too
+                pending |= {(key, ts + delay_ms) for ts, key, _ in batch}
+            for key, timer in sorted(t for t in pending if wm is not None and t[1] <= wm):
+                pending.discard((key, timer))
+                fired.append((key, timer, k))
+    fired += [(key, timer, END) for key, timer in sorted(pending)]
+    return sorted(fired)
+
+
+def random_batches(seed: int, *, batches: int = 9, bound_ms: int = 1_000, keys: str = "abc") -> list[list[tuple]]:
+    """A seeded out-of-order stream: time advances by up to 3 s per batch; most records lag
+    the front by at most the bound (some exactly by it), some far more (late, or not,
+    depending on the windows)."""
+    rng = random.Random(seed)
+    front, out = 2_000, []
+    for _ in range(batches):
+        front += rng.randint(0, 3_000)
+        batch = []
+        for _ in range(rng.randint(0, 7)):
+            roll = rng.random()
+            if roll < 0.2:
+                ts = front - rng.randint(bound_ms, 9_000)
+            elif roll < 0.3:
+                ts = front - bound_ms
+            else:
+                ts = front - rng.randint(0, bound_ms)
+            batch.append((max(ts, 0), rng.choice(keys), rng.randint(1, 9)))
+        out.append(batch)
+    return out

@@ -1,0 +1,244 @@
+"""Event-time semantics against an independent model of Flink's (tests/flink_model.py), on
+both window paths (Spark's native windowing and Ember's window operator), batch by batch;
+and issue 16's five reproductions, each as the model says Flink behaves."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import flink_model as model
+import pytest
+
+from ember import (
+    Agg,
+    AggregateFunction,
+    CollectSink,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    KeyedProcessFunction,
+    OutputTag,
+    ScriptedSource,
+    SlidingEventTimeWindows,
+    StreamEnvironment,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "ts bigint, k string, v int"
+
+
+class CountSum(AggregateFunction):
+    """count and sum in Python: the same window on Ember's operator instead of Spark's native path."""
+
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + 1, acc[1] + value["v"])
+
+    def merge(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def get_result(self, acc):
+        return {"n": acc[0], "total": acc[1]}
+
+
+def _assigner(kind: str, size: int, slide: int | None):
+    if kind == "tumbling":
+        return TumblingEventTimeWindows.of(size)
+    if kind == "sliding":
+        return SlidingEventTimeWindows.of(size, slide)
+    return EventTimeSessionWindows.with_gap(size)
+
+
+def _windowed(env, batches, bound_ms, assigner, path, *, declare=None):
+    src = env.from_source(
+        ScriptedSource(batches, SCHEMA),
+        WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=bound_ms), "ts"), name="events",
+    )
+    windowed = src.key_by("k").window(assigner)
+    if declare is not None:
+        windowed = declare(windowed)
+    sink = CollectSink()
+    if path == "native":
+        out = windowed.aggregate(n=Agg.count(), total=Agg.sum("v"), name="w")
+    else:
+        out = windowed.aggregate(CountSum(), output_schema="n bigint, total bigint", name="w")
+    out.sink_to(sink)
+    result = env.execute("event-time", progress=False)
+    fired = {}
+    for b in sink.batches:
+        for r in b.rows:
+            window = (r["k"], r["window_start"], r["window_end"])
+            assert window not in fired, f"window {window} emitted twice"
+            fired[window] = (r["n"], r["total"], b.batch_id if b.batch_id < len(batches) else model.END)
+    return fired, result
+
+
+def _explain(env, batches, bound_ms, assigner, path):
+    env = StreamEnvironment(master="local[2]", parallelism=2, spark=env.spark)
+    src = env.from_source(ScriptedSource(batches, SCHEMA),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=bound_ms), "ts"))
+    windowed = src.key_by("k").window(assigner)
+    out = (windowed.aggregate(n=Agg.count(), name="w") if path == "native"
+           else windowed.aggregate(CountSum(), output_schema="n bigint, total bigint", name="w"))
+    out.sink_to(CollectSink())
+    return env.explain(spark_plan=False)
+
+
+CASES = [("tumbling", 4_000, None), ("sliding", 4_000, 2_000), ("session", 1_500, None)]
+
+
+@pytest.mark.parametrize("path", ["native", "operator"])
+@pytest.mark.parametrize(("kind", "size", "slide"), CASES, ids=[c[0] for c in CASES])
+def test_windows_equal_the_model_batch_by_batch_on_a_random_stream(env, kind, size, slide, path):
+    batches = model.random_batches(8)
+    expected = model.windows(batches, 1_000, kind, size, slide)
+    assert expected.late > 0 and any(b != model.END for *_, b in expected.fired.values())  # the stream exercises both
+    fired, result = _windowed(env, batches, 1_000, _assigner(kind, size, slide), path)
+    assert fired == expected.fired
+    assert result.late_dropped == expected.late
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 7))
+@pytest.mark.parametrize("path", ["native", "operator"])
+@pytest.mark.parametrize(("kind", "size", "slide"), CASES, ids=[c[0] for c in CASES])
+def test_windows_equal_the_model_on_more_random_streams(env, kind, size, slide, path, seed):
+    batches = model.random_batches(100 + seed, batches=12)
+    expected = model.windows(batches, 1_000, kind, size, slide)
+    fired, result = _windowed(env, batches, 1_000, _assigner(kind, size, slide), path)
+    assert (fired, result.late_dropped) == (expected.fired, expected.late)
+
+
+def test_the_paths_are_what_the_model_tests_claim(env):
+    """Built-in aggregates on tumbling/sliding windows run natively, a Python aggregate on the
+    operator, and an event-time session window on the operator either way."""
+    batches = [[(1_000, "a", 1)]]
+    assert "native" in _explain(env, batches, 0, TumblingEventTimeWindows.of(1_000), "native")
+    assert "python, keyed state" in _explain(env, batches, 0, TumblingEventTimeWindows.of(1_000), "operator")
+    assert "python, keyed state" in _explain(env, batches, 0, EventTimeSessionWindows.with_gap(1_000), "native")
+
+
+class TimerAfter(KeyedProcessFunction):
+    def __init__(self, delay):
+        self.delay = delay
+
+    def process_element(self, value, ctx):
+        ctx.register_event_time_timer(value["ts"] + self.delay)
+
+    def on_timer(self, timestamp, ctx):
+        yield {"k": ctx.current_key, "at": timestamp, "wm": ctx.current_watermark}
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_timers_fire_as_the_model_says_on_a_random_stream(env, seed):
+    batches = model.random_batches(seed)
+    expected = model.timer_firings(batches, 1_000, 700)
+    src = env.from_source(ScriptedSource(batches, SCHEMA),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
+    sink = CollectSink()
+    src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
+    env.execute("timers", progress=False)
+    fired = sorted((r["k"], r["at"], b.batch_id if b.batch_id < len(batches) else model.END)
+                   for b in sink.batches for r in b.rows)
+    assert fired == expected
+    watermarks = model.flink_watermarks(batches, 1_000)
+    for b in sink.batches:
+        if b.batch_id < len(batches):
+            assert {r["wm"] for r in b.rows} <= {watermarks[b.batch_id]}  # ctx.current_watermark is Flink's
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 16's reproductions (ScriptedSource batches of (ts, key, value); the expected results are
+# the model's, spelled out).
+
+@pytest.mark.parametrize("path", ["native", "operator"])
+def test_finding_1_late_dropped_counts_records_not_aggregated_rows(env, path):
+    batches = [[(25_000, "a", 1)], [], [(5_000, "a", 1), (6_000, "a", 2)]]
+    _, result = _windowed(env, batches, 0, TumblingEventTimeWindows.of(10_000), path)
+    assert result.late_dropped == 2 == model.windows(batches, 0, "tumbling", 10_000).late
+
+
+@pytest.mark.parametrize("path", ["native", "operator"])
+def test_finding_1_a_record_late_in_all_its_sliding_windows_counts_once(env, path):
+    batches = [[(25_000, "a", 1)], [], [(5_000, "a", 1)]]
+    _, result = _windowed(env, batches, 0, SlidingEventTimeWindows.of(10_000, 5_000), path)
+    assert result.late_dropped == 1 == model.windows(batches, 0, "sliding", 10_000, 5_000).late
+
+
+@pytest.mark.parametrize("path", ["native", "operator"])
+def test_finding_2_a_record_behind_the_watermark_joins_a_session_still_open(env, path):
+    batches = [[(10_000, "a", 1), (12_000, "a", 2)], [(13_500, "b", 0)], [(7_000, "a", 4)]]
+    fired, result = _windowed(env, batches, 0, EventTimeSessionWindows.with_gap(3_000), path)
+    assert fired[("a", 7_000, 15_000)][:2] == (3, 7)
+    assert result.late_dropped == 0
+    assert fired == model.windows(batches, 0, "session", 3_000).fired
+
+
+@pytest.mark.parametrize("declare", [
+    None, lambda w: w.trigger(EventTimeTrigger.create()), lambda w: w.allowed_lateness(timedelta(0)),
+], ids=["plain", "default-trigger", "zero-lateness"])
+def test_finding_3_every_declaration_of_the_same_window_has_one_meaning(env, declare):
+    # The watermark is 10_999 when (500, a, 9) arrives: its window [0, 10 s) ended (Flink fires it
+    # at 9_999), so it is late, whatever the declaration.
+    batches = [[(1_000, "a", 1), (2_000, "b", 2)], [(12_000, "a", 3)], [(500, "a", 9)]]
+    fired, result = _windowed(env, batches, 1_000, TumblingEventTimeWindows.of(10_000), "native", declare=declare)
+    assert fired[("a", 0, 10_000)][:2] == (1, 1)
+    assert result.late_dropped == 1
+    assert fired == model.windows(batches, 1_000, "tumbling", 10_000).fired
+
+
+def test_finding_3_the_late_record_goes_to_the_late_output_when_one_is_declared(env):
+    batches = [[(1_000, "a", 1), (2_000, "b", 2)], [(12_000, "a", 3)], [(500, "a", 9)]]
+    src = env.from_source(ScriptedSource(batches, SCHEMA),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
+    late = OutputTag("late")
+    windows = src.key_by("k").window(TumblingEventTimeWindows.of(10_000)).side_output_late_data(late).aggregate(
+        n=Agg.count(), total=Agg.sum("v"))
+    main, side = CollectSink(), CollectSink()
+    windows.sink_to(main)
+    windows.get_side_output(late).sink_to(side)
+    result = env.execute("late-output", progress=False)
+    assert {(r["k"], r["window_start"], r["n"], r["total"]) for r in main.rows()} == {
+        ("a", 0, 1, 1), ("b", 0, 1, 2), ("a", 10_000, 1, 3)}
+    assert [(r["ts"], r["k"], r["v"]) for r in side.rows()] == [(500, "a", 9)]
+    assert result.late_dropped == 0
+
+
+@pytest.mark.parametrize("path", ["native", "operator"])
+@pytest.mark.parametrize("split", [False, True])
+def test_finding_4_a_record_exactly_at_the_bound_is_on_time_however_batched(env, path, split):
+    # Bound 2 s: after 11_999 the watermark is 9_998 (Flink's), so 9_999 is not late.
+    batches = [[(11_999, "a", 1)], [(9_999, "a", 2)]] if split else [[(11_999, "a", 1), (9_999, "a", 2)]]
+    fired, result = _windowed(env, batches, 2_000, TumblingEventTimeWindows.of(10_000), path)
+    assert fired[("a", 0, 10_000)][:2] == (1, 2)
+    assert result.late_dropped == 0
+
+
+@pytest.mark.parametrize("path", ["native", "operator"])
+def test_finding_5_a_window_fires_when_the_watermark_reaches_it_whatever_other_keys_do(env, path):
+    # Tumbling 2 s, bound 0: Flink's watermark before each batch: none, 999, 1_998, 2_499. [0, 2 s)
+    # has its last timestamp 1_999: both a's and b's fire in batch 3 (on the operator a's bucket
+    # gets no record then: Spark's timeout alone calls it).
+    batches = [[(1_000, "a", 1)], [(1_999, "b", 1)], [(2_500, "b", 1)], [(5_000, "b", 1)]]
+    fired, _ = _windowed(env, batches, 0, TumblingEventTimeWindows.of(2_000), path)
+    assert fired[("a", 0, 2_000)][2] == fired[("b", 0, 2_000)][2] == 3
+    assert fired == model.windows(batches, 0, "tumbling", 2_000).fired
+
+
+def test_current_watermark_is_none_before_the_first_watermark(env):
+    batches = [[(1_000, "a", 1)], [(2_000, "a", 1)]]
+
+    class Watch(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            yield {"ts": value["ts"], "wm": ctx.current_watermark}
+
+    src = env.from_source(ScriptedSource(batches, SCHEMA),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=200), "ts"))
+    sink = CollectSink()
+    src.key_by("k").process(Watch(), "ts bigint, wm bigint").sink_to(sink)
+    env.execute("watch", progress=False)
+    assert sorted((r["ts"], r["wm"]) for r in sink.rows()) == [(1_000, None), (2_000, 799)]
