@@ -242,3 +242,17 @@ def test_current_watermark_is_none_before_the_first_watermark(env):
     src.key_by("k").process(Watch(), "ts bigint, wm bigint").sink_to(sink)
     env.execute("watch", progress=False)
     assert sorted((r["ts"], r["wm"]) for r in sink.rows()) == [(1_000, None), (2_000, 799)]
+
+
+def test_reduce_emits_the_reduced_record_with_its_window(env):
+    """Overlapping sliding windows' reduced records are told apart by their window."""
+    batches = [[(1_000, "a", 3), (2_500, "a", 5), (4_500, "a", 1)]]
+    src = env.from_source(ScriptedSource(batches, SCHEMA),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(0), "ts"))
+    sink = CollectSink()
+    (src.key_by("k").window(SlidingEventTimeWindows.of(4_000, 2_000))
+        .reduce(lambda a, b: a if a["v"] >= b["v"] else b).sink_to(sink))
+    env.execute("reduce", progress=False)
+    got = sorted((r["window_start"], r["window_end"], r["ts"], r["v"]) for r in sink.rows())
+    # windows [-2 s, 2 s) {1000}, [0, 4 s) {1000, 2500}, [2 s, 6 s) {2500, 4500}, [4 s, 8 s) {4500}
+    assert got == [(-2_000, 2_000, 1_000, 3), (0, 4_000, 2_500, 5), (2_000, 6_000, 2_500, 5), (4_000, 8_000, 4_500, 1)]

@@ -405,17 +405,17 @@ class WindowedStream:
 
     # -- finishing ---------------------------------------------------------------------
     def _window(self, name: str | None, **fields: Any) -> DataStream:
-        """The window step. Built-in aggregates on a plain time or session window (no
-        trigger, evictor, lateness or late-data output) may be global or keyed by
-        Columns; anything else needs keys that are field names."""
+        """The window step. Built-in aggregates on a plain window (``is_plain_window``: no
+        trigger, evictor, lateness or late-data output; not an event-time session) may be
+        global or keyed by Columns; anything else needs keys that are field names."""
         plain = bool(fields.get("aggregates")) and is_plain_window(
             self._assigner, self._trigger, self._evictor, self._lateness, self._late_tag
         )
         if not plain and not self._keys:
             raise PipelineError(
-                "window_all runs only built-in aggregates on time/session windows; for a Python function, "
-                "trigger, evictor, lateness or count window, key the stream first (key_by a field, or a "
-                "constant column added with select)",
+                "window_all runs only built-in aggregates on tumbling/sliding windows and processing-time "
+                "sessions; for a Python function, trigger, evictor, lateness, count window or event-time "
+                "session window, key the stream first (key_by a field, or a constant column added with select)",
                 name or "window",
             )
         if not plain and not all(isinstance(k, str) for k in self._keys):

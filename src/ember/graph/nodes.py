@@ -212,8 +212,9 @@ class WindowNode(Node):
 
     @property
     def plain(self) -> bool:
-        """Built-in aggregates on a tumbling, sliding or session window with its default
-        trigger: no evictor, no allowed lateness, no late-data output, no Python function."""
+        """Built-in aggregates on a tumbling, sliding or processing-time session window
+        with its default trigger: no evictor, no allowed lateness, no late-data output, no
+        Python function (Spark's native windowing runs it)."""
         return bool(self.aggregates) and is_plain_window(
             self.assigner, self.trigger, self.evictor, self.allowed_lateness_ms, self.late_tag
         )
@@ -239,10 +240,13 @@ class WindowNode(Node):
 
 
 def is_plain_window(assigner: Any, trigger: Any, evictor: Any, allowed_lateness_ms: int, late_tag: Any) -> bool:
-    """A tumbling, sliding or session window with its default trigger (left out, or
-    declared: one pipeline, one meaning), no evictor, no allowed lateness and no
-    late-data output (see :attr:`WindowNode.plain`)."""
-    timed = isinstance(assigner, TumblingWindows | SlidingWindows | SessionWindows)
+    """A window Spark's native windowing runs as Flink would: tumbling, sliding, or a
+    processing-time session window, with its default trigger (left out, or declared: one
+    pipeline, one meaning), no evictor, no allowed lateness and no late-data output (see
+    :attr:`WindowNode.plain`). Not an event-time session window: Spark drops a record
+    behind the watermark that Flink merges into a session still open."""
+    event_time_sessions = isinstance(assigner, SessionWindows) and not assigner.processing_time
+    timed = isinstance(assigner, TumblingWindows | SlidingWindows | SessionWindows) and not event_time_sessions
     default = ProcessingTimeTrigger if timed and assigner.processing_time else EventTimeTrigger
     default_trigger = trigger is None or type(trigger) is default
     return timed and default_trigger and evictor is None and not allowed_lateness_ms and late_tag is None

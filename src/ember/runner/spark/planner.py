@@ -45,15 +45,13 @@ from ember.graph.nodes import (
     VectorizedProcessNode,
     WindowNode,
 )
-from ember.windowing.assigners import SessionWindows
 
 __all__ = ["Plan", "plan", "native_window", "physical_note", "spark_stateful_operators"]
 
 
 def native_window(node: WindowNode) -> bool:
     """Whether the window step runs on Spark's native windowing (else on Ember's window operator)."""
-    event_time_sessions = isinstance(node.assigner, SessionWindows) and not node.assigner.processing_time
-    return node.plain and not event_time_sessions
+    return node.plain
 
 
 def spark_stateful_operators(graph: Graph) -> list[Node]:

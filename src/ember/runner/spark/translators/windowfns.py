@@ -112,8 +112,15 @@ def window_output(node: WindowNode, input_type: T.StructType, aggregate: Any) ->
     """The step's output schema, and the names of an aggregate result's fields."""
     if node.window_fn is not None:
         return output_struct(node.output_schema, None, node.name), ()
-    if aggregate is None:  # reduce: the reduced record
-        return input_type, ()
+    if aggregate is None:  # reduce: the reduced record and its window
+        clash = [f for f in ("window_start", "window_end") if f in input_type.names]
+        if clash:
+            raise PipelineError(
+                f"reduce emits the reduced record with window_start and window_end, but the stream already has {clash}: "
+                "rename them with select before the window", node.name,
+            )
+        window = [T.StructField("window_start", T.LongType()), T.StructField("window_end", T.LongType())]
+        return T.StructType(list(input_type.fields) + window), ()
     if isinstance(aggregate, BuiltinAggregates):
         result = T.StructType([T.StructField(o, _aggregate_type(k, f, input_type)) for o, k, f in aggregate.aggregates])
     else:

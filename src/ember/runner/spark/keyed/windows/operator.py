@@ -264,8 +264,9 @@ class WindowOperator(KeyedProcessFunction):
                 out.extend(emitted)
         elif spec.aggregate is not None:
             out.extend(self._row(ctx.current_key, window, r) for r in results)
-        else:
-            out.extend(results)
+        else:  # the reduced record, with its window (overlapping windows are told apart)
+            start, end = (None, None) if window.is_global else (window.start, window.end)
+            out.extend({**r, "window_start": start, "window_end": end} for r in results)
 
     def _row(self, key: Any, window: TimeWindow, result: Any) -> dict[str, Any]:
         spec = self.spec
