@@ -113,10 +113,10 @@ def window_output(node: WindowNode, input_type: T.StructType, aggregate: Any) ->
     if node.window_fn is not None:
         return output_struct(node.output_schema, None, node.name), ()
     if aggregate is None:  # reduce: the reduced record and its window
-        clash = [f for f in ("window_start", "window_end") if f in input_type.names]
-        if clash:
+        taken = [f for f in ("window_start", "window_end") if f in input_type.names]
+        if taken:
             raise PipelineError(
-                f"reduce emits the reduced record with window_start and window_end, but the stream already has {clash}: "
+                f"reduce emits the reduced record with window_start and window_end, but the stream already has {taken}: "
                 "rename them with select before the window", node.name,
             )
         window = [T.StructField("window_start", T.LongType()), T.StructField("window_end", T.LongType())]
