@@ -27,7 +27,7 @@ from ember.runner.spark.checkpoint import (
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.progress import ProgressFollower
 from ember.runner.spark.restart import check_restart
-from ember.runner.spark.session import configure_for_query, configure_lateness
+from ember.runner.spark.session import configure_for_query, lateness_setting
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,
     Duration,
@@ -89,7 +89,6 @@ def run_job(
         end_of_input_marker=layout.end_of_input if bounded else None,
         stop_marker=layout.stop_marker,
     )
-    configure_lateness(spark, job.compilation.plan.late_rows_against_current_watermark)
     write_json(layout.operators, {"key_types": job.compilation.key_types})
     job.prepare_sinks()
     writer = (
@@ -116,8 +115,13 @@ def run_job(
         conditions.append(EndOfInput(len(bounded_sources), layout.end_of_input,
                                      job.compilation.uses_end_of_input, idle_limit, start))
     write_json(layout.running, {"pid": os.getpid(), "host": socket.gethostname(), "job": name})
+
+    def start_query() -> Any:
+        with lateness_setting(spark, job.compilation.plan.late_rows_against_current_watermark):
+            return writer.start()
+
     try:
-        query = writer.start()
+        query = start_query()
     except BaseException:
         os.remove(layout.running)
         raise
@@ -130,7 +134,7 @@ def run_job(
         try:
             _stop_gracefully(query, layout.stop_marker, follower, clock, checkpoint, bool(job.compilation.unstoppable))
             if reason == SAVEPOINT_STOP and query.exception() is None:
-                query = _finish_planned_batch(writer, query, layout.stop_marker, follower, clock, checkpoint)
+                query = _finish_planned_batch(start_query, query, layout.stop_marker, follower, clock, checkpoint)
         finally:
             follower.poll(query)
             for done in (layout.stop_marker, layout.stop_request, layout.running):
@@ -204,14 +208,15 @@ def _stop_gracefully(query: Any, stop_marker: str, follower: ProgressFollower, c
     query.stop()
 
 
-def _finish_planned_batch(writer: Any, query: Any, stop_marker: str, follower: ProgressFollower, clock: Clock, checkpoint: str) -> Any:
+def _finish_planned_batch(start: Callable[[], Any], query: Any, stop_marker: str, follower: ProgressFollower, clock: Clock,
+                          checkpoint: str) -> Any:
     """After a stop for a savepoint: if a planned batch was interrupted, run the query
     once more (the stop marker admits no new input, so Spark only replays that batch
     from its logged offsets) so the savepoint's cut leaves nothing half-written."""
     for _ in range(2):
         if planned_batch(checkpoint) is None:
             break
-        query = writer.start()
+        query = start()
         deadline = clock.monotonic() + 120
         while clock.monotonic() < deadline and query.isActive and planned_batch(checkpoint) is not None:
             follower.poll(query)

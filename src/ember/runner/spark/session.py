@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from ember.job import EnvironmentConfig
 
-__all__ = ["get_or_create_session", "session_defaults", "configure_for_query"]
+__all__ = ["get_or_create_session", "session_defaults", "configure_for_query", "lateness_setting"]
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -66,9 +67,20 @@ def configure_for_query(spark: Any, config: EnvironmentConfig) -> None:
 ALLOW_MULTIPLE = "spark.sql.streaming.statefulOperator.allowMultiple"
 
 
-def configure_lateness(spark: Any, current_watermark: bool) -> None:
-    """Which watermark Spark's late-row filter compares with: the current batch's (one
-    stateful operator only; Spark before 3.4) or the previous batch's (the default, which
-    lets a query chain stateful operators). Spark records the choice in the checkpoint's
-    offset log, and a restarted query keeps what its checkpoint recorded."""
+@contextmanager
+def lateness_setting(spark: Any, current_watermark: bool) -> Iterator[None]:
+    """While a query starts: which watermark Spark's late-row filter compares with — the
+    current batch's (one stateful operator only; Spark before 3.4) or the previous batch's
+    (the default, which lets a query chain stateful operators). A query reads the setting
+    when it starts (Spark does not record it in the checkpoint: every start of a job sets it
+    again, from the same plan); the session's own value is restored after, so queries that
+    are not Ember's do not inherit it."""
+    before = spark.conf.get(ALLOW_MULTIPLE, None)
     spark.conf.set(ALLOW_MULTIPLE, "false" if current_watermark else "true")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(ALLOW_MULTIPLE)
+        else:
+            spark.conf.set(ALLOW_MULTIPLE, before)
