@@ -80,6 +80,46 @@ def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, sli
     return result
 
 
+def windows_with_lateness(batches: list[list[tuple]], bound_ms: int, size: int, slide: int | None,
+                          lateness_ms: int) -> tuple[list[tuple], int]:
+    """Tumbling/sliding windows with allowed lateness: every firing ``(key, start, end, count,
+    sum, batch)`` and the late count. A window fires when the watermark reaches its last
+    timestamp; until the watermark reaches ``last timestamp + lateness`` (its cleanup) each
+    record that joins it fires it again, with everything it holds so far (a key's records in
+    timestamp order within a batch); later records are late."""
+    rows: list[tuple] = []
+    late = 0
+    open_: dict[tuple, list[int]] = {}  # (key, start, end) -> [count, sum]
+    fired: set[tuple] = set()
+    step = slide or size
+    for k, (batch, wm) in enumerate(zip(batches, flink_watermarks(batches, bound_ms))):
+        if wm is not None:
+            for w in sorted(open_):
+                if w[2] - 1 <= wm and w not in fired:
+                    fired.add(w)
+                    rows.append((*w, *open_[w], k))
+            for w in [w for w in open_ if w[2] - 1 + lateness_ms <= wm]:  # cleanup
+                del open_[w]
+                fired.discard(w)
+        for ts, key, value in sorted(batch, key=lambda r: (r[1], r[0])):
+            last_start = ts - (ts % step)
+            starts = [s for s in range(last_start, ts - size, -step) if s <= ts < s + size]
+            alive = [(key, s, s + size) for s in starts if wm is None or s + size - 1 + lateness_ms > wm]
+            if not alive:
+                late += 1
+            for w in sorted(alive, key=lambda w: w[1]):
+                acc = open_.setdefault(w, [0, 0])
+                acc[0] += 1
+                acc[1] += value
+                if wm is not None and w[2] - 1 <= wm:  # a late firing
+                    fired.add(w)
+                    rows.append((*w, *acc, k))
+    for w in sorted(open_):
+        if w not in fired:
+            rows.append((*w, *open_[w], END))
+    return sorted(rows, key=str), late
+
+
 def _add_to_session(open_: dict[tuple, list[int]], result: Windowed, key: str, ts: int, value: int, gap: int,
                     wm: int | None) -> None:
     start, end, n, total = ts, ts + gap, 1, value

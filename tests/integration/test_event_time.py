@@ -113,6 +113,24 @@ def test_windows_equal_the_model_on_more_random_streams(env, kind, size, slide, 
     assert (fired, result.late_dropped) == (expected.fired, expected.late)
 
 
+@pytest.mark.parametrize("seed", [8, pytest.param(21, marks=pytest.mark.slow), pytest.param(22, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(("kind", "size", "slide"), CASES[:2], ids=[c[0] for c in CASES[:2]])
+def test_allowed_lateness_refires_as_the_model_says(env, kind, size, slide, seed):
+    batches = model.random_batches(seed)
+    rows, late = model.windows_with_lateness(batches, 1_000, size, slide, 1_500)
+    assert len(rows) > len({r[:3] for r in rows}) and late > 0  # the stream exercises late firings and late records
+    src = env.from_source(ScriptedSource(batches, SCHEMA),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
+    sink = CollectSink()
+    (src.key_by("k").window(_assigner(kind, size, slide)).allowed_lateness(timedelta(milliseconds=1_500))
+        .aggregate(CountSum(), output_schema="n bigint, total bigint").sink_to(sink))
+    result = env.execute("lateness", progress=False)
+    got = sorted(((r["k"], r["window_start"], r["window_end"], r["n"], r["total"],
+                   b.batch_id if b.batch_id < len(batches) else model.END) for b in sink.batches for r in b.rows), key=str)
+    assert got == rows
+    assert result.late_dropped == late
+
+
 def test_the_paths_are_what_the_model_tests_claim(env):
     """Built-in aggregates on tumbling/sliding windows run natively, a Python aggregate on the
     operator, and an event-time session window on the operator either way."""
