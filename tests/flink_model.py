@@ -18,6 +18,8 @@ Plain Python, no Ember code: the reference Ember's windows and timers are checke
   whose watermark is at least the timer, before that batch's records; one a record
   registers behind the watermark fires in the same batch, after the records (a timer that
   fired may be registered again and fires again; a pending one is registered once).
+- **Count windows** count a key's records (in timestamp order within a batch) and fire in
+  the batch of the record that completes them; they do not fire at the end of input.
 - At the end of input the watermark moves to the end of time: everything still open fires.
 """
 
@@ -118,6 +120,26 @@ def windows_with_lateness(batches: list[list[tuple]], bound_ms: int, size: int, 
         if w not in fired:
             rows.append((*w, *open_[w], END))
     return sorted(rows, key=str), late
+
+
+def count_windows(batches: list[list[tuple]], size: int, slide: int | None = None) -> list[tuple]:
+    """Count windows per key (a key's records in timestamp order within a batch): tumbling —
+    fires and clears every ``size`` records; sliding — fires every ``slide`` records over the
+    key's last ``size`` (Flink: a global window, a count trigger, a count evictor). Firings
+    ``(key, count, sum, batch)``, sorted; nothing fires at the end of input."""
+    seen: dict[str, list[int]] = {}
+    rows = []
+    for k, batch in enumerate(batches):
+        for _ts, key, value in sorted(batch, key=lambda r: (r[1], r[0])):
+            values = seen.setdefault(key, [])
+            values.append(value)
+            if slide is None and len(values) == size:
+                rows.append((key, size, sum(values), k))
+                values.clear()
+            elif slide is not None and len(values) % slide == 0:
+                kept = values[-size:]
+                rows.append((key, len(kept), sum(kept), k))
+    return sorted(rows)
 
 
 def _add_to_session(open_: dict[tuple, list[int]], result: Windowed, key: str, ts: int, value: int, gap: int,

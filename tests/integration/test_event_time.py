@@ -131,6 +131,20 @@ def test_allowed_lateness_refires_as_the_model_says(env, kind, size, slide, seed
     assert result.late_dropped == late
 
 
+@pytest.mark.parametrize(("size", "slide"), [(3, None), (4, 2)], ids=["tumbling", "sliding"])
+def test_count_windows_fire_as_the_model_says(env, size, slide):
+    batches = model.random_batches(8)
+    expected = model.count_windows(batches, size, slide)
+    src = env.from_source(ScriptedSource(batches, SCHEMA),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
+    sink = CollectSink()
+    windows = src.key_by("k").count_window(size) if slide is None else src.key_by("k").count_window(size, slide)
+    windows.aggregate(CountSum(), output_schema="n bigint, total bigint").sink_to(sink)
+    env.execute("count-windows", progress=False)
+    got = sorted((r["k"], r["n"], r["total"], b.batch_id) for b in sink.batches for r in b.rows)
+    assert got == expected and len({r[3] for r in expected}) > 2
+
+
 def test_the_paths_are_what_the_model_tests_claim(env):
     """Built-in aggregates on tumbling/sliding windows run natively, a Python aggregate on the
     operator, and an event-time session window on the operator either way."""
