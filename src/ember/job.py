@@ -43,7 +43,7 @@ class JobResult:
     processing_seconds: float
     progress: list[dict[str, Any]]
     stopped_because: str
-    late_dropped: int = 0  # records Spark's windows dropped behind the watermark (reported, never silent)
+    late_dropped: int = 0  # late records every window dropped (Flink's rule; records, not aggregated rows; reported, never silent)
     start_ms: dict[str, int] = field(default_factory=dict)  # each source's event-time origin
 
     @property
