@@ -190,3 +190,80 @@ def random_batches(seed: int, *, batches: int = 9, bound_ms: int = 1_000, keys: 
             batch.append((max(ts, 0), rng.choice(keys), rng.randint(1, 9)))
         out.append(batch)
     return out
+
+
+# --------------------------------------------------------------------------- chained steps
+# A step reading another step's output (issue 17): in Flink a step forwards the watermark
+# after it fired the timers it made due, so what those timers emit reaches the next step
+# *ahead of* that watermark; what the step emits for later records comes after it. The
+# model runs each batch as: upstream fires what the batch's watermark made due (output
+# timestamp: a window's end - 1) -> downstream takes those results under the previous
+# watermark -> downstream's watermark advances and fires -> upstream takes the records.
+
+
+def _tumbling_results(batches: list[list[tuple]], bound_ms: int, size: int):
+    """Per batch, the (key, end - 1, count, sum) results a tumbling count/sum window emits
+    when the batch's watermark fires them (the last entry: at the end of input), and the
+    records it dropped late."""
+    per_batch: list[list[tuple]] = []
+    open_: dict[tuple, list[int]] = {}
+    late = 0
+    for batch, wm in zip(batches, flink_watermarks(batches, bound_ms)):
+        due = sorted(w for w in open_ if wm is not None and w[2] - 1 <= wm)
+        per_batch.append([(w[0], w[2] - 1, *open_.pop(w)) for w in due])
+        for ts, key, value in batch:
+            start = ts - ts % size
+            if wm is not None and start + size - 1 <= wm:
+                late += 1
+                continue
+            acc = open_.setdefault((key, start, start + size), [0, 0])
+            acc[0] += 1
+            acc[1] += value
+    per_batch.append([(w[0], w[2] - 1, *open_.pop(w)) for w in sorted(open_)])
+    return per_batch, late
+
+
+def window_of_windows(batches: list[list[tuple]], bound_ms: int, size: int, outer: int) -> Windowed:
+    """A tumbling count/sum window of ``size`` whose results feed a tumbling window of
+    ``outer`` summing their counts and sums: ``(key, start, end) -> (count, sum, batch)``."""
+    per_batch, late = _tumbling_results(batches, bound_ms, size)
+    result = Windowed(late=late)
+    watermarks = [*flink_watermarks(batches, bound_ms), None]
+    open_: dict[tuple, list[int]] = {}
+    for k, results in enumerate(per_batch):
+        before, wm = (watermarks[k - 1] if k else None), watermarks[k]
+        for key, ts, n, total in results:  # ahead of the watermark that fired them
+            start = ts - ts % outer
+            if before is not None and start + outer - 1 <= before:
+                result.late += n
+                continue
+            acc = open_.setdefault((key, start, start + outer), [0, 0])
+            acc[0] += n
+            acc[1] += total
+        last = k == len(per_batch) - 1
+        for w in sorted(w for w in open_ if last or (wm is not None and w[2] - 1 <= wm)):
+            n, total = open_.pop(w)
+            result.fired[w] = (n, total, END if last else k)
+    return result
+
+
+def window_then_timers(batches: list[list[tuple]], bound_ms: int, size: int, delay_ms: int):
+    """A tumbling count window whose results feed a process function that reports each
+    result's timestamp and the watermark it sees, and sets a timer ``delay_ms`` after it.
+    Returns the sorted ``(key, window end, count, timestamp, watermark seen, batch)`` rows
+    (the watermark seen is not modelled for results of the end of input: "?") and
+    ``(key, timer, batch it fires in)`` rows."""
+    per_batch, _ = _tumbling_results(batches, bound_ms, size)
+    watermarks = [*flink_watermarks(batches, bound_ms), None]
+    seen, fired, pending = [], [], set()
+    for k, results in enumerate(per_batch):
+        last = k == len(per_batch) - 1
+        label = END if last else k
+        before, wm = (watermarks[k - 1] if k else None), watermarks[k]
+        for key, ts, n, _total in results:
+            seen.append((key, ts + 1, n, ts, "?" if last else before, label))
+            pending.add((key, ts + delay_ms))
+        for key, timer in sorted(t for t in pending if last or (wm is not None and t[1] <= wm)):
+            pending.discard((key, timer))
+            fired.append((key, timer, label))
+    return sorted(seen, key=str), sorted(fired, key=str)

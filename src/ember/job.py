@@ -29,6 +29,7 @@ class EnvironmentConfig:
     spark_conf: tuple[tuple[str, str], ...] = field(default=())
     combine_windows: bool = True
     fuse_sources: bool = True
+    keyed_operator: str = "auto"  # Spark's operator under keyed steps: auto, or always transformWithState
 
 
 @dataclass

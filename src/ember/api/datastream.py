@@ -16,7 +16,7 @@ from ember.functions import DEAD_LETTER_SCHEMA, AggregateFunction, KeyedProcessF
 from ember.graph import nodes as n
 from ember.graph.graph import Graph
 from ember.graph.nodes import is_plain_window
-from ember.runner.spark.planner import physical_note
+from ember.runner.spark.planner import physical_notes
 from ember.time.durations import to_ms
 from ember.windowing.aggregates import Agg, Aggregate
 from ember.windowing.assigners import GlobalWindows, WindowAssigner
@@ -260,7 +260,8 @@ class DataStream:
 
     def explain(self) -> str:
         """The graph up to this stream, one step per line."""
-        return Graph([n.SinkNode(name="(unsinked)", inputs=(self._node,), sink=_Unsinked())]).explain(physical_note)
+        graph = Graph([n.SinkNode(name="(unsinked)", inputs=(self._node,), sink=_Unsinked())])
+        return graph.explain(physical_notes(graph))
 
 
 class KeyedStream(DataStream):

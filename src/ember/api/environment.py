@@ -14,7 +14,7 @@ from ember.errors import ConfigError, PipelineError
 from ember.graph.graph import Graph
 from ember.graph.nodes import SinkNode, SourceNode
 from ember.job import EnvironmentConfig, JobResult
-from ember.runner.spark.planner import physical_note, plan
+from ember.runner.spark.planner import physical_notes, plan
 from ember.time.clock import Clock, SystemClock
 from ember.time.durations import seconds_of, to_ms
 from ember.time.watermarks import WatermarkStrategy
@@ -28,6 +28,7 @@ __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
 
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|yarn|k8s://.+)$")
 _STATE_BACKENDS = ("rocksdb", "hdfs")
+KEYED_OPERATORS = ("auto", "transform_with_state")
 
 
 class StreamEnvironment:
@@ -53,6 +54,12 @@ class StreamEnvironment:
       record through the JVM (docs/design/keyed-state.md), and a JSON generator
       right before ``parse_json`` decodes its texts itself (docs/design/json.md);
       off = a separate packing / decoding step.
+    - ``keyed_operator``: the Spark operator under keyed steps (process functions,
+      Python windows). ``"auto"`` (default): ``applyInPandasWithState`` for a job's
+      only keyed step, ``transformWithStateInPandas`` for every step of a job with
+      several (Spark runs one of the former per query). ``"transform_with_state"``:
+      always the latter — a job that may gain a second keyed step later keeps its
+      state layout. Fixed by a job's first run (docs/design/dataflow.md).
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -68,6 +75,7 @@ class StreamEnvironment:
         changelog_checkpointing: bool = True,
         combine_windows: bool = True,
         fuse_sources: bool = True,
+        keyed_operator: str = "auto",
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,
@@ -80,8 +88,12 @@ class StreamEnvironment:
             raise ConfigError(f"parallelism must be a positive int, got {parallelism!r}")
         if not isinstance(max_events_per_batch, int) or isinstance(max_events_per_batch, bool) or max_events_per_batch <= 0:
             raise ConfigError(f"max_events_per_batch must be a positive int, got {max_events_per_batch!r}")
+        if keyed_operator not in KEYED_OPERATORS:
+            raise ConfigError(f"keyed_operator must be one of {', '.join(KEYED_OPERATORS)}, got {keyed_operator!r}")
         if state_backend not in _STATE_BACKENDS:
             raise ConfigError(f"state_backend must be one of {', '.join(_STATE_BACKENDS)}, got {state_backend!r}")
+        if keyed_operator == "transform_with_state" and state_backend != "rocksdb":
+            raise ConfigError("keyed_operator='transform_with_state' needs state_backend='rocksdb' (Spark's requirement)")
         ckpt = os.fspath(checkpoint_dir) if checkpoint_dir is not None else os.path.join(os.getcwd(), "ember-checkpoints")
         self.config = EnvironmentConfig(
             master=master,
@@ -94,6 +106,7 @@ class StreamEnvironment:
             spark_conf=tuple(sorted((spark_conf or {}).items())),
             combine_windows=bool(combine_windows),
             fuse_sources=bool(fuse_sources),
+            keyed_operator=keyed_operator,
         )
         self._spark = spark
         self.clock = clock or SystemClock()
@@ -155,7 +168,7 @@ class StreamEnvironment:
     def explain(self, spark_plan: bool = True) -> str:
         """The Ember graph and, with ``spark_plan``, the Spark plan it compiles to."""
         graph = self.graph()
-        text = "== Ember graph ==\n" + graph.explain(physical_note)
+        text = "== Ember graph ==\n" + graph.explain(physical_notes(graph))
         if spark_plan:
             from ember.runner.spark.compiler import compile_graph
 
@@ -211,7 +224,9 @@ class StreamEnvironment:
         ckpt = os.path.abspath(os.fspath(checkpoint) if checkpoint is not None else os.path.join(self.config.checkpoint_dir, name))
         try:
             if from_savepoint is not None:
-                restore_savepoint(self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism)
+                restore_savepoint(
+                    self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism, self.config.keyed_operator
+                )
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=ckpt,
                 duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock, idle_s=idle,

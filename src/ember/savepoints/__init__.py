@@ -165,7 +165,9 @@ def _clear_checkpoint(checkpoint: str) -> None:
     shutil.rmtree(checkpoint)
 
 
-def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Graph, parallelism: int | None = None) -> dict[str, Any]:
+def restore_savepoint(
+    spark: Any, path: str, checkpoint: str, graph: Graph, parallelism: int | None = None, keyed_operator: str = "auto"
+) -> dict[str, Any]:
     """Make ``checkpoint`` (new) continue from the savepoint at ``path`` with the
     pipeline ``graph``: the savepoint is verified and the pipeline compared with
     the one that wrote it before anything is copied; with ``parallelism`` other
@@ -183,7 +185,7 @@ def restore_savepoint(spark: Any, path: str, checkpoint: str, graph: Graph, para
                 f"{manifest['partitions']} -> {parallelism}) needs the RocksDB state backend (Ember's default); "
                 "restore it without changing parallelism"
             )
-    problems = compare(manifest["pipeline"], pipeline_manifest(graph))
+    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator))
     if problems:
         listed = "\n  - ".join(problems)
         raise RestartError(

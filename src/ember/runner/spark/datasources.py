@@ -206,21 +206,52 @@ class BatchWatermarkReader(DataSourceReader):
         self.checkpoint = options["checkpoint"]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
-        from pyspark import TaskContext
+        yield (batch_watermark(self.checkpoint, current_batch_id("ember_batch_watermark")),)
 
-        context = TaskContext.get()
-        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
-        if batch is None:
-            raise EmberError("ember_batch_watermark is read inside a streaming micro-batch only")
-        try:
-            meta, _ = offset_log_entry(self.checkpoint, int(batch))
-        except OSError as exc:
-            raise EmberError(
-                f"cannot read the offset log of micro-batch {batch} under {self.checkpoint} ({exc}): a native "
-                "event-time window reads its batch's watermark there, so the checkpoint directory must be on "
-                "storage every executor sees (local, or mounted at the same path)"
-            ) from None
-        yield (int(meta.get("batchWatermarkMs", 0)),)
+
+def current_batch_id(reader: str) -> int:
+    """The id of the micro-batch this task belongs to (Spark tags a batch's jobs with it)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+    if batch is None:
+        raise EmberError(f"{reader} runs inside a streaming micro-batch only")
+    return int(batch)
+
+
+def batch_watermark(checkpoint: str, batch: int) -> int:
+    """Spark's watermark for micro-batch ``batch`` (0 before it has one, and for batch -1),
+    from the batch's offset-log entry: the write-ahead log, so a replay reads the same."""
+    if batch < 0:
+        return 0
+    try:
+        meta, _ = offset_log_entry(checkpoint, batch)
+    except OSError as exc:
+        raise EmberError(
+            f"cannot read the offset log of micro-batch {batch} under {checkpoint} ({exc}): Ember reads batch "
+            "watermarks there (native event-time windows, chained keyed steps), so the checkpoint directory "
+            "must be on storage every executor sees (local, or mounted at the same path)"
+        ) from None
+    return int(meta.get("batchWatermarkMs", 0))
+
+
+class PreviousWatermark:
+    """Spark's watermark of the micro-batch before the current one, read once per batch
+    and Python worker (picklable: only the checkpoint path travels)."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        self._cache: tuple[int, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "_cache": None}
+
+    def __call__(self) -> int:
+        batch = current_batch_id("a chained keyed step")
+        if self._cache is None or self._cache[0] != batch:
+            self._cache = (batch, batch_watermark(self.checkpoint, batch - 1))
+        return self._cache[1]
 
 
 class BatchWatermarkSource(DataSource):

@@ -83,7 +83,7 @@ def run_job(
     for left in (layout.stop_marker, layout.stop_request):
         if os.path.exists(left):
             os.remove(left)  # left by a run that did not finish stopping
-    check_restart(checkpoint, graph)
+    check_restart(checkpoint, graph, config.keyed_operator)
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         end_of_input_marker=layout.end_of_input if bounded else None,

@@ -32,10 +32,13 @@ a session.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
+    FilterNode,
+    KeyByNode,
     KeyedProcessNode,
     Node,
     ParseJsonNode,
@@ -46,31 +49,50 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["Plan", "plan", "native_window", "physical_note", "spark_stateful_operators"]
+__all__ = ["Plan", "plan", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
+
+_CARRIES_TIME = (KeyByNode, FilterNode)  # steps that keep every column of the rows they pass
 
 
-def native_window(node: WindowNode) -> bool:
-    """Whether the window step runs on Spark's native windowing (else on Ember's window operator)."""
-    return node.plain
+def native_window(node: WindowNode, graph: Graph) -> bool:
+    """Whether the window step runs on Spark's native windowing (else on Ember's window operator).
+
+    Native only when Spark's semantics are Flink's (``node.plain``) and the window is the
+    only stateful step on its path: a window reading or feeding another stateful step runs
+    on Ember's operator, where event time flows between steps as in Flink."""
+    if not node.plain:
+        return False
+    return not any(isinstance(n, STATEFUL) for n in ancestors(node)) and not any(
+        isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes
+    )
 
 
 def spark_stateful_operators(graph: Graph) -> list[Node]:
     """The steps Spark runs as stateful operators: native windows and keyed-state steps."""
-    return [n for n in graph.nodes if _keyed_state(n) or (isinstance(n, WindowNode) and native_window(n))]
+    return [n for n in graph.nodes if isinstance(n, STATEFUL)]
 
 
-def _keyed_state(node: Node) -> bool:
-    """Whether the step runs on Ember's keyed state, i.e. on Spark's applyInPandasWithState."""
+def runtime_steps(graph: Graph) -> list[Node]:
+    """The steps on Ember's keyed runtime (process functions, Python windows), in graph order."""
+    return [n for n in graph.nodes if _keyed_state(n, graph)]
+
+
+def _keyed_state(node: Node, graph: Graph) -> bool:
+    """Whether the step runs on Ember's keyed state (a Spark Python state operator)."""
     if isinstance(node, WindowNode):
-        return not native_window(node)
+        return not native_window(node, graph)
     return isinstance(node, KeyedProcessNode | VectorizedProcessNode)
 
 
-def physical_note(node: Node) -> str:
-    """How a window step runs, for ``explain`` ("" for other steps: they say it themselves)."""
-    if isinstance(node, WindowNode):
-        return "native" if native_window(node) else "python, keyed state"
-    return ""
+def physical_notes(graph: Graph) -> Callable[[Node], str]:
+    """How each window step runs, for ``explain`` ("" for other steps: they say it themselves)."""
+
+    def note(node: Node) -> str:
+        if isinstance(node, WindowNode):
+            return "native" if native_window(node, graph) else "python, keyed state"
+        return ""
+
+    return note
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,27 @@ class Plan:
         return self.graph.sinks_after(side)
 
     @property
+    def chained(self) -> bool:
+        """Whether the job has several steps on Ember's keyed runtime: Spark runs one
+        ``applyInPandasWithState`` per query but chains ``transformWithStateInPandas``,
+        so then every such step runs on the latter (keyed/tws.py)."""
+        return len(runtime_steps(self.graph)) > 1
+
+    def upstream_step(self, node: Node) -> Node | None:
+        """The keyed-runtime step whose output ``node`` (a keyed-runtime step) reads, if any."""
+        for parent in ancestors(node):
+            if _keyed_state(parent, self.graph):
+                return parent
+        return None
+
+    def read_by_step(self, node: Node) -> bool:
+        """Whether another keyed-runtime step reads ``node``'s output (it then emits event time)."""
+        return any(self.upstream_step(n) is node for n in runtime_steps(self.graph) if n is not node)
+
+    def native(self, node: WindowNode) -> bool:
+        return native_window(node, self.graph)
+
+    @property
     def late_rows_against_current_watermark(self) -> bool:
         """Whether the query runs Spark's late-row filter with the current batch's watermark
         (``spark.sql.streaming.statefulOperator.allowMultiple`` off: possible with one
@@ -95,15 +138,14 @@ class Plan:
 
     def drops_late_records(self, node: Node) -> bool:
         """Whether Ember drops and counts a native window's late records itself (Flink's rule)."""
-        return isinstance(node, WindowNode) and native_window(node) and self.late_rows_against_current_watermark
+        return isinstance(node, WindowNode) and native_window(node, self.graph) and self.late_rows_against_current_watermark
 
 
 def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
-    _check_single_stateful_chain(graph)
-    fork, detours, streamed = _split(graph)  # before the next check: "move it before the split" is the better advice
-    _check_one_keyed_state_step(graph)
+    fork, detours, streamed = _split(graph)
+    _check_chains(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
 
 
@@ -189,28 +231,30 @@ def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str
     return None
 
 
-def _check_single_stateful_chain(graph: Graph) -> None:
-    """Spark runs at most one stateful aggregation per query in append mode
-    before the watermark semantics get subtle; Ember refuses chains it cannot
-    honour exactly instead of silently changing their meaning."""
-    for node in graph.nodes:
-        if not isinstance(node, WindowNode):
-            continue
-        upstream = [n for n in ancestors(node) if isinstance(n, WindowNode)]
-        if upstream:
+def _check_chains(graph: Graph) -> None:
+    """A keyed-runtime step reads at most one other (a chain; joins of two stateful
+    streams are not built yet), and the steps between two of them keep the rows'
+    event time: Spark-side row filters only (not yet Python map/flat_map, which
+    would have to carry each record's timestamp)."""
+    steps = runtime_steps(graph)
+    for node in steps:
+        upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
+        direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
+        if len(direct) > 1:
             raise PipelineError(
-                f"window after window ('{upstream[0].name}' feeds '{node.name}') is not supported yet; "
-                "write the first window's results to a sink and read them as a new job",
+                f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}); "
+                "a step reading two stateful streams is not supported yet",
                 node.name,
             )
-
-
-
-def _check_one_keyed_state_step(graph: Graph) -> None:
-    keyed = [n for n in graph.nodes if _keyed_state(n)]
-    if len(keyed) > 1:
-        raise PipelineError(
-            f"Spark runs one applyInPandasWithState per query, and step '{keyed[0].name}' already keeps "
-            "Ember keyed state: a job can have one process function, process_batches or Python window step "
-            "(built-in aggregates on time/session windows compile to Spark's own and may be added)", keyed[1].name,
-        )
+        if not direct:
+            continue
+        between = [a for a in ancestors(node) if any(b is direct[0] for b in ancestors(a))]
+        for step in between:
+            if not isinstance(step, _CARRIES_TIME):
+                raise PipelineError(
+                    f"'{step.name}' ({step.kind}) sits between the stateful steps '{direct[0].name}' and "
+                    f"'{node.name}'; between two stateful steps only key_by and filter are supported yet "
+                    "(a Python map would have to carry each record's event time): move it before "
+                    f"'{direct[0].name}' or into its function",
+                    step.name,
+                )

@@ -27,29 +27,42 @@ from typing import Any
 
 from ember.errors import RestartError
 from ember.graph import nodes as n
+from ember.graph.graph import Graph
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.planner import native_window
+from ember.runner.spark.planner import native_window, runtime_steps
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare"]
 
 MANIFEST_VERSION = 1
+APWS, TWS = "applyInPandasWithState", "transformWithStateInPandas"
 
 
-def pipeline_manifest(graph: Any) -> dict[str, Any]:
+def pipeline_manifest(graph: Any, keyed_operator: str = "auto") -> dict[str, Any]:
     """Sources and stateful operators of ``graph``, in the order Spark numbers them."""
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
-    operators = [_operator(node) for node in graph.nodes if _stateful(node)]
+    operators = [_operator(node, graph) for node in graph.nodes if _stateful(node)]
+    spark_operator = spark_keyed_operator(graph, keyed_operator)
+    for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
+        if not (isinstance(node, n.WindowNode) and native_window(node, graph)):
+            op["spark operator"] = spark_operator
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
 
 
-def check_restart(checkpoint: str, graph: Any) -> None:
+def spark_keyed_operator(graph: Any, keyed_operator: str = "auto") -> str:
+    """The Spark operator the graph's keyed steps run on (planner: ``Plan.chained``)."""
+    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1:
+        return APWS
+    return TWS
+
+
+def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto") -> None:
     """Writes the manifest of a new checkpoint; for one with progress, raises
     :class:`RestartError` listing every incompatibility with the stored manifest."""
     layout = CheckpointLayout(checkpoint)
     path = layout.pipeline
-    current = pipeline_manifest(graph)
+    current = pipeline_manifest(graph, keyed_operator)
     if layout.has_progress() and os.path.exists(path):
         with open(path) as f:
             try:
@@ -100,6 +113,12 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
             continue
         if old["keys"] != new["keys"]:
             problems.append(f"{where}: key changed from {old['keys']} to {new['keys']}")
+        if "spark operator" in new and old.get("spark operator", APWS) != new["spark operator"]:
+            problems.append(
+                f"{where}: its state is held by Spark's {old.get('spark operator', APWS)} in the checkpoint, and this "
+                f"pipeline runs it on {new['spark operator']} (a job with several keyed steps, or "
+                "keyed_operator='transform_with_state', uses the latter; docs/design/dataflow.md)"
+            )
         for what in sorted(set(old["state"]) | set(new["state"])):
             before, after = old["state"].get(what), new["state"].get(what)
             if what == "state descriptors" and isinstance(before, dict) and isinstance(after, dict):
@@ -138,7 +157,7 @@ def _stateful(node: n.Node) -> bool:
     return isinstance(node, n.KeyedProcessNode | n.VectorizedProcessNode | n.WindowNode)
 
 
-def _operator(node: n.Node) -> dict[str, Any]:
+def _operator(node: n.Node, graph: Graph) -> dict[str, Any]:
     keys = [str(k) for k in getattr(node, "keys", ())]
     if isinstance(node, n.KeyedProcessNode):
         return {"name": node.name, "kind": "process function", "keys": keys,
@@ -147,7 +166,7 @@ def _operator(node: n.Node) -> dict[str, Any]:
         return {"name": node.name, "kind": "vectorised process function", "keys": keys,
                 "state": {"state schema": str(getattr(node.fn, "state_schema", None))}}
     assert isinstance(node, n.WindowNode), node  # _stateful() admits these three kinds only
-    if native_window(node):  # Spark's own state layout: its operator kind in the manifest
+    if native_window(node, graph):  # Spark's own state layout: its operator kind in the manifest
         return {"name": node.name, "kind": "window aggregate", "keys": keys,
                 "state": {"assigner": _describe(node.assigner),
                           "aggregation": [[name, repr(agg)] for name, agg in node.aggregates]}}

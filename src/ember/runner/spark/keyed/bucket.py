@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import pickle
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -23,11 +23,14 @@ from ember.functions import KeyedProcessFunction
 from ember.runner.spark.keyed.contracts import BatchHandler, GroupState
 from ember.runner.spark.keyed.runtime import (
     EVENT_TIMERS,
+    PRE,
     PROCESSING_TIMERS,
     TAG,
+    TIME_OUT,
     KeyedRuntime,
     ember_watermark,
     empty_bucket_state,
+    output_times,
     records_builder,
     side_column,
 )
@@ -57,17 +60,25 @@ class BucketFunction:
         event_time: bool,
         side_outputs: dict[str, list[str]] | None = None,
         counters: dict[str, Any] | None = None,
+        emit_time: bool = False,
+        previous_watermark: Callable[[], int] | None = None,
     ) -> None:
         self.fn, self.step, self.keys, self.fields = fn, step, keys, fields
         self.out_fields, self.time_column, self.event_time = out_fields, time_column, event_time
         self.side_outputs = side_outputs or {}
         self.counters = counters or {}
+        # Chained after another keyed step: rows it emitted ahead of its watermark advance
+        # (PRE) come first, under the previous batch's watermark (``previous_watermark``).
+        # Read by one: each output row's event time (TIME) and PRE flag, for the next step.
+        self.emit_time, self.previous_watermark = emit_time, previous_watermark
         # An operator may take whole batches (contracts.BatchHandler); process_batch = None opts out.
         self.batches: BatchHandler | None = fn if callable(getattr(fn, "process_batch", None)) else None  # type: ignore[assignment]
         self.build_records = records_builder(fields)
         self.columns_out = list(out_fields)
         if self.side_outputs:
             self.columns_out += [TAG] + [side_column(t, f) for t, fs in self.side_outputs.items() for f in fs]
+        if emit_time:
+            self.columns_out += [TIME_OUT, PRE]
         self._rt: KeyedRuntime | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -87,8 +98,18 @@ class BucketFunction:
         rt.watermark = ember_watermark(spark_watermark) if self.event_time else None
         rt.now = state.getCurrentProcessingTimeMs()
         out: list[Any] = []
+        rt.out, rt.marks = out, ([] if self.emit_time else None)
+        batches: Iterable[pd.DataFrame] = frames
+        if self.previous_watermark is not None:
+            batches, late_frames = self._split_pre(frames)
+            if late_frames:  # emitted upstream before the watermark reached this batch's
+                rt.watermark = ember_watermark(self.previous_watermark()) if self.event_time else None
+                for pdf in late_frames:
+                    self._process(rt, pdf, out)
+                rt.watermark = ember_watermark(spark_watermark) if self.event_time else None
         self._fire_due(rt, out)
-        for pdf in frames:
+        ahead = len(out)  # the rows emitted before this step's watermark reached the batch's
+        for pdf in batches:
             self._process(rt, pdf, out)
         self._fire_due(rt, out)
         rt.expire(rt.blob["keys"])
@@ -107,7 +128,8 @@ class BucketFunction:
             if name in self.counters:
                 self.counters[name].add(n)
         rt.counts = {}
-        yield from self._frames_out(rt, out)
+        yield from self._frames_out(rt, out, ahead)
+        rt.out = rt.marks = None
 
     def _process(self, rt: KeyedRuntime, pdf: pd.DataFrame, out: list[Any]) -> None:
         """One frame of the bucket's records: to the operator's batch path, else one call per record."""
@@ -123,7 +145,7 @@ class BucketFunction:
             key_list = key_cols[0] if single else list(zip(*key_cols))
             if self.batches.process_batch(rt, self.build_records, key_list, columns, times, out):
                 return
-        fn, step = self.fn, self.step
+        fn, step, marks = self.fn, self.step, rt.marks
         table, process, append = rt.blob["keys"], fn.process_element, out.extend
         # The hot loop: one user call per record and nothing else per record.
         for i, record in enumerate(self.build_records(columns)):
@@ -136,6 +158,8 @@ class BucketFunction:
             try:
                 result = process(record, rt)
                 if result is not None:
+                    if marks is not None and times is not None:
+                        marks.append((len(out), times[i]))
                     append(result)
             except Exception as exc:
                 raise UserFunctionError(
@@ -165,6 +189,7 @@ class BucketFunction:
             if not timers:
                 del rt.current[kind]
             rt.timestamp = ts
+            rt.emitting(out, ts)
             self._call("on_timer", {"key": key, "timestamp": ts}, self.fn.on_timer, (ts, rt), out)
             rt.leave(key, found)
 
@@ -180,14 +205,31 @@ class BucketFunction:
                 f"step '{self.step}': {type(self.fn).__name__}.{what} raised {type(exc).__name__}: {exc} on {record!r}"
             ) from exc
 
-    def _frames_out(self, rt: KeyedRuntime, out: list[Any]) -> Iterator[pd.DataFrame]:
+    def _split_pre(self, frames: Iterator[pd.DataFrame]) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+        """The frames' rows emitted upstream after, and before, its watermark advance."""
+        after, before = [], []
+        for pdf in frames:
+            pre = pdf[PRE].to_numpy(dtype=bool, na_value=False)
+            if pre.any():
+                before.append(pdf[pre])
+                after.append(pdf[~pre])
+            else:
+                after.append(pdf)
+        return after, before
+
+    def _frames_out(self, rt: KeyedRuntime, out: list[Any], ahead: int) -> Iterator[pd.DataFrame]:
         out_fields, columns_out = self.out_fields, self.columns_out
         if out:
             rows = [r if type(r) is dict else dict(zip(out_fields, r)) for r in out]
             main = pd.DataFrame(rows, columns=out_fields)
-            for c in columns_out[len(out_fields):]:
+            extra = columns_out[len(out_fields):]
+            if self.emit_time:
+                extra = extra[:-2]
+                main[columns_out[-2]] = output_times(rt.marks or [], len(out))
+                main[PRE] = np.arange(len(out)) < ahead
+            for c in extra:
                 main[c] = None
-            yield main
+            yield main[columns_out]
         if rt.side:
             by_tag: dict[str, list[Any]] = {}
             for tag, record in rt.side:
@@ -201,4 +243,7 @@ class BucketFunction:
                 data = {c: empty for c in columns_out}
                 data.update({side_column(tag, f): given[f] for f in fields})
                 data[TAG] = pd.Series([tag] * len(rows), dtype=object)
+                if self.emit_time:
+                    data[columns_out[-2]] = pd.Series([None] * len(rows), dtype="Int64")
+                    data[PRE] = pd.Series([False] * len(rows), dtype=bool)
                 yield pd.DataFrame(data, columns=columns_out)

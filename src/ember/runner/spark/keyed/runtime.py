@@ -25,13 +25,17 @@ from ember.state.descriptors import StateDescriptor
 from ember.state.interfaces import State
 
 __all__ = [
-    "STATE_BUCKETS", "TAG", "SIDE_PREFIX", "EVENT_TIMERS", "PROCESSING_TIMERS",
+    "STATE_BUCKETS", "TAG", "SIDE_PREFIX", "EVENT_TIMERS", "PROCESSING_TIMERS", "PRE", "TIME_OUT", "output_times",
     "KeyedRuntime", "empty_bucket_state", "side_column", "records_builder", "ember_watermark",
 ]
 
 STATE_BUCKETS = 128
 TAG = "__ember_tag"  # which output a row belongs to: null = the main output, else a side output's name
 SIDE_PREFIX = "__ember_side_"
+# On the output of a keyed step read by another: whether a row was emitted before the step's
+# watermark advanced to the batch's (by a timer the advance fired), i.e. ahead of that watermark.
+PRE = "__ember_pre"
+TIME_OUT = "__ember_time"  # a keyed step's output rows' event time (ms), read by the next step
 EVENT_TIMERS, PROCESSING_TIMERS = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
 
 
@@ -47,6 +51,18 @@ def ember_watermark(spark_watermark_ms: int) -> int | None:
     goes below 0): no watermark yet, and no non-negative timestamp is behind it.
     """
     return spark_watermark_ms - 1 if spark_watermark_ms > 0 else None
+
+
+def output_times(marks: list[tuple[int, int]], n: int) -> Any:
+    """Each of ``n`` output rows' timestamp from a call's marks (KeyedRuntime.marks)."""
+    import numpy as np
+
+    if not marks:
+        return np.zeros(n, dtype=np.int64)
+    positions = np.fromiter((p for p, _ in marks), dtype=np.int64, count=len(marks))
+    stamps = np.fromiter((t for _, t in marks), dtype=np.int64, count=len(marks))
+    index = np.searchsorted(positions, np.arange(n), side="right") - 1
+    return stamps[np.maximum(index, 0)]
 
 
 def empty_bucket_state() -> dict[str, Any]:
@@ -86,6 +102,16 @@ class KeyedRuntime(RuntimeContext, Context):
         self.side: list[tuple[str, Any]] = []
         self.counts: dict[str, int] = {}
         self._names: set[str] = set()
+        # The call's output list, and, when a downstream step needs the outputs' event time,
+        # (position in it, timestamp) marks: row i has the timestamp of the last mark at or
+        # before it (Flink's output timestamps: the record's, the timer's, a window's end - 1).
+        self.out: list[Any] | None = None
+        self.marks: list[tuple[int, int]] | None = None
+
+    def emitting(self, out: list[Any], timestamp: int) -> None:
+        """Note that the rows appended to ``out`` from here on carry ``timestamp``."""
+        if self.marks is not None and out is self.out:
+            self.marks.append((len(out), timestamp))
 
     def enter(self, key: Any) -> dict[str, Any] | None:
         """Make ``key`` current; returns its stored slot (None when it has no state yet)."""

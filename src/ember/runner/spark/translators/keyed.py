@@ -24,9 +24,11 @@ from ember.connectors.hashing import INT_KINDS
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, side_column
+from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column
+from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
     LATE_COUNTER,
@@ -46,13 +48,26 @@ from ember.time.watermarks import TimeCharacteristic
 BUCKET = "__ember_bucket"
 
 
+HIDDEN = (TIME, PRE, ANCHOR)  # columns a keyed step's output carries to the next one
+
+
 def _input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
     parent = node.inputs[0]
     up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # grouping partitions by key itself
     for key in keys:
-        if key not in up.df.columns:
-            raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(up.df.columns)})", node.name)
+        if key not in _fields(up):
+            raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(_fields(up))})", node.name)
     return up
+
+
+def _fields(up: Frame) -> list[str]:
+    """The stream's record fields (without the columns Ember carries between keyed steps)."""
+    return [c for c in up.df.columns if c not in HIDDEN]
+
+
+def _chained(comp: Compilation, node: Node, event_time: bool) -> bool:
+    """Whether ``node`` reads another keyed step's rows with their event time (TIME, PRE)."""
+    return event_time and comp.plan.upstream_step(node) is not None
 
 
 def _side_outputs(comp: Compilation, node: Node, late: tuple[Any, T.StructType] | None) -> dict[str, T.StructType]:
@@ -87,7 +102,7 @@ def keyed_operator(
     ``combiner(fields)``, when given, returns a ``mapInArrow`` function and its output
     schema: it pre-aggregates each partition before the shuffle, and ``fn`` receives
     its output instead of the records."""
-    fields = list(up.df.columns)
+    fields = _fields(up)
     partials = None
     if combiner is not None:
         combine, partial_type = combiner(fields)
@@ -103,20 +118,60 @@ def keyed_operator(
                 schema = schema.add(side_column(tag, f.name), f.dataType)
     comp.side_types[id(node)] = sides
     counters = {LATE_COUNTER: comp.counter(LATE_COUNTER)}
+    emit_time = event_time and comp.plan.read_by_step(node)
+    if emit_time:
+        schema = schema.add(TIME, T.LongType()).add(PRE, T.BooleanType())
     ship_by_value(fn)
     bucket_fn = BucketFunction(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
+        emit_time=emit_time, previous_watermark=_previous_watermark(comp, node, event_time),
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials)
-    result = grouped.applyInPandasWithState(bucket_fn, schema, "blob binary", "append", timeout)
-    return Frame(result, up.time)
+    result = _apply(comp, grouped, bucket_fn, schema, "blob binary", event_time, timeout)
+    return Frame(result if emit_time else _visible(result), up.time)
+
+
+def _visible(df: Any) -> Any:
+    """``df`` without the columns only a next keyed step reads."""
+    hidden = [c for c in df.columns if c in HIDDEN]
+    return df.drop(*hidden) if hidden else df
+
+
+def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> PreviousWatermark | None:
+    """The previous batch's watermark, for a step chained after another (bucket.py)."""
+    if not _chained(comp, node, event_time):
+        return None
+    return PreviousWatermark(comp.checkpoint or "")
+
+
+def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType, state_type: str, event_time: bool,
+           timeout: Any) -> Any:
+    """The bucket function on Spark: ``applyInPandasWithState`` for a job's one keyed step,
+    ``transformWithStateInPandas`` for every step of a job with several (keyed/tws.py)."""
+    if not comp.plan.chained and comp.config.keyed_operator == "auto":
+        return grouped.applyInPandasWithState(bucket_fn, schema, state_type, "append", timeout)
+    if comp.config.state_backend != "rocksdb":
+        raise PipelineError(
+            "a job with several keyed steps runs them on Spark's transformWithStateInPandas, which needs "
+            "state_backend='rocksdb'"
+        )
+    mode = "EventTime" if event_time else ("ProcessingTime" if timeout == GroupStateTimeout.ProcessingTimeTimeout else "None")
+    if event_time:  # a null event-time column: Spark passes its watermark on, and never finds a row behind it
+        schema = T.StructType(list(schema.fields)).add(ANCHOR, T.TimestampType())
+    processor = BucketProcessor(bucket_fn, list(grouped._df.columns), ANCHOR if event_time else None)
+    return grouped.transformWithStateInPandas(processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else "")
 
 
 def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool) -> Any:
-    """``up``'s rows with the event-time column and watermark a keyed step needs."""
-    return keep_late_rows(with_event_time(comp, up.df, up.time, node.name)) if event_time else up.df
+    """``up``'s rows with the event-time column and watermark a keyed step needs (after
+    another keyed step, its rows carry their event time and Spark its watermark)."""
+    if not event_time:
+        return up.df
+    if _chained(comp, node, event_time):
+        return restore_anchor(up.df)
+    return keep_late_rows(with_event_time(comp, up.df, up.time, node.name))
 
 
 def _buckets(
@@ -185,15 +240,21 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
     out = output_struct(node.output_schema, None, node.name)
     state_type = output_struct(node.fn.state_schema, None, node.name)
     event_time = _has_event_time(up)
-    fields = list(up.df.columns)
+    if _chained(comp, node, event_time) or (event_time and comp.plan.read_by_step(node)):
+        raise PipelineError(
+            "process_batches after or before another stateful step with event time is not supported yet "
+            "(its rows would need their event times); use process with a KeyedProcessFunction",
+            node.name,
+        )
+    fields = _fields(up)
     ship_by_value(node.fn)
     bucket_fn = make_vectorized_bucket_function(
         node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
     grouped, bucket_fn = _buckets(comp, node, up, node.keys, event_time, bucket_fn)
-    result = grouped.applyInPandasWithState(bucket_fn, out, "table binary", "append", timeout)
-    return Frame(result, up.time)
+    result = _apply(comp, grouped, bucket_fn, out, "table binary", event_time, timeout)
+    return Frame(_visible(result), up.time)
 
 
 def operator_window(comp: Compilation, node: WindowNode) -> Frame:
@@ -209,7 +270,7 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
             "or use a processing-time window",
             node.name,
         )
-    input_type = T.StructType([f for f in up.df.schema.fields])
+    input_type = T.StructType([f for f in up.df.schema.fields if f.name not in HIDDEN])
     aggregate = node.aggregate_fn
     if node.aggregates:
         aggregate = builtin_aggregate(node.aggregates, input_type, node.name)
@@ -229,7 +290,7 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
     )
     late = (node.late_tag, input_type) if node.late_tag is not None else None
     combiner = None
-    if spec.combinable and event_time and comp.config.combine_windows:
+    if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time):
         ship_by_value(spec)  # the aggregate function travels with the combiner
         partial_type = T.StructType(
             [input_type[k] for k in node.keys]

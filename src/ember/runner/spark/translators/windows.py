@@ -1,4 +1,4 @@
-"""Window steps: the planner's choice (planner.native_window) between Spark's native
+"""Window steps: the planner's choice (Plan.native) between Spark's native
 ``window`` / ``session_window`` (this module) and Ember's window operator
 (keyed.operator_window); the planner decides.
 
@@ -28,7 +28,6 @@ from pyspark.sql import functions as F
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, WindowNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.planner import native_window
 from ember.runner.spark.progress import LATE_METRIC_PREFIX
 from ember.runner.spark.translators.eventtime import TIME, with_event_time, with_processing_time
 from ember.runner.spark.translators.keyed import operator_window
@@ -49,7 +48,7 @@ def late_metric(step: str) -> str:
 
 @translates(WindowNode)
 def _window(comp: Compilation, node: WindowNode) -> Frame:
-    return spark_window(comp, node) if native_window(node) else operator_window(comp, node)
+    return spark_window(comp, node) if comp.plan.native(node) else operator_window(comp, node)
 
 
 def spark_window(comp: Compilation, node: WindowNode) -> Frame:
@@ -104,7 +103,11 @@ def _drop_late_records(comp: Compilation, df: Any, step: str, assigner: Tumbling
         .withColumnRenamed("batch_watermark_ms", _BATCH_WATERMARK)
     )
     late = (F.col(_BATCH_WATERMARK) > 0) & (last_end <= F.col(_BATCH_WATERMARK))
-    df = df.crossJoin(F.broadcast(watermark)).observe(late_metric(step), F.count_if(late).alias("records"))
+    # An equi-join on a constant (a broadcast hash join, whole-stage generated) costs less per
+    # row than the cross join's nested loop (measured: docs/design/event-time.md).
+    one = "__ember_one"
+    joined = df.withColumn(one, F.lit(1)).join(F.broadcast(watermark.withColumn(one, F.lit(1))), one).drop(one)
+    df = joined.observe(late_metric(step), F.count_if(late).alias("records"))
     return df.filter(~late).drop(_BATCH_WATERMARK)
 
 

@@ -257,6 +257,9 @@ class WindowOperator(KeyedProcessFunction):
             results = [self.call("get_result", spec.aggregate.get_result, (contents,))]
         else:
             results = [contents]
+        if ctx.out is not None:  # straight into the call's output, marked with Flink's timestamp
+            out = ctx.out
+            ctx.emitting(out, window.max_timestamp)
         if spec.window_function is not None:
             wctx = WindowFunctionContext(ctx, window)
             emitted = self.call("process", spec.window_function.process, (ctx.current_key, wctx, results))

@@ -1,0 +1,129 @@
+"""A bucket function on ``transformWithStateInPandas`` instead of ``applyInPandasWithState``.
+
+Spark runs one ``applyInPandasWithState`` per query but chains any number of
+``transformWithStateInPandas`` operators, each with its own watermark. This
+adapter runs Ember's bucket functions (bucket.py, vectorized.py) unchanged on
+that operator: the grouping key is still the state bucket, the bucket's blob is
+one ``ValueState``, and the one timeout Spark's ``GroupState`` offers becomes
+one registered timer. Per bucket and batch that is a handful of socket round
+trips to the JVM (state get/update, timer register/delete), never one per key
+or record.
+
+Timers: ``applyInPandasWithState`` calls a group once Spark's watermark is
+*past* its timeout; ``transformWithState`` fires a timer once the watermark
+*reaches* it. An event-time timeout ``t`` is therefore registered as ``t + 1``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, StatefulProcessor, StatefulProcessorHandle, TimerValues
+
+__all__ = ["BucketProcessor"]
+
+BucketCall = Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]
+
+
+class _State:
+    """The ``GroupState`` surface a bucket function uses (contracts.GroupState), on TWS state."""
+
+    def __init__(self, proc: BucketProcessor, timer_values: TimerValues, fired: int | None) -> None:
+        self._proc, self._tv = proc, timer_values
+        self._value: tuple[Any, ...] | None = None
+        self._loaded = False
+        self._timeout: int | None = None
+        self._fired = fired
+
+    def _load(self) -> tuple[Any, ...] | None:
+        if not self._loaded:
+            self._value, self._loaded = self._proc.blob.get(), True
+        return self._value
+
+    @property
+    def exists(self) -> bool:
+        return self._load() is not None
+
+    @property
+    def get(self) -> tuple[Any, ...]:
+        value = self._load()
+        if value is None:
+            raise ValueError("no state")
+        return value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self._proc.blob.update(value)
+        self._value, self._loaded = value, True
+
+    def remove(self) -> None:
+        self._proc.blob.clear()
+        self._value, self._loaded = None, True
+
+    def getCurrentWatermarkMs(self) -> int:  # noqa: N802 - Spark's names
+        return max(self._tv.getCurrentWatermarkInMs(), 0)
+
+    def getCurrentProcessingTimeMs(self) -> int:  # noqa: N802
+        return self._tv.getCurrentProcessingTimeInMs()
+
+    def setTimeoutTimestamp(self, timestamp_ms: int) -> None:  # noqa: N802
+        self._timeout = timestamp_ms + 1  # TWS fires at the watermark, APWS once past it
+
+    def setTimeoutDuration(self, duration_ms: int) -> None:  # noqa: N802
+        self._timeout = self.getCurrentProcessingTimeMs() + duration_ms + 1
+
+    def finish(self) -> None:
+        """Leave exactly one registered timer: the timeout asked for, if any."""
+        registered = self._proc.timer.get()
+        old = registered[0] if registered is not None else None
+        if old is not None and old == self._fired:
+            old = None  # Spark removed it when it fired
+        if old == self._timeout:
+            return
+        handle = self._proc.handle
+        if old is not None:
+            handle.deleteTimer(old)
+        if self._timeout is None:
+            self._proc.timer.clear()
+        else:
+            handle.registerTimer(self._timeout)
+            self._proc.timer.update((self._timeout,))
+
+
+class BucketProcessor(StatefulProcessor):
+    """``transformWithStateInPandas`` processor running ``call(bucket, frames, state)``."""
+
+    def __init__(self, call: BucketCall, columns: list[str], anchor: str | None = None) -> None:
+        # Spark 4.3 hands this operator its rows as tuples rebuilt into frames, losing the
+        # column names (``_0``, ``_1``...): ``columns`` names them again, in input order.
+        self.call, self.columns = call, columns
+        self.anchor = anchor  # a null timestamp column added to every output
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.blob = handle.getValueState("blob", "blob binary")
+        self.timer = handle.getValueState("timer", "at long")
+
+    def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
+        state = _State(self, timer_values, fired)
+        for pdf in self.call(key[0], self._named(frames), state):
+            if self.anchor is not None:
+                pdf[self.anchor] = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]")
+            yield pdf
+        state.finish()
+
+    def _named(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in frames:
+            pdf.columns = self.columns
+            yield pdf
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues) -> Iterator[pd.DataFrame]:  # noqa: N802,N803
+        return self._run(key, rows, timerValues, None)
+
+    def handleExpiredTimer(  # noqa: N802
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo  # noqa: N803
+    ) -> Iterator[pd.DataFrame]:
+        return self._run(key, iter(()), timerValues, expiredTimerInfo.getExpiryTimeInMs())
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,206 @@
+"""Several keyed steps in one job (issue 17): chains of process functions and Python
+windows, event time flowing between them as in Flink, checked batch by batch against
+the independent model (tests/flink_model.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import flink_model as model
+import pytest
+
+from ember import (
+    AggregateFunction,
+    CollectSink,
+    KeyedProcessFunction,
+    ScriptedSource,
+    StreamEnvironment,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
+from ember.errors import PipelineError, RestartError
+from ember.state.descriptors import ValueStateDescriptor
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "ts bigint, k string, v int"
+BOUND = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=1_000), "ts")
+
+
+class CountSum(AggregateFunction):
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + 1, acc[1] + value["v"])
+
+    def merge(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def get_result(self, acc):
+        return {"n": acc[0], "v": acc[1]}  # "v": the next window sums it like a record's value
+
+
+class SumCounts(AggregateFunction):
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + value["n"], acc[1] + value["v"])
+
+    def merge(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def get_result(self, acc):
+        return {"n": acc[0], "total": acc[1]}
+
+
+class Dedupe(KeyedProcessFunction):
+    """Forwards the first record of each key (the whole record is the key)."""
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(ValueStateDescriptor("seen"))
+
+    def process_element(self, value, ctx):
+        if self.seen.value() is None:
+            self.seen.update(True)
+            yield value
+
+
+class Report(KeyedProcessFunction):
+    """Reports each window result with the timestamp and watermark it arrives with, and
+    sets a timer ``delay`` ms after it."""
+
+    def __init__(self, delay):
+        self.delay = delay
+
+    def process_element(self, value, ctx):
+        ctx.register_event_time_timer(ctx.timestamp + self.delay)
+        yield {"k": value["k"], "what": "result", "end": value["window_end"], "n": value["n"],
+               "ts": ctx.timestamp, "wm": ctx.current_watermark}
+
+    def on_timer(self, timestamp, ctx):
+        yield {"k": ctx.current_key, "what": "timer", "end": None, "n": None, "ts": timestamp, "wm": None}
+
+
+def _label(batch_id, batches):
+    return batch_id if batch_id < len(batches) else model.END
+
+
+def _fired(sink, batches, total="total"):
+    fired = {}
+    for b in sink.batches:
+        for r in b.rows:
+            window = (r["k"], r["window_start"], r["window_end"])
+            assert window not in fired, f"window {window} emitted twice"
+            fired[window] = (r["n"], r[total], _label(b.batch_id, batches))
+    return fired
+
+
+def test_dedupe_then_window_equals_the_window_of_the_distinct_records(env):
+    batches = model.random_batches(8)
+    with_duplicates = [b + b[:2] for b in batches]  # every batch repeats records: dedupe removes them
+    distinct, seen = [], set()
+    for b in with_duplicates:
+        distinct.append([r for r in b if not (r in seen or seen.add(r))])
+    expected = model.windows(distinct, 1_000, "tumbling", 4_000)
+    assert expected.late > 0
+    sink = CollectSink()
+    src = env.from_source(ScriptedSource(with_duplicates, SCHEMA), BOUND, name="events")
+    (src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+        .filter("v > 0")  # a Spark-side filter between two keyed steps keeps the rows' event time
+        .key_by("k").window(TumblingEventTimeWindows.of(4_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w").sink_to(sink))
+    result = env.execute("dedupe-window", progress=False)
+    assert _fired(sink, batches, "v") == expected.fired
+    assert result.late_dropped == expected.late
+
+
+@pytest.mark.parametrize("seed", [8, 3])
+def test_window_of_windows_fires_in_the_batch_flink_fires_it(env, seed):
+    batches = model.random_batches(seed)
+    expected = model.window_of_windows(batches, 1_000, 2_000, 6_000)
+    assert any(b != model.END for *_, b in expected.fired.values())
+    sink = CollectSink()
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    (src.key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small")
+        .key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(SumCounts(), output_schema="n bigint, total bigint", name="large").sink_to(sink))
+    result = env.execute("window-of-windows", progress=False)
+    assert _fired(sink, batches) == expected.fired
+    assert result.late_dropped == expected.late
+
+
+def test_window_results_reach_a_process_function_with_flinks_timestamps_and_watermark(env):
+    batches = model.random_batches(8)
+    seen, fired = model.window_then_timers(batches, 1_000, 2_000, 1_500)
+    sink = CollectSink()
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    (src.key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
+        .key_by("k").process(Report(1_500), "k string, what string, end bigint, n bigint, ts bigint, wm bigint",
+                             name="report").sink_to(sink))
+    env.execute("window-report", progress=False)
+    got_seen, got_fired = [], []
+    for b in sink.batches:
+        label = _label(b.batch_id, batches)
+        for r in b.rows:
+            if r["what"] == "result":
+                got_seen.append((r["k"], r["end"], r["n"], r["ts"], "?" if label == model.END else r["wm"], label))
+            else:
+                got_fired.append((r["k"], r["ts"], label))
+    assert sorted(got_seen, key=str) == seen
+    assert sorted(got_fired, key=str) == fired
+
+
+class RunningCount(KeyedProcessFunction):
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n"))
+
+    def process_element(self, value, ctx):
+        n = (self.n.value() or 0) + 1
+        self.n.update(n)
+        yield {"k": value["k"], "n": n}
+
+
+def test_processing_time_chain_of_process_functions(env):
+    batches = [[(1, "a", 1), (2, "b", 1)], [(3, "a", 1)], [(4, "a", 1), (5, "b", 1), (6, "c", 1)]]
+    sink = CollectSink()
+    src = env.from_source(ScriptedSource(batches, SCHEMA), name="events")
+    (src.key_by("k").process(RunningCount(), "k string, n bigint", name="per-key")
+        .key_by("n").process(RunningCount(), "k string, n bigint", name="per-count").sink_to(sink))
+    env.execute("counts-of-counts", progress=False)
+    rows = sorted((r["k"], r["n"]) for r in sink.rows())
+    # per-key emits (a,1) (b,1) (a,2) (a,3) (b,2) (c,1); per-count counts by n: n=1 x3, n=2 x2, n=3 x1
+    assert sorted(n for _, n in rows) == [1, 1, 1, 2, 2, 3]
+    assert len(rows) == 6
+
+
+def test_a_python_map_between_two_keyed_steps_is_refused_naming_it(env):
+    src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
+    (src.key_by("k").process(Dedupe(), SCHEMA, name="dedupe").map(lambda r: r, name="reshape")
+        .key_by("k").process(Dedupe(), SCHEMA, name="again").sink_to(CollectSink()))
+    with pytest.raises(PipelineError, match="step 'reshape'.*between the stateful steps 'dedupe' and 'again'"):
+        env.execute("refused", progress=False)
+
+
+def test_explain_shows_each_keyed_step_on_transform_with_state(env):
+    src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
+    (src.key_by("k").process(Dedupe(), SCHEMA, name="dedupe")
+        .key_by("k").process(Dedupe(), SCHEMA, name="again").sink_to(CollectSink()))
+    text = env.explain()
+    assert "dedupe: process Dedupe" in text and "again: process Dedupe" in text
+    assert text.count("TransformWithStateInPySpark transformWithStateUDF") >= 2 and "FlatMapGroupsInPandasWithState" not in text
+
+
+def test_a_checkpoint_of_one_operator_kind_is_refused_by_the_other(spark, tmp_path):
+    def job(**options):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, **options)
+        src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
+        src.key_by("k").process(Dedupe(), SCHEMA, name="dedupe").sink_to(CollectSink())
+        return env
+
+    job().execute("one", progress=False)
+    with pytest.raises(RestartError, match="'dedupe'.*held by Spark's applyInPandasWithState.*transformWithStateInPandas"):
+        job(keyed_operator="transform_with_state").execute("one", progress=False)
