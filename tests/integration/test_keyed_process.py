@@ -321,15 +321,6 @@ def test_vectorized_function_errors_name_the_step(env):
         env.execute("broken", progress=False)
 
 
-def test_two_keyed_state_steps_in_one_job_fail_before_start(env):
-    # Spark runs one applyInPandasWithState per query: say so, naming both steps.
-    src = env.from_source(ScriptedSource(BATCHES, SCHEMA), MONOTONOUS, name="events")
-    first = src.key_by("k").process(RunningCount(), "k string, n bigint, ts bigint", name="first")
-    first.key_by("n").process(RunningCount(), "k string, n bigint, ts bigint", name="second").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match=r"step 'second': Spark runs one applyInPandasWithState per query, and step 'first'"):
-        env.execute("two-keyed", progress=False)
-
-
 class FireAfter500(KeyedProcessFunction):
     def process_element(self, value, ctx):
         ctx.register_event_time_timer(value["ts"] + 500)

@@ -78,13 +78,14 @@ class _State:
         old = registered[0] if registered is not None else None
         if old is not None and old == self._fired:
             old = None  # Spark removed it when it fired
-        if old == self._timeout:
+        if old is not None and old == self._timeout:
             return
         handle = self._proc.handle
         if old is not None:
             handle.deleteTimer(old)
         if self._timeout is None:
-            self._proc.timer.clear()
+            if registered is not None:
+                self._proc.timer.clear()
         else:
             handle.registerTimer(self._timeout)
             self._proc.timer.update((self._timeout,))
