@@ -83,6 +83,12 @@ class Report(KeyedProcessFunction):
         yield {"k": ctx.current_key, "what": "timer", "end": None, "n": None, "ts": timestamp, "wm": None}
 
 
+def _distinct(batches):
+    """The batches with each record's first occurrence only (what ``Dedupe`` forwards)."""
+    seen: set = set()
+    return [[r for r in b if not (r in seen or seen.add(r))] for b in batches]
+
+
 def _label(batch_id, batches):
     return batch_id if batch_id < len(batches) else model.END
 
@@ -100,10 +106,7 @@ def _fired(sink, batches, total="total"):
 def test_dedupe_then_window_equals_the_window_of_the_distinct_records(env):
     batches = model.random_batches(8)
     with_duplicates = [b + b[:2] for b in batches]  # every batch repeats records: dedupe removes them
-    distinct, seen = [], set()
-    for b in with_duplicates:
-        distinct.append([r for r in b if not (r in seen or seen.add(r))])
-    expected = model.windows(distinct, 1_000, "tumbling", 4_000)
+    expected = model.windows(_distinct(with_duplicates), 1_000, "tumbling", 4_000)
     assert expected.late > 0
     sink = CollectSink()
     src = env.from_source(ScriptedSource(with_duplicates, SCHEMA), BOUND, name="events")
@@ -132,11 +135,15 @@ def test_window_of_windows_fires_in_the_batch_flink_fires_it(env, seed):
     assert result.late_dropped == expected.late
 
 
-def test_window_results_reach_a_process_function_with_flinks_timestamps_and_watermark(env):
+@pytest.mark.parametrize("dedupe", [False, True], ids=["two-steps", "three-steps"])
+def test_window_results_reach_a_process_function_with_flinks_timestamps_and_watermark(env, dedupe):
     batches = model.random_batches(8)
-    seen, fired = model.window_then_timers(batches, 1_000, 2_000, 1_500)
+    given = [b + b[:1] for b in batches] if dedupe else batches  # dedupe drops the repeated records
+    seen, fired = model.window_then_timers(_distinct(given), 1_000, 2_000, 1_500)
     sink = CollectSink()
-    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    src = env.from_source(ScriptedSource(given, SCHEMA), BOUND, name="events")
+    if dedupe:  # a first step forwarding each record once, with its timestamp
+        src = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
     (src.key_by("k").window(TumblingEventTimeWindows.of(2_000))
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
         .key_by("k").process(Report(1_500), "k string, what string, end bigint, n bigint, ts bigint, wm bigint",

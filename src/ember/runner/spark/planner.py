@@ -5,10 +5,12 @@ Spark runs it, before any DataFrame is built, and refuses what Spark cannot run
 exactly — naming the step. No Spark is needed here, so plans are tested without
 a session.
 
-- **One stateful chain.** Spark's append mode runs one chain of stateful
-  operators per query with simple watermark semantics; a window after a window
-  is refused rather than silently given another meaning. And Spark runs one
-  ``applyInPandasWithState`` per query: one step with Ember keyed state.
+- **Chains of stateful steps.** A keyed-runtime step (process function, Python
+  window) may read another's output, through ``key_by`` and Spark-side filters;
+  with several such steps each runs on ``transformWithStateInPandas`` (Spark runs
+  one ``applyInPandasWithState`` per query), and event time flows between them as
+  in Flink (docs/design/dataflow.md). A step reading two stateful streams is
+  refused, naming it.
 - **Split.** A job with several sinks runs as one query up to its *split* (the
   last step every sink reads from), and the steps after it on every micro-batch
   in ``foreachBatch``: those branches must be stateless.
@@ -18,7 +20,7 @@ a session.
 - **Windows.** A window runs on Spark's native windowing (``groupBy(window(...))``,
   in the JVM) when Spark's semantics are Flink's for it: built-in aggregates on a
   tumbling or sliding window, or a processing-time session window, with the default
-  trigger and nothing else (``WindowNode.plain``). An event-time session window runs
+  trigger and nothing else (``WindowNode.plain``), and no other stateful step on its path. An event-time session window runs
   on Ember's operator: Spark cannot merge a record behind the watermark into a
   session that is still open (Flink does), it drops it. Every other window runs on
   Ember's window operator over keyed state (runner/spark/keyed/windows).
@@ -117,10 +119,8 @@ class Plan:
 
     def upstream_step(self, node: Node) -> Node | None:
         """The keyed-runtime step whose output ``node`` (a keyed-runtime step) reads, if any."""
-        for parent in ancestors(node):
-            if _keyed_state(parent, self.graph):
-                return parent
-        return None
+        direct = _direct_upstream(node, self.graph)
+        return direct[0] if direct else None
 
     def read_by_step(self, node: Node) -> bool:
         """Whether another keyed-runtime step reads ``node``'s output (it then emits event time)."""
@@ -231,15 +231,19 @@ def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str
     return None
 
 
+def _direct_upstream(node: Node, graph: Graph) -> list[Node]:
+    """The keyed-runtime steps ``node`` reads with no other such step in between."""
+    upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
+    return [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
+
+
 def _check_chains(graph: Graph) -> None:
     """A keyed-runtime step reads at most one other (a chain; joins of two stateful
     streams are not built yet), and the steps between two of them keep the rows'
     event time: Spark-side row filters only (not yet Python map/flat_map, which
     would have to carry each record's timestamp)."""
-    steps = runtime_steps(graph)
-    for node in steps:
-        upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
-        direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
+    for node in runtime_steps(graph):
+        direct = _direct_upstream(node, graph)
         if len(direct) > 1:
             raise PipelineError(
                 f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}); "
