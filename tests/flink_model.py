@@ -267,3 +267,33 @@ def window_then_timers(batches: list[list[tuple]], bound_ms: int, size: int, del
             pending.discard((key, timer))
             fired.append((key, timer, label))
     return sorted(seen, key=str), sorted(fired, key=str)
+
+
+def rolling(batches: list[list[tuple]], kind: str) -> list[tuple]:
+    """Flink's rolling aggregation of ``value`` per key (``KeyedStream.reduce``/``sum``/``min``/
+    ``max``/``minBy``/``maxBy``): one output per record, in each key's timestamp order within a
+    batch, ``(batch, key, ts of the record carried, value)``. ``sum``/``min``/``max`` carry the
+    key's first record with the aggregate as its value; ``min_by``/``max_by`` the record holding
+    the extreme (the earlier on ties); ``reduce`` here adds values and keeps the later record."""
+    acc: dict[str, tuple[int, int]] = {}  # key -> (ts carried, value)
+    out: list[tuple] = []
+    for k, batch in enumerate(batches):
+        for ts, key, value in sorted(batch, key=lambda r: (r[1], r[0])):
+            prev = acc.get(key)
+            if prev is None:
+                new = (ts, value)
+            elif kind == "sum":
+                new = (prev[0], prev[1] + value)
+            elif kind == "min":
+                new = (prev[0], min(prev[1], value))
+            elif kind == "max":
+                new = (prev[0], max(prev[1], value))
+            elif kind == "min_by":
+                new = (ts, value) if value < prev[1] else prev
+            elif kind == "max_by":
+                new = (ts, value) if value > prev[1] else prev
+            else:  # reduce: a + b on the value, the later record's timestamp
+                new = (ts, prev[1] + value)
+            acc[key] = new
+            out.append((k, key, *new))
+    return out

@@ -30,7 +30,7 @@ def _pipeline(env, streams, campaigns, dead_stream):
     return views
 
 
-def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly(env, r, prefix, rss_sampler):
+def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly(env, r, prefix):
     produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=20_000, rate=None)
     report = produce(produced)
     streams = stream_names(prefix, 2)
@@ -49,12 +49,12 @@ def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly
 
     campaigns = [{"ad_id": ad, "campaign_id": c} for ad, c in produced.source().campaign_table()]
     views = _pipeline(env, streams, campaigns, f"{prefix}:dead")
-    # Often the test run's first job: the JVM's heap and JIT, Python workers still grow over the first
-    # batches (once +750 MB after batch 3 in CI), so "warm" is taken after 6 of the 11 batches.
-    with rss_sampler(warm_batches=6) as memory:
-        result = env.execute("bad-input", progress=memory.progress.append)
-    assert len([p for p in memory.progress if p["numInputRows"]]) >= 10
-    assert memory.warm > 0 and memory.growth < 256 * 2**20  # bounded: batches of 2,000, memory flat after warm-up
+    progress: list[dict] = []
+    result = env.execute("bad-input", progress=progress.append)
+    batches = [p["numInputRows"] for p in progress if p["numInputRows"]]
+    # Bounded: the source admits at most 2,000 entries per batch, the rest waits in Redis. (An RSS check
+    # here could not tell: 20 k records are ~2 MB, while the JVM's heap grows lazily by hundreds of MB.)
+    assert len(batches) >= 10 and max(batches) <= 2_000
     assert result.events == report.events + len(bad) + 1  # the entry without 'event' never enters the job
 
     # Valid records: exactly the views the generator produced, per campaign.

@@ -42,10 +42,11 @@ def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, 
     assert events == RATE * SECONDS
     assert int(r.get(counter)) == events == result.events  # nothing lost, nothing twice
     batches = [p for p in progress if p["numInputRows"]]
-    assert max(p["numInputRows"] for p in batches) <= BOUND  # admission control held every batch
+    # Admission control held every batch: memory follows the bound, not the backlog. (RSS is printed, not
+    # asserted: a backlog of ~3 MB cannot show against the JVM heap's lazy growth of hundreds of MB.)
+    assert max(p["numInputRows"] for p in batches) <= BOUND
     lags = [p["lag"] for p in batches]
     assert max(lags) > 5 * BOUND  # the source was throttled: input waited in Redis, not in memory
     assert lags[-1] == 0
     print(f"\nflow control: {events:,} events, {len(batches)} batches, max lag {max(lags):,}, "
           f"RSS warm {memory.warm / 2**20:.0f} MiB, peak {memory.peak / 2**20:.0f} MiB")
-    assert memory.warm > 0 and memory.growth < 256 * 2**20  # memory does not follow the backlog

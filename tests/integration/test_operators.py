@@ -44,6 +44,16 @@ def test_map_with_tuple_and_scalar_results(env):
     assert [r["double"] for r in rows] == [20, 40, 60, 80]
 
 
+def test_map_to_a_timestamp_field(env):
+    """A map may produce timestamps (an Arrow timestamp needs a zone: the instant is what counts)."""
+    from datetime import datetime, timezone
+
+    rows = _run(env, lambda s: s.map(lambda r: {"id": r["id"], "at": datetime.fromtimestamp(r["id"] * 60, timezone.utc)},
+                                     "id bigint, at timestamp"))
+    assert [(r["id"], r["at"].replace(tzinfo=timezone.utc).timestamp() if r["at"].tzinfo is None else r["at"].timestamp())
+            for r in rows] == [(1, 60.0), (2, 120.0), (3, 180.0), (4, 240.0)]
+
+
 def test_native_filter_select_and_column_forms(env):
     rows = _run(
         env,

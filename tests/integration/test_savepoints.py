@@ -128,6 +128,7 @@ def test_incompatible_change_is_refused_before_anything_is_restored(spark, tmp_p
     assert not (root / "v2" / "offsets").exists()
 
 
+@pytest.mark.slow  # rescaling is covered in make test by the three-step and native-window tests below
 def test_rescale_2_4_1_keeps_results_identical(spark, tmp_path, uninterrupted):
     root, sp = tmp_path / "ckpt", str(tmp_path / "sp")
     out = _run(spark, root, "p2", BATCHES[:3], parallelism=2)
@@ -327,3 +328,39 @@ def test_native_window_state_is_readable_and_rescales(spark, tmp_path):
     assert create_savepoint(str(root / "p3"), root=str(tmp_path / "sp")).partitions == 3
     assert 0 < len(head) < len(whole)
     assert sorted(head + rows(sink)) == whole
+
+
+def test_three_stateful_steps_stop_with_savepoint_rescale_2_to_4_equals_an_uninterrupted_run(spark, tmp_path):
+    """Issue 17: a chain of three keyed steps (running totals -> 20 ms windows of them ->
+    running totals of the windows) on transformWithStateInPandas, stopped with a savepoint
+    mid-way, restored with 4 state partitions instead of 2: its output then equals the
+    uninterrupted run's, nothing lost or twice."""
+    from ember import TumblingEventTimeWindows, WatermarkStrategy
+
+    root = tmp_path / "ckpt"
+
+    def job(parallelism, trigger_ms=0):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=parallelism, trigger_interval=trigger_ms,
+                                spark=spark)
+        sink = CollectSink()
+        (env.from_source(ScriptedSource(BATCHES, SCHEMA), WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
+         .key_by("k").process(RunningTotal(), OUT, name="totals")
+         .key_by("k").window(TumblingEventTimeWindows.of(20)).max("total", name="peaks")
+         .key_by("k").sum("max_total", name="sum-of-peaks").sink_to(sink))
+        return env, sink
+
+    def rows(sink):
+        return sorted((r["k"], r["window_start"], r["max_total"]) for r in sink.rows())
+
+    env, sink = job(2)
+    env.execute("whole", progress=False)
+    whole = rows(sink)
+    env, sink = job(2, trigger_ms=250)
+    point = _stop_with_savepoint(env, "three", root, str(tmp_path / "sp"), 4)
+    head = rows(sink)
+    assert [op["name"] for op in point.operators] == ["totals", "peaks", "sum-of-peaks"]
+    env, sink = job(4)
+    env.execute("three-p4", progress=False, from_savepoint=point.path)
+    assert create_savepoint(str(root / "three-p4"), root=str(tmp_path / "sp")).partitions == 4
+    assert 0 < len(head) < len(whole)
+    assert Counter(head + rows(sink)) == Counter(whole)

@@ -16,6 +16,7 @@ from ember.functions import DEAD_LETTER_SCHEMA, AggregateFunction, KeyedProcessF
 from ember.graph import nodes as n
 from ember.graph.graph import Graph
 from ember.graph.nodes import is_plain_window
+from ember.rolling import RollingField, RollingReduce
 from ember.runner.spark.planner import physical_notes
 from ember.time.durations import to_ms
 from ember.windowing.aggregates import Agg, Aggregate
@@ -329,6 +330,44 @@ class KeyedStream(DataStream):
         if not all(isinstance(k, str) for k in self.keys):
             raise PipelineError("process_batches needs key_by with field names (not Columns)", step)
         node = self._add(n.VectorizedProcessNode, name, "process_batches", keys=self.keys, fn=fn, output_schema=output_schema)
+        return DataStream(self._env, node)
+
+
+    # -- rolling aggregations (no window: one output per record) --------------------
+    def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> DataStream:
+        """Flink's rolling reduce: per record, ``fn(previous_result, record)`` (the key's
+        first record as it is), emitted and kept in keyed state. The output has the
+        input's fields (ember.rolling)."""
+        _require_callable(fn, "reduce", name)
+        return self._rolling(RollingReduce(fn), name, "reduce")
+
+    def sum(self, field: str, *, name: str | None = None) -> DataStream:
+        """Per record, the key's first record with ``field`` replaced by the running sum."""
+        return self._rolling(RollingField("sum", field), name, "sum", field)
+
+    def min(self, field: str, *, name: str | None = None) -> DataStream:
+        """Per record, the key's first record with ``field`` replaced by the running minimum."""
+        return self._rolling(RollingField("min", field), name, "min", field)
+
+    def max(self, field: str, *, name: str | None = None) -> DataStream:
+        """Per record, the key's first record with ``field`` replaced by the running maximum."""
+        return self._rolling(RollingField("max", field), name, "max", field)
+
+    def min_by(self, field: str, *, name: str | None = None) -> DataStream:
+        """Per record, the record with the smallest ``field`` so far (the earlier on ties)."""
+        return self._rolling(RollingField("min", field, by=True), name, "min_by", field)
+
+    def max_by(self, field: str, *, name: str | None = None) -> DataStream:
+        """Per record, the record with the largest ``field`` so far (the earlier on ties)."""
+        return self._rolling(RollingField("max", field, by=True), name, "max_by", field)
+
+    def _rolling(self, fn: KeyedProcessFunction, name: str | None, prefix: str, field: str | None = None) -> DataStream:
+        step = name or prefix
+        if field is not None and (not isinstance(field, str) or not field):
+            raise PipelineError(f"{prefix} takes a field name, got {field!r}", step)
+        if not all(isinstance(k, str) for k in self.keys):
+            raise PipelineError(f"{prefix} needs key_by with field names (not Columns)", step)
+        node = self._add(n.KeyedProcessNode, name, prefix, keys=self.keys, fn=fn, output_schema=None)
         return DataStream(self._env, node)
 
 

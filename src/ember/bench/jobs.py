@@ -16,9 +16,12 @@ from ember.functions import (
     RuntimeContext,
     VectorizedKeyedFunction,
 )
-from ember.state.descriptors import ValueStateDescriptor
+from ember.state.descriptors import StateTtlConfig, ValueStateDescriptor
 
-__all__ = ["StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate", "KeyedCount", "KEYED_COUNT_SCHEMA"]
+__all__ = [
+    "StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate", "KeyedCount", "KEYED_COUNT_SCHEMA",
+    "Dedupe", "AlertsInWindow", "ALERT_WINDOW_SCHEMA",
+]
 
 TERMINAL = 5
 ALERT_SCHEMA = "address int, state string, type int"
@@ -40,6 +43,54 @@ class StateMachine(KeyedProcessFunction):
             self.state.clear()
         else:
             self.state.update(following)
+
+
+LAST_EVENT_TYPE = 7  # "g" ends every valid E4 sequence
+
+
+class Dedupe(KeyedProcessFunction):
+    """Drops a re-sent event: one not newer than the last event seen for its address.
+    The last timestamp is a ``ValueState`` with a processing-time TTL of ``ttl_ms``
+    (an address whose sequence never ends is forgotten then), cleared at the event
+    that ends the address's sequence. The generator sends no duplicates: every event
+    passes, so the benchmark can check every alert downstream."""
+
+    def __init__(self, ttl_ms: int = 60_000) -> None:
+        self.ttl_ms = ttl_ms
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.last = ctx.get_state(ValueStateDescriptor("last-ts", ttl=StateTtlConfig.of(self.ttl_ms)))
+
+    def process_element(self, event: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+        last = self.last.value()
+        if last is not None and event["ts"] <= last:
+            return
+        if event["type"] == LAST_EVENT_TYPE:
+            self.last.clear()
+        else:
+            self.last.update(event["ts"])
+        yield event
+
+
+ALERT_WINDOW_SCHEMA = "alerts bigint, detail string"
+
+
+class AlertsInWindow(AggregateFunction):
+    """Counts a window's alerts and lists them (``address:type``, sorted), so a benchmark
+    can check every alert, not only the counts."""
+
+    def create_accumulator(self) -> list[str]:
+        return []
+
+    def add(self, value: dict[str, Any], acc: list[str]) -> list[str]:
+        acc.append(f"{value['address']}:{value['type']}")
+        return acc
+
+    def merge(self, a: list[str], b: list[str]) -> list[str]:
+        return a + b
+
+    def get_result(self, acc: list[str]) -> dict[str, Any]:
+        return {"alerts": len(acc), "detail": " ".join(sorted(acc))}
 
 
 class CountAggregate(AggregateFunction):

@@ -10,7 +10,17 @@ from pyspark.sql import functions as F
 from ember.api.environment import StreamEnvironment
 from ember.bench import baselines
 from ember.bench.harness import WARMUP_BATCHES, BenchConfig, RunOutcome, throughput, workload
-from ember.bench.jobs import ALERT_SCHEMA, KEYED_COUNT_SCHEMA, CountAggregate, KeyedCount, StateMachine, StateMachineVectorized
+from ember.bench.jobs import (
+    ALERT_SCHEMA,
+    ALERT_WINDOW_SCHEMA,
+    KEYED_COUNT_SCHEMA,
+    AlertsInWindow,
+    CountAggregate,
+    Dedupe,
+    KeyedCount,
+    StateMachine,
+    StateMachineVectorized,
+)
 from ember.bench.verify import check_yahoo_windows
 from ember.connectors.external import RedisSink, redis_url, yahoo_window_writer
 from ember.connectors.generators import GrepSource, GroupingSource, StateMachineSource, YahooSource
@@ -29,6 +39,7 @@ def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
     return StreamEnvironment(
         master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=cfg.max_events_per_batch,
         fuse_sources=cfg.options.get("fuse_sources", True), trigger_interval=cfg.options.get("trigger_interval_ms", 0),
+        keyed_operator=cfg.options.get("keyed_operator", "auto"),
     )
 
 
@@ -177,6 +188,48 @@ def statemachine_vectorized(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutco
     return _run_statemachine(
         spark, cfg, ckpt, "bench-statemachine-vectorized",
         lambda k: k.process_batches(StateMachineVectorized(), ALERT_SCHEMA, name="state-machine"),
+    )
+
+
+PIPELINE_WINDOW_MS = 1_000
+
+
+@workload("pipeline")
+def pipeline(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """Three stateful steps in one job (issue 17): E4 events -> per-address dedupe
+    (``ValueState`` with TTL) -> per-address state machine -> alerts counted per 1 s
+    event-time window (a Python ``AggregateFunction`` listing them). Verified: every
+    window the job emitted holds exactly the alerts of the generator's injected events
+    in it, and every window up to the last one emitted was emitted."""
+    env = _env(spark, cfg, ckpt)
+    # Event time advances 2 s per full micro-batch at unbounded speed: windows close every batch.
+    src = StateMachineSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, invalid_rate=0.0005,
+                             nominal_rate=max(1, cfg.max_events_per_batch // 2))
+    sink = CollectSink()
+    (env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
+     .key_by("address").process(Dedupe(), src.schema_ddl, name="dedupe")
+     .key_by("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine")
+     .key_by("state").window(TumblingEventTimeWindows.of(PIPELINE_WINDOW_MS))
+     .aggregate(AlertsInWindow(), output_schema=ALERT_WINDOW_SCHEMA, name="alerts-per-second")
+     .sink_to(sink))
+    result, events, seconds, eps = _execute(env, "bench-pipeline", cfg)
+    per_window: dict[tuple[int, int], list[str]] = {}  # one row per (state, window): merged
+    counts_agree = True
+    for r in sink.rows():
+        listed = r["detail"].split() if r["detail"] else []
+        counts_agree &= r["alerts"] == len(listed)
+        per_window.setdefault((r["window_start"], r["window_end"]), []).extend(listed)
+    got = {w: (len(a), " ".join(sorted(a))) for w, a in per_window.items()}
+    expected: dict[tuple[int, int], list[str]] = {}
+    for address, kind, ts in src.expected_alert_events(result.events, result.start_ms["events"]):
+        start = ts - ts % PIPELINE_WINDOW_MS
+        expected.setdefault((start, start + PIPELINE_WINDOW_MS), []).append(f"{address}:{kind}")
+    last = max((end for _, end in got), default=0)
+    wanted = {w: (len(a), " ".join(sorted(a))) for w, a in expected.items() if w[1] <= last}
+    return RunOutcome(
+        events, seconds, eps, progress=result.progress, verified=bool(got) and counts_agree and got == wanted,
+        detail={"windows": len(got), "alerts": sum(n for n, _ in got.values()),
+                "injected_in_emitted_windows": sum(n for n, _ in wanted.values())},
     )
 
 

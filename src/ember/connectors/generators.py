@@ -458,6 +458,19 @@ class StateMachineSource(GeneratorSource):
             return empty, empty.astype(np.int8), empty.astype(bool)
         return tuple(np.concatenate(x) for x in zip(*parts))  # type: ignore[return-value]
 
+    def expected_alert_events(self, total_events: int, origin_ms: int) -> list[tuple[int, int, int]]:
+        """``(address, type, event time ms)`` of every injected event among the first
+        ``total_events`` (each causes one alert), for a job whose event-time origin is ``origin_ms``."""
+        out: list[tuple[int, int, int]] = []
+        eps = int(self.events_per_second)
+        for p in range(self.partitions):
+            n = len(range(p, total_events, self.partitions))
+            addr, types, inj = self.events(p, 0, n)
+            seq = np.nonzero(inj)[0].astype(np.int64) * self.partitions + p
+            ts = origin_ms + (seq * 1000) // eps
+            out.extend((int(a), int(t), int(x)) for a, t, x in zip(addr[inj], types[inj], ts))
+        return sorted(out)
+
     def expected_alerts(self, total_events: int) -> list[tuple[int, str, int]]:
         """``(address, state, type)`` of every alert the first ``total_events`` events cause."""
         out: list[tuple[int, str, int]] = []

@@ -36,7 +36,7 @@ from ember.tools.produce import ProduceConfig, produce
 
 __all__ = ["ChaosConfig", "run_chaos"]
 
-WORKLOADS = ("statemachine",)
+WORKLOADS = ("statemachine", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,10 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         if child.proc.returncode != 0:
             raise EmberError(f"the job failed while draining the streams (code {child.proc.returncode}):\n{run.tail(child)}")
         events = producer_result["report"].events
-        report.update(_verify(run, client, produced, events))
+        if cfg.workload == "pipeline":
+            report.update(_verify_windows(run, client, produced, events, producer_result["report"].origin_ms))
+        else:
+            report.update(_verify(run, client, produced, events))
     finally:
         stop_producing.set()
         if child.proc.poll() is None:
@@ -298,7 +301,7 @@ def _verify(run: ChaosRun, client: Any, produced: ProduceConfig, events: int) ->
     import psycopg
 
     source = produced.source()
-    assert isinstance(source, StateMachineSource)  # chaos runs the statemachine workload only (WORKLOADS)
+    assert isinstance(source, StateMachineSource)  # both chaos workloads read state-machine events
     expected = collections.Counter(source.expected_alerts(events))
     with psycopg.connect(postgres_url()) as conn:
         rows = conn.execute(f'select address, state, type from "{run.table}"').fetchall()
@@ -314,6 +317,46 @@ def _verify(run: ChaosRun, client: Any, produced: ProduceConfig, events: int) ->
         **worst,
         "sinks": sinks,
         "verified": bool(expected) and all(v == 0 for v in worst.values()),
+    }
+
+
+def _verify_windows(run: ChaosRun, client: Any, produced: ProduceConfig, events: int, origin_ms: int) -> dict[str, Any]:
+    """``pipeline``: every alert the first ``events`` events must cause, listed once in the
+    window of its event time, in each sink — up to the last window a sink holds (later
+    windows close only when later events move the watermark: reported as pending)."""
+    import psycopg
+
+    from ember.tools.chaos_jobs import PIPELINE_WINDOW_MS
+
+    source = produced.source()
+    assert isinstance(source, StateMachineSource)
+    expected_all: collections.Counter = collections.Counter()
+    for address, kind, ts in source.expected_alert_events(events, origin_ms):
+        expected_all[(ts - ts % PIPELINE_WINDOW_MS, f"{address}:{kind}")] += 1
+    with psycopg.connect(postgres_url()) as conn:
+        pg_rows = conn.execute(f'select window_start, alerts, detail from "{run.table}"').fetchall()
+    redis_rows = [(f[b"window_start"], f[b"alerts"], f.get(b"detail", b"")) for _, f in client.xrange(f"{run.prefix}:alerts")]
+    sinks: dict[str, dict[str, int]] = {}
+    pending: dict[str, int] = {}
+    for name, rows in (("postgres", pg_rows), ("redis", redis_rows)):
+        got: collections.Counter = collections.Counter()
+        miscounted = 0
+        for start, alerts, detail in rows:
+            text = detail.decode() if isinstance(detail, bytes) else (detail or "")
+            items = text.split()
+            miscounted += int(alerts) != len(items)
+            got.update((int(start), item) for item in items)
+        last = max((int(r[0]) for r in rows), default=-1)
+        expected = collections.Counter({k: n for k, n in expected_all.items() if k[0] <= last})
+        sinks[name] = {**_compare(got, expected), "windows": len(rows), "miscounted_windows": miscounted}
+        pending[name] = sum(n for k, n in expected_all.items() if k[0] > last)
+    worst = {k: max(s[k] for s in sinks.values()) for k in ("lost", "duplicated", "false_outputs", "miscounted_windows")}
+    return {
+        "expected_alerts": sum(expected_all.values()),
+        **{k: v for k, v in worst.items() if k != "miscounted_windows"},
+        "pending_alerts": pending,
+        "sinks": sinks,
+        "verified": all(s["alerts"] for s in sinks.values()) and all(v == 0 for v in worst.values()),
     }
 
 

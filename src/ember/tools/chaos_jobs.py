@@ -8,20 +8,30 @@ managed keyed state, alerts written exactly once to PostgreSQL
 Variables: ``EMBER_CHAOS_PREFIX``, ``EMBER_CHAOS_PARTITIONS``,
 ``EMBER_CHAOS_TABLE``, ``EMBER_CHAOS_ALERTS`` (default ``<prefix>:alerts``) and
 ``EMBER_CHAOS_BATCH`` (records per micro-batch).
+
+``pipeline``: three stateful steps chained in one query (issue 17) — the same
+events, per-address dedupe, the state machine, then the alerts of every 1 s of
+event time per state listed by a window (``AlertsInWindow``); the window rows go
+to both sinks, so every alert is checked through all three steps.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
-from ember import PostgresSink, RedisStreamSink, RedisStreamSource, StreamEnvironment, WatermarkStrategy
-from ember.bench.jobs import ALERT_SCHEMA, StateMachine
+from ember import DataStream, PostgresSink, RedisStreamSink, RedisStreamSource, StreamEnvironment, TumblingEventTimeWindows, WatermarkStrategy
+from ember.bench.jobs import ALERT_SCHEMA, ALERT_WINDOW_SCHEMA, AlertsInWindow, Dedupe, StateMachine
 from ember.tools.produce import STATEMACHINE_SCHEMA, stream_names
 
-__all__ = ["statemachine"]
+__all__ = ["statemachine", "pipeline", "PIPELINE_WINDOW_MS", "PIPELINE_BOUND_MS"]
+
+PIPELINE_WINDOW_MS = 1_000
+# Two streams read side by side may drift apart a little: a bound keeps their alerts in time.
+PIPELINE_BOUND_MS = 2_000
 
 
-def statemachine(env: StreamEnvironment) -> None:
+def _source() -> tuple[str, RedisStreamSource]:
     prefix = os.environ["EMBER_CHAOS_PREFIX"]
     partitions = int(os.environ.get("EMBER_CHAOS_PARTITIONS", "2"))
     source = RedisStreamSource(
@@ -29,10 +39,32 @@ def statemachine(env: StreamEnvironment) -> None:
         STATEMACHINE_SCHEMA,
         max_events_per_batch=int(os.environ.get("EMBER_CHAOS_BATCH", "50000")),
     )
+    return prefix, source
+
+
+def _sinks(stream: DataStream, prefix: str) -> None:
+    stream.sink_to(PostgresSink(os.environ.get("EMBER_CHAOS_TABLE", "ember_chaos_alerts")), name="alerts-postgres")
+    stream.sink_to(RedisStreamSink(os.environ.get("EMBER_CHAOS_ALERTS", f"{prefix}:alerts")), name="alerts-redis")
+
+
+def pipeline(env: StreamEnvironment) -> None:
+    prefix, source = _source()
+    watermark = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=PIPELINE_BOUND_MS), "ts")
+    windows = (
+        env.from_source(source, watermark, name="events")
+        .key_by("address").process(Dedupe(), STATEMACHINE_SCHEMA, name="dedupe")
+        .key_by("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine")
+        .key_by("state").window(TumblingEventTimeWindows.of(PIPELINE_WINDOW_MS))
+        .aggregate(AlertsInWindow(), output_schema=ALERT_WINDOW_SCHEMA, name="alerts-per-second")
+    )
+    _sinks(windows, prefix)
+
+
+def statemachine(env: StreamEnvironment) -> None:
+    prefix, source = _source()
     alerts = (
         env.from_source(source, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
         .key_by("address")
         .process(StateMachine(), ALERT_SCHEMA, name="state-machine")
     )
-    alerts.sink_to(PostgresSink(os.environ.get("EMBER_CHAOS_TABLE", "ember_chaos_alerts")), name="alerts-postgres")
-    alerts.sink_to(RedisStreamSink(os.environ.get("EMBER_CHAOS_ALERTS", f"{prefix}:alerts")), name="alerts-redis")
+    _sinks(alerts, prefix)

@@ -69,7 +69,10 @@ class ProduceConfig:
 
     def source(self) -> StateMachineSource | YahooSource:
         if self.workload == "statemachine":
-            return StateMachineSource(partitions=self.partitions, seed=self.seed, invalid_rate=self.invalid_rate)
+            # Event time advances at the production rate (as fast as possible: the generator's nominal
+            # rate), so event-time windows downstream close as wall time passes.
+            return StateMachineSource(partitions=self.partitions, seed=self.seed, invalid_rate=self.invalid_rate,
+                                      nominal_rate=max(1, int(self.rate)) if self.rate else 1_000_000)
         return YahooSource(partitions=self.partitions, seed=self.seed)
 
 

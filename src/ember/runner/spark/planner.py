@@ -6,7 +6,7 @@ exactly — naming the step. No Spark is needed here, so plans are tested withou
 a session.
 
 - **Chains of stateful steps.** A keyed-runtime step (process function, Python
-  window) may read another's output, through ``key_by`` and Spark-side filters;
+  window) may read another's output, through ``key_by``, filters, ``map`` and ``flat_map``;
   with several such steps each runs on ``transformWithStateInPandas`` (Spark runs
   one ``applyInPandasWithState`` per query), and event time flows between them as
   in Flink (docs/design/dataflow.md). A step reading two stateful streams is
@@ -40,8 +40,10 @@ from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
     FilterNode,
+    FlatMapNode,
     KeyByNode,
     KeyedProcessNode,
+    MapNode,
     Node,
     ParseJsonNode,
     SideOutputNode,
@@ -53,7 +55,8 @@ from ember.graph.nodes import (
 
 __all__ = ["Plan", "plan", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
 
-_CARRIES_TIME = (KeyByNode, FilterNode)  # steps that keep every column of the rows they pass
+# Steps that pass each row on with its event time (hidden columns, translators/eventtime.py).
+_CARRIES_TIME = (KeyByNode, FilterNode, MapNode, FlatMapNode)
 
 
 def native_window(node: WindowNode, graph: Graph) -> bool:
@@ -240,8 +243,8 @@ def _direct_upstream(node: Node, graph: Graph) -> list[Node]:
 def _check_chains(graph: Graph) -> None:
     """A keyed-runtime step reads at most one other (a chain; joins of two stateful
     streams are not built yet), and the steps between two of them keep the rows'
-    event time: Spark-side row filters only (not yet Python map/flat_map, which
-    would have to carry each record's timestamp)."""
+    event time: key_by, filters, and Python map / flat_map, which pass each output
+    row on with its input record's hidden event-time columns (not yet map_batches)."""
     for node in runtime_steps(graph):
         direct = _direct_upstream(node, graph)
         if len(direct) > 1:
@@ -257,8 +260,8 @@ def _check_chains(graph: Graph) -> None:
             if not isinstance(step, _CARRIES_TIME):
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between the stateful steps '{direct[0].name}' and "
-                    f"'{node.name}'; between two stateful steps only key_by and filter are supported yet "
-                    "(a Python map would have to carry each record's event time): move it before "
+                    f"'{node.name}'; between two stateful steps only key_by, filter, map and flat_map are "
+                    "supported yet (a step there must pass each record's event time on): move it before "
                     f"'{direct[0].name}' or into its function",
                     step.name,
                 )

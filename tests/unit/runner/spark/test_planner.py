@@ -87,9 +87,17 @@ def test_one_keyed_step_is_not_chained(env, events):
     assert not plan(env.graph()).chained
 
 
-def test_a_python_map_between_two_keyed_steps_is_refused_naming_it(env, events):
+def test_a_python_map_between_two_keyed_steps_is_chained(env, events):
     first = events().key_by("k").process(_Count(), "ts bigint, k string", name="first")
     (first.map(lambda r: r, name="reshape").key_by("k").process(_Count(), "ts bigint, k string", name="second")
+     .sink_to(CollectSink()))
+    p = plan(env.graph())
+    assert p.chained and p.upstream_step(next(n for n in p.graph.nodes if n.name == "second")).name == "first"
+
+
+def test_a_vectorised_map_between_two_keyed_steps_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), "ts bigint, k string", name="first")
+    (first.map_batches(lambda pdf: pdf, name="reshape").key_by("k").process(_Count(), "ts bigint, k string", name="second")
      .sink_to(CollectSink()))
     with pytest.raises(PipelineError, match="step 'reshape'.*between the stateful steps 'first' and 'second'"):
         plan(env.graph())

@@ -32,6 +32,7 @@ from ember.runner.spark.keyed.runtime import (
     empty_bucket_state,
     output_times,
     records_builder,
+    rows_frame,
     side_column,
 )
 
@@ -95,7 +96,8 @@ class BucketFunction:
         rt.side, rt.counts = [], {}
         rt.blob = pickle.loads(state.get[0]) if state.exists else empty_bucket_state()
         spark_watermark = state.getCurrentWatermarkMs() if self.event_time else 0
-        rt.watermark = ember_watermark(spark_watermark) if self.event_time else None
+        watermark = ember_watermark(spark_watermark) if self.event_time else None
+        rt.watermark = watermark
         rt.now = state.getCurrentProcessingTimeMs()
         out: list[Any] = []
         rt.out, rt.marks = out, ([] if self.emit_time else None)
@@ -106,7 +108,7 @@ class BucketFunction:
                 rt.watermark = ember_watermark(self.previous_watermark()) if self.event_time else None
                 for pdf in late_frames:
                     self._process(rt, pdf, out)
-                rt.watermark = ember_watermark(spark_watermark) if self.event_time else None
+                rt.watermark = watermark
         self._fire_due(rt, out)
         ahead = len(out)  # the rows emitted before this step's watermark reached the batch's
         for pdf in batches:
@@ -220,8 +222,7 @@ class BucketFunction:
     def _frames_out(self, rt: KeyedRuntime, out: list[Any], ahead: int) -> Iterator[pd.DataFrame]:
         out_fields, columns_out = self.out_fields, self.columns_out
         if out:
-            rows = [r if type(r) is dict else dict(zip(out_fields, r)) for r in out]
-            main = pd.DataFrame(rows, columns=out_fields)
+            main = rows_frame(out, out_fields)
             extra = columns_out[len(out_fields):]
             if self.emit_time:
                 extra = extra[:-2]
@@ -237,13 +238,12 @@ class BucketFunction:
             rt.side = []
             for tag, records in by_tag.items():
                 fields = self.side_outputs[tag]
-                rows = [r if type(r) is dict else dict(zip(fields, r)) for r in records]
-                given = pd.DataFrame(rows, columns=fields)
-                empty = pd.Series([None] * len(rows), dtype=object)
+                given = rows_frame(records, fields)
+                empty = pd.Series([None] * len(records), dtype=object)
                 data = {c: empty for c in columns_out}
                 data.update({side_column(tag, f): given[f] for f in fields})
-                data[TAG] = pd.Series([tag] * len(rows), dtype=object)
+                data[TAG] = pd.Series([tag] * len(records), dtype=object)
                 if self.emit_time:
-                    data[columns_out[-2]] = pd.Series([None] * len(rows), dtype="Int64")
-                    data[PRE] = pd.Series([False] * len(rows), dtype=bool)
+                    data[columns_out[-2]] = pd.Series([None] * len(records), dtype="Int64")
+                    data[PRE] = pd.Series([False] * len(records), dtype=bool)
                 yield pd.DataFrame(data, columns=columns_out)

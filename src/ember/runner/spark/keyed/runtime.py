@@ -18,6 +18,9 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable
 
+import numpy as np
+import pandas as pd
+
 from ember.errors import UserFunctionError
 from ember.functions import Context, RuntimeContext
 from ember.runner.spark.keyed.cells import state_object
@@ -36,7 +39,18 @@ SIDE_PREFIX = "__ember_side_"
 # watermark advanced to the batch's (by a timer the advance fired), i.e. ahead of that watermark.
 PRE = "__ember_pre"
 TIME_OUT = "__ember_time"  # a keyed step's output rows' event time (ms), read by the next step
+ANCHOR = "__ember_watermark_anchor"  # a null timestamp column Spark's watermark rides on between steps
+# Columns a keyed step's output carries to the next keyed step; never shown to user
+# functions, dropped before anything else reads the rows.
+HIDDEN = (TIME_OUT, PRE, ANCHOR)
 EVENT_TIMERS, PROCESSING_TIMERS = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
+
+
+def without_hidden(struct: Any) -> Any:
+    """``struct`` (a Spark ``StructType``) without the HIDDEN columns: the fields user functions see."""
+    from pyspark.sql.types import StructType
+
+    return StructType([f for f in struct.fields if f.name not in HIDDEN])
 
 
 def ember_watermark(spark_watermark_ms: int) -> int | None:
@@ -55,8 +69,6 @@ def ember_watermark(spark_watermark_ms: int) -> int | None:
 
 def output_times(marks: list[tuple[int, int]], n: int) -> Any:
     """Each of ``n`` output rows' timestamp from a call's marks (KeyedRuntime.marks)."""
-    import numpy as np
-
     if not marks:
         return np.zeros(n, dtype=np.int64)
     positions = np.fromiter((p for p, _ in marks), dtype=np.int64, count=len(marks))
@@ -82,6 +94,35 @@ def records_builder(fields: list[str]) -> Callable[[list[list[Any]]], list[dict[
     values = [f"v{i}" for i in range(len(fields))]
     body = ", ".join(f"{f!r}: {v}" for f, v in zip(fields, values))
     return eval(f"lambda columns: [{{{body}}} for {', '.join(values)}{',' if len(values) == 1 else ''} in zip(*columns)]")  # noqa: S307 - names are repr()-quoted
+
+
+def _column(values: list[Any] | tuple[Any, ...]) -> Any:
+    """``values`` as a numpy column when numpy types it as numbers or booleans (numpy
+    infers that several times faster than pandas); else as they are, for pandas to type
+    (numpy would turn ``[1, "a"]`` into strings and nested lists into a matrix)."""
+    try:
+        column = np.array(values)
+    except ValueError:
+        return values
+    return column if column.ndim == 1 and column.dtype.kind in "iufb" else values
+
+
+def rows_frame(rows: list[Any], fields: list[str]) -> Any:
+    """A pandas frame of a call's output ``rows`` (dicts, or tuples in ``fields``
+    order; a missing field is null), built column by column. Rows of mixed shapes
+    take pandas' from-records path; the result is the same."""
+    columns: Any = None
+    if rows and type(rows[0]) is dict:
+        try:
+            columns = [[r[f] for r in rows] for f in fields]
+        except (KeyError, TypeError, IndexError):  # a dict without some field, or a tuple among dicts
+            columns = None
+    elif rows and all(type(r) in (tuple, list) for r in rows) and set(map(len, rows)) == {len(fields)}:
+        columns = list(zip(*rows))
+    if columns is None:
+        records = [r if type(r) is dict else dict(zip(fields, r)) for r in rows]
+        return pd.DataFrame(records, columns=fields)
+    return pd.DataFrame({f: _column(c) for f, c in zip(fields, columns)}, columns=fields)
 
 
 class KeyedRuntime(RuntimeContext, Context):

@@ -19,12 +19,12 @@ from pyspark.sql import types as T
 from ember.errors import PipelineError
 from ember.runner.spark.compilation import Compilation
 from ember.runner.spark.datasources import END_OF_TIME_MS
+from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, TIME_OUT
 from ember.time.watermarks import WatermarkStrategy
 
-__all__ = ["TIME", "with_event_time", "with_processing_time", "keep_late_rows", "restore_anchor"]
+__all__ = ["TIME", "ANCHOR", "HIDDEN", "with_event_time", "with_processing_time", "keep_late_rows", "restore_anchor"]
 
-TIME = "__ember_time"
-ANCHOR = "__ember_watermark_anchor"
+TIME = TIME_OUT
 _DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time column
 
 

@@ -23,11 +23,12 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from ember.connectors.hashing import INT_KINDS
 from ember.errors import PipelineError
 from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
+from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
-from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column
+from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
@@ -40,7 +41,7 @@ from ember.runner.spark.keyed.windows import (
     make_combiner,
 )
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.translators.eventtime import ANCHOR, TIME, keep_late_rows, restore_anchor, with_event_time
+from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
 from ember.time.watermarks import TimeCharacteristic
@@ -48,21 +49,19 @@ from ember.time.watermarks import TimeCharacteristic
 BUCKET = "__ember_bucket"
 
 
-HIDDEN = (TIME, PRE, ANCHOR)  # columns a keyed step's output carries to the next one
-
-
 def _input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
     parent = node.inputs[0]
     up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # grouping partitions by key itself
+    fields = _fields(up)
     for key in keys:
-        if key not in _fields(up):
-            raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(_fields(up))})", node.name)
+        if key not in fields:
+            raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(fields)})", node.name)
     return up
 
 
 def _fields(up: Frame) -> list[str]:
     """The stream's record fields (without the columns Ember carries between keyed steps)."""
-    return [c for c in up.df.columns if c not in HIDDEN]
+    return without_hidden(up.df.schema).names
 
 
 def _chained(comp: Compilation, node: Node, event_time: bool) -> bool:
@@ -230,7 +229,11 @@ def _has_event_time(up: Frame) -> bool:
 @translates(KeyedProcessNode)
 def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     up = _input(comp, node, node.keys)
-    out = output_struct(node.output_schema, None, node.name)
+    visible = without_hidden(up.df.schema)
+    field = node.fn.field if isinstance(node.fn, RollingField) else None
+    if field is not None and field not in visible.names:
+        raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
+    out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
     return keyed_operator(comp, node, up, node.keys, node.fn, out, _has_event_time(up))
 
 
@@ -270,7 +273,7 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
             "or use a processing-time window",
             node.name,
         )
-    input_type = T.StructType([f for f in up.df.schema.fields if f.name not in HIDDEN])
+    input_type = without_hidden(up.df.schema)
     aggregate = node.aggregate_fn
     if node.aggregates:
         aggregate = builtin_aggregate(node.aggregates, input_type, node.name)

@@ -16,6 +16,7 @@ from ember.errors import PipelineError, UserFunctionError
 from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, record_text, require_reader
+from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
 from ember.runner.spark.pickling import ship_by_value
 
 __all__ = ["python_filter", "output_struct", "arrow_schema"]
@@ -41,7 +42,8 @@ def output_struct(schema: Any, fallback: Any, step: str) -> Any:
 def arrow_schema(struct: Any) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(struct)
+    # Arrow timestamps need a zone: Spark reads them as instants (microseconds since the epoch), whatever it is.
+    return to_arrow_schema(struct, timezone="UTC")
 
 
 def _fn_name(fn: Callable[..., Any]) -> str:
@@ -77,19 +79,32 @@ def _build(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.Recor
 
 def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> Frame:
     """``map`` (one output per record) and ``flat_map`` (an iterable per record)."""
+    from pyspark.sql import types as T
+
     up = comp.frame(node.inputs[0])
-    out = output_struct(node.output_schema, up.df.schema, node.name)
-    schema, names, fn, step = arrow_schema(out), out.names, node.fn, node.name
+    carried = [f for f in up.df.schema.fields if f.name in HIDDEN]  # between two keyed steps: each row's event time
+    fields = without_hidden(up.df.schema)
+    visible = fields.names
+    out = output_struct(node.output_schema, fields, node.name)
+    names, fn, step = out.names, node.fn, node.name
+    if carried:  # every output row carries its input record's event time (Flink: a map keeps the timestamp)
+        out = T.StructType(list(out.fields) + carried)
+    schema = arrow_schema(out)
     ship_by_value(fn)
     if node.dead_letter is None:
+        hidden = [f.name for f in carried]
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 rows = []
-                for record in batch.to_pylist():
+                times = batch.select(hidden).to_pylist() if hidden else None
+                for i, record in enumerate(batch.select(visible).to_pylist() if hidden else batch.to_pylist()):
                     try:
                         values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
-                        rows.extend(_to_row(v, names, step, fn) for v in values)
+                        if times is None:
+                            rows.extend(_to_row(v, names, step, fn) for v in values)
+                        else:
+                            rows.extend({**_to_row(v, names, step, fn), **times[i]} for v in values)
                     except UserFunctionError:
                         raise
                     except Exception as exc:
@@ -97,6 +112,11 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
                 yield _build(rows, schema, step)
 
         return Frame(up.df.mapInArrow(run, out), up.time)
+    if carried:
+        raise PipelineError(
+            f"'{step}' sends dead letters between two stateful steps; that is not supported yet: move the step "
+            "before the first stateful step or into its function", step
+        )
 
     require_reader(comp, node, node.dead_letter)
     tag, combined = node.dead_letter.name, combined_struct(out, node.dead_letter.name)
@@ -155,10 +175,12 @@ def python_filter(comp: Compilation, df: Any, node: Any) -> Any:
     ship_by_value(fn)
     if tag is None:
 
+        visible = without_hidden(df.schema).names  # the predicate never sees a row's hidden columns
+
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 keep = []
-                for record in batch.to_pylist():
+                for record in batch.select(visible).to_pylist():
                     try:
                         keep.append(bool(fn(record)))
                     except Exception as exc:

@@ -1,0 +1,62 @@
+"""Where a chain of keyed steps spends its time (issue 17, docs/design/dataflow.md).
+
+Runs prefixes of ``ember bench pipeline``'s job (E4 events -> dedupe -> state machine
+-> 1 s window of alerts) as separate queries in one process and prints Spark's
+``addBatch`` milliseconds of every batch that took input, and with ``--operators``
+one keyed step (the state machine) on ``applyInPandasWithState`` and on
+``transformWithStateInPandas``:
+
+    python benchmarks/chain_cost.py dedupe sm dedupe+sm+window --operators
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+
+from ember import TumblingEventTimeWindows, WatermarkStrategy
+from ember.api.environment import StreamEnvironment
+from ember.bench.harness import bench_session
+from ember.bench.jobs import ALERT_SCHEMA, ALERT_WINDOW_SCHEMA, AlertsInWindow, Dedupe, StateMachine
+from ember.connectors.generators import StateMachineSource
+from ember.connectors.sinks import NoopSink
+
+PER_BATCH = 2_000_000
+
+
+def run(spark, variant: str, operator: str, duration: float) -> dict:
+    env = StreamEnvironment(checkpoint_dir=tempfile.mkdtemp(prefix="ember-chain-"), spark=spark,
+                            max_events_per_batch=PER_BATCH, keyed_operator=operator)
+    src = StateMachineSource(rate=None, partitions=2, invalid_rate=0.0005, nominal_rate=PER_BATCH // 2)
+    stream = env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
+    steps = variant.split("+")
+    if "dedupe" in steps:
+        stream = stream.key_by("address").process(Dedupe(), src.schema_ddl, name="dedupe")
+    if "sm" in steps:
+        stream = stream.key_by("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine")
+    if "window" in steps:
+        stream = stream.key_by("state").window(TumblingEventTimeWindows.of(1000)).aggregate(
+            AlertsInWindow(), output_schema=ALERT_WINDOW_SCHEMA, name="alerts-per-second")
+    stream.sink_to(NoopSink())
+    result = env.execute("chain-cost", duration_s=duration, progress=False, min_batches=4)
+    batches = [p["durationMs"].get("addBatch") for p in result.progress if p.get("numInputRows")]
+    return {"variant": variant, "keyed_operator": operator, "add_batch_ms": batches}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("variants", nargs="*", default=["dedupe", "sm", "dedupe+sm+window"])
+    parser.add_argument("--operators", action="store_true", help="also one step on APWS and on TWS")
+    parser.add_argument("--duration", type=float, default=25.0)
+    args = parser.parse_args()
+    spark = bench_session("local[*]")
+    runs = [(v, "transform_with_state") for v in args.variants]
+    if args.operators:
+        runs += [("sm", "auto"), ("sm", "transform_with_state")]
+    for variant, operator in runs:
+        print(json.dumps(run(spark, variant, operator, args.duration)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
