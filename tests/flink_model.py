@@ -297,3 +297,59 @@ def rolling(batches: list[list[tuple]], kind: str) -> list[tuple]:
             acc[key] = new
             out.append((k, key, *new))
     return out
+
+
+# --------------------------------------------------------------------------- interval join
+# Flink's interval join (issue 17) at micro-batch granularity: before micro-batch k the join's
+# watermark is the least of its two inputs' (each ``max - bound - 1`` over earlier batches; an
+# input without records yet does not count, as in Spark); a record with ``ts`` below it is late:
+# dropped and counted. Every two records that are not late, with equal keys and
+# ``left.ts + lower <= right.ts <= left.ts + upper``, make a pair, emitted in the batch of the
+# later of the two. An outer join also emits each record that is not late and has no partner
+# (by the end of input).
+
+
+@dataclass
+class Joined:
+    pairs: list[tuple] = field(default_factory=list)  # (batch, key, left ts, left v, right ts, right v)
+    unmatched_left: list[tuple] = field(default_factory=list)  # (key, ts, v)
+    unmatched_right: list[tuple] = field(default_factory=list)
+    late: int = 0
+
+
+def interval_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int, lower: int, upper: int) -> Joined:
+    out = Joined()
+    marks: list[int | None] = [None, None]
+    kept: list[list[tuple]] = [[], []]  # (batch, ts, key, v) of records that are not late
+    for k in range(max(len(left), len(right))):
+        present = [m for m in marks if m is not None]
+        wm = min(present) if present else None
+        for side, batches in enumerate((left, right)):
+            batch = batches[k] if k < len(batches) else []
+            for ts, key, v in batch:
+                if wm is not None and ts < wm:
+                    out.late += 1
+                else:
+                    kept[side].append((k, ts, key, v))
+        for side, batches in enumerate((left, right)):
+            batch = batches[k] if k < len(batches) else []
+            if batch:
+                candidate = max(r[0] for r in batch) - bound_ms - 1
+                if candidate >= 0 and (marks[side] is None or candidate > marks[side]):
+                    marks[side] = candidate
+    matched: tuple[set, set] = (set(), set())
+    for i, (bl, lts, lkey, lv) in enumerate(kept[0]):
+        for j, (br, rts, rkey, rv) in enumerate(kept[1]):
+            if lkey == rkey and lts + lower <= rts <= lts + upper:
+                out.pairs.append((max(bl, br), lkey, lts, lv, rts, rv))
+                matched[0].add(i)
+                matched[1].add(j)
+    out.unmatched_left = [(key, ts, v) for i, (_, ts, key, v) in enumerate(kept[0]) if i not in matched[0]]
+    out.unmatched_right = [(key, ts, v) for j, (_, ts, key, v) in enumerate(kept[1]) if j not in matched[1]]
+    return out
+
+
+def split_evenly(records: list[tuple], parts: int) -> list[list[tuple]]:
+    """``records`` (in arrival order) cut into ``parts`` consecutive micro-batches."""
+    size = -(-len(records) // parts) if records else 0
+    return [records[i * size:(i + 1) * size] for i in range(parts)]

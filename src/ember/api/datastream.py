@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
+from ember.api.joins import IntervalJoin
 from ember.connectors.base import Sink
 from ember.connectors.external import parse_json_schema
 from ember.connectors.sinks import ConsoleSink
@@ -332,6 +333,11 @@ class KeyedStream(DataStream):
         node = self._add(n.VectorizedProcessNode, name, "process_batches", keys=self.keys, fn=fn, output_schema=output_schema)
         return DataStream(self._env, node)
 
+    def interval_join(self, other: "KeyedStream", how: str = "inner", *, name: str | None = None) -> IntervalJoin:
+        """Flink's interval join with ``other`` (also keyed, keys paired in order): then
+        ``.between(lower, upper)`` and ``.process(fn, schema)`` or ``.select(...)``
+        (ember.api.joins.IntervalJoin; docs/joins.md)."""
+        return IntervalJoin(self, other, how, name, DataStream)
 
     # -- rolling aggregations (no window: one output per record) --------------------
     def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> DataStream:

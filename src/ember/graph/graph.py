@@ -6,6 +6,7 @@ from typing import Callable, Iterator
 
 from ember.errors import PipelineError
 from ember.graph.nodes import (
+    IntervalJoinNode,
     KeyByNode,
     KeyedProcessNode,
     Node,
@@ -18,8 +19,8 @@ from ember.graph.nodes import (
 
 __all__ = ["Graph", "ancestors", "STATEFUL"]
 
-# The node types that keep state across records (keyed state, windows).
-STATEFUL = (WindowNode, KeyedProcessNode, VectorizedProcessNode)
+# The node types that keep state across records (keyed state, windows, joins of two streams).
+STATEFUL = (WindowNode, KeyedProcessNode, VectorizedProcessNode, IntervalJoinNode)
 
 
 class Graph:

@@ -25,6 +25,7 @@ __all__ = [
     "SelectNode",
     "UnionNode",
     "LookupJoinNode",
+    "IntervalJoinNode",
     "KeyByNode",
     "KeyedProcessNode",
     "WindowNode",
@@ -152,6 +153,35 @@ class LookupJoinNode(Node):
     def describe(self) -> str:
         extra = f"; unmatched -> '{self.unmatched.name}'" if self.unmatched is not None else ""
         return f"lookup join on {', '.join(self.on)} ({self.how}, broadcast static table{extra})"
+
+
+JOIN_KINDS = ("inner", "left_outer", "right_outer", "full_outer")
+
+
+@dataclass(frozen=True, eq=False)
+class IntervalJoinNode(Node):
+    """Flink's interval join of two keyed streams (``inputs``: left, right): each pair with
+    equal keys and ``left.ts + lower_ms <= right.ts <= left.ts + upper_ms``, bounds
+    inclusive; ``how`` adds the unmatched records of one or both sides (Spark's outer
+    joins). The pairs go to ``fn(left, right)`` (a Python function returning records,
+    ``output_schema``) or are projected by SQL ``exprs`` over ``left.`` / ``right.``
+    (neither: every field of both sides)."""
+
+    left_keys: tuple[str, ...] = ()
+    right_keys: tuple[str, ...] = ()
+    lower_ms: int = 0
+    upper_ms: int = 0
+    how: str = "inner"
+    fn: Callable[[Any, Any], Any] | None = None
+    output_schema: Any = None
+    exprs: tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        keys = ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(self.left_keys, self.right_keys))
+        what = (f"process {_callable_name(self.fn)} (python, per pair)" if self.fn is not None
+                else "select " + ", ".join(str(e) for e in self.exprs) if self.exprs else "all fields")
+        return (f"interval join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
+                f"right.ts in [left.ts {self.lower_ms:+d} ms, left.ts {self.upper_ms:+d} ms] (native): {what}")
 
 
 @dataclass(frozen=True, eq=False)

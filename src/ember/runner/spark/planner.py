@@ -41,6 +41,7 @@ from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
     FilterNode,
     FlatMapNode,
+    IntervalJoinNode,
     KeyByNode,
     KeyedProcessNode,
     MapNode,
@@ -149,6 +150,7 @@ def plan(graph: Graph) -> Plan:
     for what one Spark query cannot run."""
     fork, detours, streamed = _split(graph)
     _check_chains(graph)
+    _check_joins(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
 
 
@@ -264,4 +266,23 @@ def _check_chains(graph: Graph) -> None:
                     "supported yet (a step there must pass each record's event time on): move it before "
                     f"'{direct[0].name}' or into its function",
                     step.name,
+                )
+
+
+def _check_joins(graph: Graph) -> None:
+    """An interval join runs on Spark's stream-stream join, which reads records with their
+    own event time: no other stateful step may come before it or after it yet (Ember's
+    steps carry event time in hidden columns Spark's join does not pass on)."""
+    for node in graph.nodes:
+        if not isinstance(node, IntervalJoinNode):
+            continue
+        before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
+        after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
+        for other, where in ((before, "before"), (after, "after")):
+            if other:
+                raise PipelineError(
+                    f"the stateful step '{other[0].name}' comes {where} the interval join '{node.name}'; a join "
+                    "with other stateful steps in one job is not supported yet: run that part as its own job, "
+                    "linked by a sink and a source (e.g. RedisStreamSink -> RedisStreamSource)",
+                    node.name,
                 )

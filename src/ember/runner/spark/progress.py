@@ -20,6 +20,7 @@ LATE_METRIC_PREFIX = "ember_late_records:"  # an observed metric: one native win
 __all__ = ["ProgressFollower", "PROGRESS_EVERY_S"]
 
 PROGRESS_EVERY_S = 5.0
+JOIN_OPERATOR = "symmetricHashJoin"  # Spark's name of a stream-stream join in stateOperators
 
 
 class ProgressFollower:
@@ -81,8 +82,10 @@ class ProgressFollower:
             int(metric.get("records") or 0) for metric_name, metric in (report.get("observedMetrics") or {}).items()
             if metric_name.startswith(LATE_METRIC_PREFIX)
         )
-        if self.spark_late_rows:
-            dropped += sum(int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", []))
+        dropped += sum(  # a stream-stream join's input rows are records: Spark's count is exact there
+            int(op.get("numRowsDroppedByWatermark") or 0) for op in report.get("stateOperators", [])
+            if self.spark_late_rows or op.get("operatorName") == JOIN_OPERATOR
+        )
         if dropped:
             self.late_dropped += dropped
             print(

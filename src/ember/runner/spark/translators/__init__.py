@@ -2,6 +2,7 @@
 
 from ember.runner.spark.translators import (  # noqa: F401
     decoding,
+    joins,
     keyed,
     python_ops,
     sinks,

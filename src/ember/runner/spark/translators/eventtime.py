@@ -28,17 +28,26 @@ TIME = TIME_OUT
 _DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time column
 
 
-def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str) -> Any:
-    """``df`` with ``__ember_time`` from the strategy's field and the watermark set on it."""
+def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str, *,
+                    column: str = TIME, shift_ms: int = 0, keys: tuple[str, ...] = ()) -> Any:
+    """``df`` with ``column`` (default ``__ember_time``) from the strategy's field and the
+    watermark set on it. ``shift_ms`` moves the column and the delay alike (the watermark's
+    value stays), which moves Spark's late-row rule: Spark drops ``column <= watermark``, so
+    a shift of 2 ms drops exactly Flink's late records (``ts < max - bound - 1``). ``keys``:
+    fields the end-of-input row fills (a join's keys: Spark filters rows with a null join
+    key before the watermark sees them)."""
     assert time.timestamp_field is not None  # an event-time strategy names its field
-    df = df.withColumn(TIME, _timestamp(df, time.timestamp_field, step))
+    stamp = _timestamp(df, time.timestamp_field, step)
+    if shift_ms:
+        stamp = F.timestamp_millis(F.unix_millis(stamp) + F.lit(shift_ms))
+    df = df.withColumn(column, stamp)
     flush = comp.bounded and comp.end_of_input_marker
     if flush:
-        df = _with_end_of_input(comp, df)
+        df = _with_end_of_input(comp, df, column, keys)
         comp.uses_end_of_input = True
-    df = df.withWatermark(TIME, f"{time.max_out_of_orderness_ms} milliseconds")
+    df = df.withWatermark(column, f"{time.max_out_of_orderness_ms + shift_ms} milliseconds")
     if flush:
-        df = df.filter(F.col(TIME) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
+        df = df.filter(F.col(column) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
     return df
 
 
@@ -66,12 +75,15 @@ def _timestamp(df: Any, field: str, step: str) -> Any:
     )
 
 
-def _with_end_of_input(comp: Compilation, df: Any) -> Any:
+def _with_end_of_input(comp: Compilation, df: Any, column: str = TIME, keys: tuple[str, ...] = ()) -> Any:
     eos = comp.spark.readStream.format("ember_end_of_input").option("marker", comp.end_of_input_marker).load()
-    fields = [
-        (F.timestamp_millis(F.col("end_ms")) if f.name == TIME else F.lit(None).cast(f.dataType)).alias(f.name)
-        for f in df.schema.fields
-    ]
+
+    def value(f: Any) -> Any:
+        if f.name == column:
+            return F.timestamp_millis(F.col("end_ms"))
+        return F.lit(0 if f.name in keys else None).cast(f.dataType)
+
+    fields = [value(f).alias(f.name) for f in df.schema.fields]
     return df.unionByName(eos.select(*fields))
 
 

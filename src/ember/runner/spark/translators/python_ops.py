@@ -19,7 +19,7 @@ from ember.runner.spark.deadletters import combined_struct, dead_batch, main_bat
 from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
 from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["python_filter", "output_struct", "arrow_schema"]
+__all__ = ["python_filter", "output_struct", "arrow_schema", "build_batch", "records_out"]
 
 
 def output_struct(schema: Any, fallback: Any, step: str) -> Any:
@@ -70,7 +70,21 @@ def _to_row(value: Any, names: list[str], step: str, fn: Callable[..., Any]) -> 
     )
 
 
-def _build(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.RecordBatch:
+def records_out(result: Any, names: list[str], step: str, fn: Callable[..., Any]) -> list[dict[str, Any]]:
+    """What a function returned for one input, as output rows: None (nothing), one record
+    (a dict, or a tuple of the output's fields), or an iterable of records."""
+    if result is None:
+        return []
+    if isinstance(result, dict | tuple) or hasattr(result, "asDict"):
+        return [_to_row(result, names, step, fn)]
+    try:
+        values = list(result)
+    except TypeError:
+        return [_to_row(result, names, step, fn)]
+    return [_to_row(v, names, step, fn) for v in values]
+
+
+def build_batch(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.RecordBatch:
     try:
         return pa.RecordBatch.from_pylist(rows, schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
@@ -109,7 +123,7 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
                         raise
                     except Exception as exc:
                         raise _fail(step, fn, record, exc) from exc
-                yield _build(rows, schema, step)
+                yield build_batch(rows, schema, step)
 
         return Frame(up.df.mapInArrow(run, out), up.time)
     if carried:

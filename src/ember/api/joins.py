@@ -1,0 +1,107 @@
+"""Joins of two streams: Flink's interval join, ``a.key_by(k).interval_join(b.key_by(k))``.
+
+Declared here, checked when declared; the runner compiles it to Spark's native
+stream-stream join with watermarks (docs/joins.md). This module knows streams only
+through what :class:`~ember.api.datastream.KeyedStream` hands it, so the API's
+modules import one way.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Callable
+
+from ember.errors import ConfigError, PipelineError
+from ember.graph import nodes as n
+from ember.time.durations import to_ms
+
+__all__ = ["IntervalJoin"]
+
+
+def _signed_ms(value: timedelta | int, what: str) -> int:
+    """``value`` in whole milliseconds, negative allowed (a bound before the left record)."""
+    if isinstance(value, timedelta) and value < timedelta(0):
+        return -to_ms(-value, what)
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return -to_ms(-value, what)
+    return to_ms(value, what, allow_zero=True)
+
+
+class IntervalJoin:
+    """``left.interval_join(right)``, waiting for :meth:`between` and then :meth:`process`
+    or :meth:`select` (Flink's ``IntervalJoined``).
+
+    A pair joins when its keys are equal and ``left.ts + lower <= right.ts <= left.ts +
+    upper`` (both bounds inclusive, as in Flink), ``ts`` being each stream's event-time
+    field. ``how="inner"`` is Flink's interval join; ``"left_outer"``, ``"right_outer"``
+    and ``"full_outer"`` (Spark's) also emit each record that found no partner, with the
+    other side null, once the watermark shows none can come.
+    """
+
+    def __init__(self, left: Any, right: Any, how: str, name: str | None, stream_type: type) -> None:
+        step = name or "interval_join"
+        if not hasattr(right, "keys") or not isinstance(getattr(right, "node", None), n.KeyByNode):
+            raise PipelineError("interval_join takes a keyed stream: other.key_by(...)", step)
+        if right._env is not left._env:
+            raise PipelineError("cannot join streams of different environments", step)
+        if how not in n.JOIN_KINDS:
+            raise PipelineError(f"interval_join how must be one of {', '.join(n.JOIN_KINDS)}, got {how!r}", step)
+        for side, keys in (("left", left.keys), ("right", right.keys)):
+            if not all(isinstance(k, str) for k in keys):
+                raise PipelineError(f"interval_join needs key_by with field names on the {side} stream (not Columns)", step)
+        if len(left.keys) != len(right.keys):
+            raise PipelineError(
+                f"the two streams are keyed by {len(left.keys)} and {len(right.keys)} fields; "
+                "interval_join pairs the keys in order, so both need as many", step,
+            )
+        self._left, self._right, self._how, self._name = left, right, how, name
+        self._stream_type = stream_type
+        self._bounds: tuple[int, int] | None = None
+
+    def between(self, lower: timedelta | int, upper: timedelta | int) -> "IntervalJoin":
+        """``right.ts`` within ``[left.ts + lower, left.ts + upper]`` (timedelta or ms; lower may be negative)."""
+        step = self._name or "interval_join"
+        try:
+            lo, hi = _signed_ms(lower, "interval_join lower bound"), _signed_ms(upper, "interval_join upper bound")
+        except ConfigError as e:
+            raise PipelineError(str(e), step) from None
+        if lo > hi:
+            raise PipelineError(f"interval_join lower bound {lo} ms is after the upper bound {hi} ms", step)
+        self._bounds = (lo, hi)
+        return self
+
+    def process(self, fn: Callable[[dict[str, Any] | None, dict[str, Any] | None], Any], output_schema: Any,
+                *, name: str | None = None) -> Any:
+        """``fn(left, right)`` per joined pair (Flink's ``ProcessJoinFunction``): a record
+        (dict or tuple in ``output_schema`` order), an iterable of records, or None. In an
+        outer join the missing side is None."""
+        if not callable(fn):
+            raise PipelineError(f"interval_join process takes a function fn(left, right), got {fn!r}", self._step(name))
+        if not output_schema:
+            raise PipelineError("interval_join process needs an output_schema (Spark DDL string or StructType)", self._step(name))
+        return self._join(name, fn=fn, output_schema=output_schema)
+
+    def select(self, *exprs: str | Any, name: str | None = None) -> Any:
+        """Project each joined pair with SQL over ``left.<field>`` and ``right.<field>``
+        (``"left.ad_id AS ad_id"``, ``"right.ts - left.ts AS delay_ms"``); natively, no Python.
+        Without expressions: every left field, then every right field (a right field whose
+        name the left side has too is renamed ``right_<name>``)."""
+        for e in exprs:
+            if not (isinstance(e, str) and e.strip()) and type(e).__name__ != "Column":
+                raise PipelineError(f"interval_join select takes SQL strings or Spark Columns, got {e!r}", self._step(name))
+        return self._join(name, exprs=tuple(exprs))
+
+    def _step(self, name: str | None) -> str:
+        return name or self._name or "interval_join"
+
+    def _join(self, name: str | None, **fields: Any) -> Any:
+        if self._bounds is None:
+            raise PipelineError("interval_join needs .between(lower, upper) before process/select", self._step(name))
+        lo, hi = self._bounds
+        left = self._left
+        node = left._add(
+            n.IntervalJoinNode, name or self._name, "interval_join", inputs=(left.node, self._right.node),
+            left_keys=tuple(left.keys), right_keys=tuple(self._right.keys), lower_ms=lo, upper_ms=hi,
+            how=self._how, **fields,
+        )
+        return self._stream_type(left._env, node)

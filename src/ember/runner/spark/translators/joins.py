@@ -1,0 +1,103 @@
+"""Interval joins of two streams on Spark's native stream-stream join.
+
+Each side gets its event time as a watermarked column, shifted by ``SHIFT_MS`` with
+the watermark delay shifted alike (the watermark's value is unchanged): Spark drops
+an input row when ``time <= watermark`` and evicts a left row once no right row that
+is not late can match it, so with the shift Spark drops exactly Flink's late records
+(``ts < watermark``, Flink's watermark being ``max - bound - 1``) and counts them in
+``numRowsDroppedByWatermark``. The key fields are compared for equality and the
+interval is a range condition on the two time columns, from which Spark derives when
+to forget state. Both sides travel as one struct column each (``left``, ``right``), so
+the projection reads ``left.<field>`` and ``right.<field>`` whatever the names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+
+from ember.errors import PipelineError, UserFunctionError
+from ember.graph.nodes import IntervalJoinNode, KeyByNode, Node
+from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.pickling import ship_by_value
+from ember.runner.spark.translators.eventtime import HIDDEN, with_event_time
+from ember.runner.spark.translators.python_ops import arrow_schema, build_batch, output_struct, records_out
+from ember.runner.spark.translators.transforms import column
+
+__all__ = ["SHIFT_MS"]
+
+SHIFT_MS = 2  # Spark's late rule (time <= its watermark = Flink's + 1) moved onto Flink's (ts < Flink's watermark)
+_SIDES = ("left", "right")
+
+
+def _side(comp: Compilation, node: IntervalJoinNode, parent: Node, keys: tuple[str, ...], side: str) -> Any:
+    up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # Spark's join partitions by key itself
+    fields = [c for c in up.df.columns if c not in HIDDEN]
+    if up.time is None or up.time.timestamp_field is None:
+        raise PipelineError(
+            f"interval_join needs event time on its {side} stream ('{parent.name}'): give its source a "
+            "WatermarkStrategy with a timestamp field", node.name,
+        )
+    for key in keys:
+        if key not in fields:
+            raise PipelineError(f"key field '{key}' is not in the {side} stream (fields: {', '.join(fields)})", node.name)
+    time = f"__ember_{side}_time"
+    df = with_event_time(comp, up.df, up.time, node.name, column=time, shift_ms=SHIFT_MS, keys=keys)
+    key_columns = [F.col(k).alias(f"__ember_{side}_k{i}") for i, k in enumerate(keys)]
+    return df.select(F.struct(*fields).alias(side), *key_columns, time), fields
+
+
+@translates(IntervalJoinNode)
+def _interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
+    left, left_fields = _side(comp, node, node.inputs[0], node.left_keys, "left")
+    right, right_fields = _side(comp, node, node.inputs[1], node.right_keys, "right")
+    for (lk, rk), i in zip(zip(node.left_keys, node.right_keys), range(len(node.left_keys))):
+        lt, rt = left.schema[f"__ember_left_k{i}"].dataType, right.schema[f"__ember_right_k{i}"].dataType
+        if lt != rt:
+            raise PipelineError(
+                f"key fields '{lk}' ({lt.simpleString()}) and '{rk}' ({rt.simpleString()}) differ in type; "
+                "cast one side first (select)", node.name,
+            )
+    l_time, r_time = F.col("__ember_left_time"), F.col("__ember_right_time")
+    condition = [F.col(f"__ember_left_k{i}") == F.col(f"__ember_right_k{i}") for i in range(len(node.left_keys))]
+    condition += [
+        r_time >= l_time + F.expr(f"INTERVAL '{node.lower_ms}' MILLISECOND"),
+        r_time <= l_time + F.expr(f"INTERVAL '{node.upper_ms}' MILLISECOND"),
+    ]
+    joined = left.join(right, condition, node.how).select(*_SIDES)
+    if node.fn is not None:
+        return Frame(_process(joined, node))
+    if node.exprs:
+        return Frame(joined.select(*[column(e) for e in node.exprs]))
+    renamed = [F.col(f"right.{f}").alias(f"right_{f}" if f in left_fields else f) for f in right_fields]
+    return Frame(joined.select(*[F.col(f"left.{f}").alias(f) for f in left_fields], *renamed))
+
+
+def _process(joined: Any, node: IntervalJoinNode) -> Any:
+    """``fn(left, right)`` per joined pair, on Arrow batches (None for an outer join's missing side)."""
+    out = output_struct(node.output_schema, None, node.name)
+    schema, names, fn, step = arrow_schema(out), out.names, node.fn, node.name
+    assert fn is not None
+    ship_by_value(fn)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            lefts, rights = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+            rows: list[dict[str, Any]] = []
+            for pair in zip(lefts, rights):
+                try:
+                    result = fn(*pair)
+                except UserFunctionError:
+                    raise
+                except Exception as exc:
+                    raise UserFunctionError(
+                        f"step '{step}': {getattr(fn, '__qualname__', type(fn).__name__)} raised "
+                        f"{type(exc).__name__}: {exc} on the pair {pair!r}"
+                    ) from exc
+                rows.extend(records_out(result, names, step, fn))
+            yield build_batch(rows, schema, step)
+
+    return joined.mapInArrow(run, out)
+
