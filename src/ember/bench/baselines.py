@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from pyspark.sql import functions as F
 
-__all__ = ["run_plain_query", "grep_baseline", "grouping_baseline", "statemachine_tws_baseline"]
+__all__ = ["run_plain_query", "grep_baseline", "grouping_baseline", "statemachine_tws_baseline", "interval_join_baseline"]
 
 
 # Windows close a few batches after they start (the watermark trails the newest
@@ -289,3 +289,29 @@ def yahoo_baseline(spark: Any, events: Any, campaigns: list[tuple[str, str]], wi
     reports = run_plain_query(counts.writeStream.outputMode("append"), collect, duration_s,
                                min_batches=WINDOW_BATCHES)
     return reports, rows
+
+
+def interval_join_baseline(spark: Any, impressions: Any, clicks: Any, delay_ms: int,
+                           duration_s: float) -> tuple[list[dict[str, Any]], int, int]:
+    """Impressions joined with clicks within ``delay_ms`` of event time, as a PySpark user
+    writes it; returns the progress reports, the pairs' count and their impression ids' sum."""
+    shown = (impressions.withColumn("shown_at", F.timestamp_millis("ts"))
+             .withWatermark("shown_at", "0 seconds").alias("i"))
+    clicked = (clicks.withColumn("clicked_at", F.timestamp_millis("ts"))
+               .withWatermark("clicked_at", f"{delay_ms} milliseconds").alias("c"))
+    joined = shown.join(clicked, F.expr(
+        f"i.impression_id = c.impression_id AND c.clicked_at >= i.shown_at "
+        f"AND c.clicked_at <= i.shown_at + INTERVAL {delay_ms} MILLISECONDS"
+    )).select(F.col("i.impression_id").alias("impression_id"), F.col("i.ad_id").alias("ad_id"),
+              (F.col("c.ts") - F.col("i.ts")).alias("delay_ms"))
+    counted: dict[int, tuple[int, int]] = {}
+
+    def on_batch(batch: Any, batch_id: int) -> None:
+        row = batch.agg(F.count(F.lit(1)).alias("n"),
+                        F.coalesce(F.sum(F.col("impression_id").cast("decimal(38,0)")), F.lit(0)).alias("s")).collect()[0]
+        counted[batch_id] = (int(row["n"]), int(row["s"]))
+
+    reports = run_plain_query(joined.writeStream, on_batch, duration_s, min_batches=WINDOW_BATCHES)
+    handled = {int(r["batchId"]) for r in reports}
+    kept = [v for k, v in counted.items() if k in handled]
+    return reports, sum(n for n, _ in kept), sum(s for _, s in kept)

@@ -306,7 +306,8 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
     bench.add_argument("workload", help="grep | grouping | grouping-keyed | statemachine | statemachine-vectorized | window | "
-                       "countwindow | yahoo | yahoo-json (events as JSON texts) | yahoo-redis (open loop, --rate default 100,000; "
+                       "countwindow | pipeline (three chained stateful steps) | interval-join (impressions joined with clicks within 10 s) | "
+                       "yahoo | yahoo-json (events as JSON texts) | yahoo-redis (open loop, --rate default 100,000; "
                        "counts written to Redis every second and at each window's end; latency percentiles); "
                        "sweep (E3: the grouping job across trigger intervals at --rate, "
                        "default 500,000, and across per-batch bounds at unbounded rate); report (the whole suite: "

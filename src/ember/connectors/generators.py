@@ -38,6 +38,7 @@ __all__ = [
     "GrepSource",
     "GroupingSource",
     "StateMachineSource",
+    "AdClickSource",
     "AD_TYPES",
     "EVENT_TYPES",
     "dictionary_words",
@@ -350,6 +351,45 @@ class GroupingSource(GeneratorSource):
     @property
     def schema_ddl(self) -> str:
         return "seq_id bigint, host_id int, ts bigint, payload binary"
+
+
+# --------------------------------------------------------------------------- Impressions and clicks (interval join)
+@dataclass(frozen=True)
+class AdClickSource(GeneratorSource):
+    """Ad impressions, or the clicks on them, for an interval join (issue 17's benchmark).
+
+    ``side="impressions"``: record ``i`` is ``(impression_id = i, ad_id, ts)``, ``ts`` the
+    generator's event time of ``i`` (in order). ``side="clicks"``: record ``j`` is a click on
+    impression ``j * click_every`` — ``(click_id = j, impression_id, ts)`` with ``ts`` that
+    impression's time plus a delay in ``[0, max_delay_ms)`` (out of order by up to that).
+    Give both sides the same ``seed``, ``nominal_rate`` and ``start_ms``, and the clicks a
+    per-batch bound ``click_every`` times smaller: each micro-batch then reads the clicks of
+    its own impressions, and every click has its impression within ``max_delay_ms`` before it.
+    """
+
+    side: str = "impressions"
+    click_every: int = 10
+    max_delay_ms: int = 10_000
+    ads: int = 1000
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.side not in ("impressions", "clicks"):
+            raise ConfigError(f"AdClickSource: side must be 'impressions' or 'clicks', got {self.side!r}")
+        for what in ("click_every", "max_delay_ms", "ads"):
+            _positive_int("AdClickSource", what, getattr(self, what))
+
+    @property
+    def schema_ddl(self) -> str:
+        if self.side == "impressions":
+            return "impression_id bigint, ad_id int, ts bigint"
+        return "click_id bigint, impression_id bigint, ts bigint"
+
+    def expected_pairs(self, impressions: int, clicks: int) -> tuple[int, int]:
+        """``(pairs, sum of their impression ids)`` an interval join ``[0, max_delay_ms]`` on
+        ``impression_id`` emits once the first ``impressions`` and ``clicks`` records were read."""
+        matched = min(clicks, -(-impressions // self.click_every))  # clicks j with j * click_every < impressions
+        return matched, self.click_every * matched * (matched - 1) // 2
 
 
 # --------------------------------------------------------------------------- State machine (E4)

@@ -81,25 +81,29 @@ class CountSink(Sink):
     """Counts records; optionally measures latency as arrival time minus ``latency_field`` (ms)
     on the records where that field is > 0 (a sample)."""
 
-    def __init__(self, latency_field: str | None = None) -> None:
+    def __init__(self, latency_field: str | None = None, *, sum_field: str | None = None) -> None:
         self.latency_field = latency_field
+        self.sum_field = sum_field  # also sums this numeric field (``total``): a checksum of what arrived
         self._lock = threading.Lock()
         self._counts: dict[int, int] = {}
+        self._sums: dict[int, int] = {}
         self._latencies: dict[int, list[int]] = {}
 
     def describe(self) -> str:
         lat = f", latency of '{self.latency_field}'" if self.latency_field else ""
-        return f"count{lat}"
+        total = f", sum of '{self.sum_field}'" if self.sum_field else ""
+        return f"count{lat}{total}"
 
-    def accept_batch(self, batch_id: int, count: int, latencies_ms: list[int]) -> None:
-        """The runner hands over batch ``batch_id``'s count and latency samples."""
+    def accept_batch(self, batch_id: int, count: int, latencies_ms: list[int], total: int = 0) -> None:
+        """The runner hands over batch ``batch_id``'s count, latency samples and sum."""
         with self._lock:
             self._counts[batch_id] = count
             self._latencies[batch_id] = latencies_ms
+            self._sums[batch_id] = total
 
     def forget_after(self, batch_id: int) -> None:
         with self._lock:
-            for table in (self._counts, self._latencies):
+            for table in (self._counts, self._latencies, self._sums):
                 for k in [k for k in table if k > batch_id]:
                     del table[k]
 
@@ -107,6 +111,12 @@ class CountSink(Sink):
     def count(self) -> int:
         with self._lock:
             return sum(self._counts.values())
+
+    @property
+    def total(self) -> int:
+        """The sum of ``sum_field`` over every record counted (0 without a ``sum_field``)."""
+        with self._lock:
+            return sum(self._sums.values())
 
     @property
     def latencies_ms(self) -> list[int]:

@@ -7,8 +7,10 @@ is not late can match it, so with the shift Spark drops exactly Flink's late rec
 (``ts < watermark``, Flink's watermark being ``max - bound - 1``) and counts them in
 ``numRowsDroppedByWatermark``. The key fields are compared for equality and the
 interval is a range condition on the two time columns, from which Spark derives when
-to forget state. Both sides travel as one struct column each (``left``, ``right``), so
-the projection reads ``left.<field>`` and ``right.<field>`` whatever the names.
+to forget state. Each side's fields travel flat under a prefix (what Spark keeps in its
+join state, as a hand-written join would); after the join each side becomes one struct
+column (``left``, ``right``), so a projection reads ``left.<field>`` and ``right.<field>``
+whatever the names, and Spark folds that back into the flat columns.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ SHIFT_MS = 2  # Spark's late rule (time <= its watermark = Flink's + 1) moved on
 _SIDES = ("left", "right")
 
 
-def _side(comp: Compilation, node: IntervalJoinNode, parent: Node, keys: tuple[str, ...], side: str) -> Any:
+def _side(comp: Compilation, node: IntervalJoinNode, parent: Node, keys: tuple[str, ...], side: str) -> tuple[Any, list[str]]:
+    """One input: its record fields as ``__ember_<side>_<field>`` columns (flat: Spark keeps
+    exactly these in its join state) and its shifted, watermarked time column."""
     up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # Spark's join partitions by key itself
     fields = [c for c in up.df.columns if c not in HIDDEN]
     if up.time is None or up.time.timestamp_field is None:
@@ -43,30 +47,45 @@ def _side(comp: Compilation, node: IntervalJoinNode, parent: Node, keys: tuple[s
     for key in keys:
         if key not in fields:
             raise PipelineError(f"key field '{key}' is not in the {side} stream (fields: {', '.join(fields)})", node.name)
-    time = f"__ember_{side}_time"
+    time = _time(side)
     df = with_event_time(comp, up.df, up.time, node.name, column=time, shift_ms=SHIFT_MS, keys=keys)
-    key_columns = [F.col(k).alias(f"__ember_{side}_k{i}") for i, k in enumerate(keys)]
-    return df.select(F.struct(*fields).alias(side), *key_columns, time), fields
+    return df.select(*[F.col(f).alias(_flat(side, f)) for f in fields], time), fields
+
+
+def _flat(side: str, field: str) -> str:
+    return f"__ember_{side}_{field}"
+
+
+def _time(side: str) -> str:
+    return f"__ember_{side}_time"
+
+
+def _record(side: str, fields: list[str]) -> Any:
+    """The side's record as one struct column named ``side`` (null where an outer join has no
+    record of that side); Spark folds ``left.<field>`` of it back into the flat column."""
+    record = F.struct(*[F.col(_flat(side, f)).alias(f) for f in fields])
+    return F.when(F.col(_time(side)).isNull(), F.lit(None)).otherwise(record).alias(side)
 
 
 @translates(IntervalJoinNode)
 def _interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
     left, left_fields = _side(comp, node, node.inputs[0], node.left_keys, "left")
     right, right_fields = _side(comp, node, node.inputs[1], node.right_keys, "right")
-    for (lk, rk), i in zip(zip(node.left_keys, node.right_keys), range(len(node.left_keys))):
-        lt, rt = left.schema[f"__ember_left_k{i}"].dataType, right.schema[f"__ember_right_k{i}"].dataType
+    condition = []
+    for lk, rk in zip(node.left_keys, node.right_keys):
+        lt, rt = left.schema[_flat("left", lk)].dataType, right.schema[_flat("right", rk)].dataType
         if lt != rt:
             raise PipelineError(
                 f"key fields '{lk}' ({lt.simpleString()}) and '{rk}' ({rt.simpleString()}) differ in type; "
                 "cast one side first (select)", node.name,
             )
-    l_time, r_time = F.col("__ember_left_time"), F.col("__ember_right_time")
-    condition = [F.col(f"__ember_left_k{i}") == F.col(f"__ember_right_k{i}") for i in range(len(node.left_keys))]
+        condition.append(F.col(_flat("left", lk)) == F.col(_flat("right", rk)))
+    l_time, r_time = F.col(_time("left")), F.col(_time("right"))
     condition += [
         r_time >= l_time + F.expr(f"INTERVAL '{node.lower_ms}' MILLISECOND"),
         r_time <= l_time + F.expr(f"INTERVAL '{node.upper_ms}' MILLISECOND"),
     ]
-    joined = left.join(right, condition, node.how).select(*_SIDES)
+    joined = left.join(right, condition, node.how).select(_record("left", left_fields), _record("right", right_fields))
     if node.fn is not None:
         return Frame(_process(joined, node))
     if node.exprs:

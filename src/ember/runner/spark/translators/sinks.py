@@ -112,16 +112,19 @@ def _collect(sink: CollectSink, batch: Any, batch_id: int, target: SinkTarget) -
 
 @writes_batch(CountSink)
 def _count(sink: CountSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
-    field = sink.latency_field
-    if field is None:
+    field, summed = sink.latency_field, sink.sum_field
+    if field is None and summed is None:
         sink.accept_batch(batch_id, batch.count(), [])
         return
-    row = batch.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.collect_list(F.when(F.col(field) > 0, F.col(field))).alias("samples"),
-    ).collect()[0]
+    columns = [F.count(F.lit(1)).alias("n")]
+    if field is not None:
+        columns.append(F.collect_list(F.when(F.col(field) > 0, F.col(field))).alias("samples"))
+    if summed is not None:
+        columns.append(F.coalesce(F.sum(F.col(summed).cast("decimal(38,0)")), F.lit(0)).alias("total"))
+    row = batch.agg(*columns).collect()[0]
     now = _now_ms()
-    sink.accept_batch(batch_id, int(row["n"]), [now - int(t) for t in row["samples"]])
+    samples = [now - int(t) for t in row["samples"]] if field is not None else []
+    sink.accept_batch(batch_id, int(row["n"]), samples, int(row["total"]) if summed is not None else 0)
 
 
 # --------------------------------------------------------------------------- external systems

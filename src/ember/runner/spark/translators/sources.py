@@ -204,6 +204,25 @@ def _grouping(comp: Compilation, node: SourceNode, src: g.GroupingSource) -> Any
     )
 
 
+@builds(g.AdClickSource)
+def _ad_clicks(comp: Compilation, node: SourceNode, src: g.AdClickSource) -> Any:
+    seq = _sequence(comp, node, src, "seq bigint, origin_ms bigint")
+    h = _hash(src)
+    if src.side == "impressions":
+        return seq.select(
+            F.col("seq").alias("impression_id"),
+            F.pmod(h, F.lit(src.ads)).cast("int").alias("ad_id"),
+            _event_time(comp, node, src).alias("ts"),
+        )
+    impression = F.col("seq") * F.lit(src.click_every)
+    shown = F.col("origin_ms") + F.expr(f"seq * {src.click_every} * 1000 div {int(src.events_per_second)}")
+    return seq.select(
+        F.col("seq").alias("click_id"),
+        impression.alias("impression_id"),
+        (shown + F.pmod(h, F.lit(src.max_delay_ms))).alias("ts"),
+    )
+
+
 @builds(g.StateMachineSource)
 def _statemachine(comp: Compilation, node: SourceNode, src: g.StateMachineSource) -> Any:
     return _sequence(comp, node, src, src.schema_ddl)
