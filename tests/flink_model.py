@@ -302,7 +302,8 @@ def rolling(batches: list[list[tuple]], kind: str) -> list[tuple]:
 # --------------------------------------------------------------------------- interval join
 # Flink's interval join (issue 17) at micro-batch granularity: before micro-batch k the join's
 # watermark is the least of its two inputs' (each ``max - bound - 1`` over earlier batches; an
-# input without records yet does not count, as in Spark); a record with ``ts`` below it is late:
+# input without records yet does not count, as in Spark), and it never goes back; a record with
+# ``ts`` below it is late:
 # dropped and counted. Every two records that are not late, with equal keys and
 # ``left.ts + lower <= right.ts <= left.ts + upper``, make a pair, emitted in the batch of the
 # later of the two. An outer join also emits each record that is not late and has no partner
@@ -321,9 +322,11 @@ def interval_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: i
     out = Joined()
     marks: list[int | None] = [None, None]
     kept: list[list[tuple]] = [[], []]  # (batch, ts, key, v) of records that are not late
+    wm: int | None = None
     for k in range(max(len(left), len(right))):
         present = [m for m in marks if m is not None]
-        wm = min(present) if present else None
+        if present and (wm is None or min(present) > wm):  # the join's watermark never goes back
+            wm = min(present)
         for side, batches in enumerate((left, right)):
             batch = batches[k] if k < len(batches) else []
             for ts, key, v in batch:
@@ -335,7 +338,7 @@ def interval_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: i
             batch = batches[k] if k < len(batches) else []
             if batch:
                 candidate = max(r[0] for r in batch) - bound_ms - 1
-                if candidate >= 0 and (marks[side] is None or candidate > marks[side]):
+                if marks[side] is None or candidate > marks[side]:
                     marks[side] = candidate
     matched: tuple[set, set] = (set(), set())
     for i, (bl, lts, lkey, lv) in enumerate(kept[0]):

@@ -106,3 +106,20 @@ def test_process_function_sees_both_sides_and_the_boundary_is_flinks(env):
         (1, [("a", -1), ("a!", 21)])
     ]
     assert result.late_dropped == 1
+
+
+def test_ad_attribution_example(spark):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ad_attribution.py")
+    spec = importlib.util.spec_from_file_location("ad_attribution", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    result = example.run()
+    pairs = sorted((b.batch_id, r["user"], r["ad"], r["delay_ms"]) for b in result["pairs"].batches for r in b.rows)
+    assert pairs == [(0, "ann", "shoes", 5_000), (1, "bob", "tv", 2_000)]  # 13 s and 10.5 s are outside the 10 s
+    outcomes = sorted((r["shown_at"], r["user"], r["ad"], r["click_delay_ms"]) for r in result["outcomes"].rows())
+    assert outcomes == [(1_000, "ann", "shoes", 5_000), (2_000, "bob", "tv", 2_000),
+                        (9_000, "ann", "tv", None), (30_000, "cid", "shoes", None)]
+    assert result["late"] == (1, 1)  # dan's click at 500 ms, behind the watermark
