@@ -356,3 +356,51 @@ def split_evenly(records: list[tuple], parts: int) -> list[list[tuple]]:
     """``records`` (in arrival order) cut into ``parts`` consecutive micro-batches."""
     size = -(-len(records) // parts) if records else 0
     return [records[i * size:(i + 1) * size] for i in range(parts)]
+
+
+# --------------------------------------------------------------------------- two connected streams
+# A KeyedCoProcessFunction (issue 17) over events (ts, key, v) and rules (ts, key, limit): a rule
+# sets its key's limit and an event-time timer at ts + expiry that clears it again; an event above
+# its key's limit is an alert. Watermark as for the interval join (the least of the two inputs');
+# timers fire as for one input (first batch whose watermark reaches them, before its records; the
+# rest at the end); within a batch a key's records of both streams go in timestamp order.
+
+
+def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: int, expiry_ms: int) -> list[tuple]:
+    out: list[tuple] = []
+    limits: dict[str, int] = {}
+    timers: dict[str, set[int]] = {}
+    marks: list[int | None] = [None, None]
+    wm: int | None = None
+
+    def fire(label: int | str, upto: float) -> None:
+        due = sorted((t, key) for key, ts in timers.items() for t in ts if t <= upto)
+        for t, key in due:
+            timers[key].discard(t)
+            limits.pop(key, None)
+            out.append((label, "expired", key, t))
+
+    for k in range(max(len(events), len(rules))):
+        present = [m for m in marks if m is not None]
+        if present and (wm is None or min(present) > wm):
+            wm = min(present)
+        if wm is not None:
+            fire(k, wm)
+        batch = [(ts, 1, key, v) for ts, key, v in (events[k] if k < len(events) else [])]
+        batch += [(ts, 2, key, v) for ts, key, v in (rules[k] if k < len(rules) else [])]
+        for ts, side, key, v in sorted(batch):
+            if side == 2:
+                limits[key] = v
+                timers.setdefault(key, set()).add(ts + expiry_ms)
+            elif key in limits and v > limits[key]:
+                out.append((k, "alert", key, ts))
+        if wm is not None:
+            fire(k, wm)  # registered behind the watermark: the same batch, after its records
+        for side, stream in enumerate((events, rules)):
+            part = stream[k] if k < len(stream) else []
+            if part:
+                candidate = max(r[0] for r in part) - bound_ms - 1
+                if marks[side] is None or candidate > marks[side]:
+                    marks[side] = candidate
+    fire(END, float("inf"))
+    return out

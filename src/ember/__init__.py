@@ -27,6 +27,7 @@ from ember.connectors import (
 from ember.errors import ConfigError, EmberError, JobFailedError, PipelineError, UserFunctionError
 from ember.functions import (
     AggregateFunction,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
     ProcessWindowFunction,
@@ -64,7 +65,7 @@ __all__ = [
     "Trigger", "TriggerResult", "EventTimeTrigger", "ProcessingTimeTrigger", "CountTrigger",
     "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "PurgingTrigger",
     "CountEvictor", "TimeEvictor", "DeltaEvictor",
-    "KeyedProcessFunction", "AggregateFunction", "ProcessWindowFunction", "OutputTag",
+    "KeyedProcessFunction", "KeyedCoProcessFunction", "AggregateFunction", "ProcessWindowFunction", "OutputTag",
     "Agg",
     "YahooSource", "GrepSource", "GroupingSource", "StateMachineSource",
     "FileSource", "RateSource", "ScriptedSource", "RedisStreamSource",

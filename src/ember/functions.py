@@ -13,6 +13,7 @@ from ember.time.timers import TimerService
 
 __all__ = [
     "KeyedProcessFunction",
+    "KeyedCoProcessFunction",
     "VectorizedKeyedFunction",
     "BatchContext",
     "AggregateFunction",
@@ -137,6 +138,31 @@ class KeyedProcessFunction:
 
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
         """Called for a timer of ``ctx.current_key``; yields output records like ``process_element``."""
+        return None
+
+
+class KeyedCoProcessFunction:
+    """Per-record logic over two connected keyed streams with *shared* keyed state and
+    timers (Flink's ``KeyedCoProcessFunction``): ``a.connect(b).key_by(ka, kb).process(fn, schema)``.
+
+    :meth:`process_element1` receives the first stream's records, :meth:`process_element2`
+    the second's, both with the same :class:`Context` as a :class:`KeyedProcessFunction`'s:
+    state declared in :meth:`open` and timers refer to the current key, whichever stream
+    the record came from. Within a micro-batch a key's records of both streams are processed
+    in timestamp order (event time), else in arrival order.
+    """
+
+    def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first element."""
+
+    def process_element1(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_element2(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        """Called for a timer of ``ctx.current_key``; yields output records."""
         return None
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
+from ember.api.connected import ConnectedStreams
 from ember.api.joins import IntervalJoin
 from ember.connectors.base import Sink
 from ember.connectors.external import parse_json_schema
@@ -151,6 +152,12 @@ class DataStream:
                 raise PipelineError("cannot union streams of different environments", name or "union")
         inputs = (self._node, *(o._node for o in others))
         return DataStream(self._env, self._add(n.UnionNode, name, "union", inputs=inputs))
+
+    def connect(self, other: "DataStream") -> ConnectedStreams:
+        """Connect with ``other`` (Flink's ``ConnectedStreams``): then ``.map(fn1, fn2)`` /
+        ``.flat_map(fn1, fn2)``, or ``.key_by(key1, key2).process(KeyedCoProcessFunction, schema)``
+        with keyed state and timers shared by both streams (ember.api.connected)."""
+        return ConnectedStreams(self, other, DataStream)
 
     def join_lookup(
         self, table: Any, on: str | Iterable[str], how: str = "inner", *, unmatched: Any = None, name: str | None = None

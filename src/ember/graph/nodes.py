@@ -28,6 +28,7 @@ __all__ = [
     "IntervalJoinNode",
     "KeyByNode",
     "KeyedProcessNode",
+    "CoProcessNode",
     "WindowNode",
     "is_plain_window",
     "VectorizedProcessNode",
@@ -204,6 +205,20 @@ class KeyedProcessNode(Node):
 
     def describe(self) -> str:
         return f"process {type(self.fn).__name__} by {', '.join(self.keys)} (python, keyed state)"
+
+
+@dataclass(frozen=True, eq=False)
+class CoProcessNode(KeyedProcessNode):
+    """Two connected keyed streams (``inputs``: their key_by steps) into one
+    KeyedCoProcessFunction ``fn`` with shared keyed state (the runner runs it as one keyed
+    step, ember.coprocess); ``keys`` are the first stream's key fields, ``other_keys`` the second's."""
+
+    other_keys: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        keys = ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(self.keys, self.other_keys))
+        return (f"co-process {type(self.fn).__name__} of {self.inputs[0].name} and {self.inputs[1].name} "
+                f"by {keys} (python, shared keyed state)")
 
 
 @dataclass(frozen=True, eq=False)

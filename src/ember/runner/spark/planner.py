@@ -39,6 +39,7 @@ from typing import Callable
 from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
+    CoProcessNode,
     FilterNode,
     FlatMapNode,
     IntervalJoinNode,
@@ -151,6 +152,7 @@ def plan(graph: Graph) -> Plan:
     fork, detours, streamed = _split(graph)
     _check_chains(graph)
     _check_joins(graph)
+    _check_connected(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
 
 
@@ -286,3 +288,18 @@ def _check_joins(graph: Graph) -> None:
                     "linked by a sink and a source (e.g. RedisStreamSink -> RedisStreamSource)",
                     node.name,
                 )
+
+
+def _check_connected(graph: Graph) -> None:
+    """A co-process step reads two streams straight from their sources' side of the job:
+    no stateful step before it yet (it would have to merge two steps' event time)."""
+    for node in graph.nodes:
+        if not isinstance(node, CoProcessNode):
+            continue
+        before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
+        if before:
+            raise PipelineError(
+                f"the stateful step '{before[0].name}' comes before the connected step '{node.name}'; a co-process "
+                "function reading a stateful step's output is not supported yet: run that part as its own job",
+                node.name,
+            )

@@ -95,17 +95,20 @@ def keyed_operator(
     event_time: bool,
     late: tuple[Any, T.StructType] | None = None,
     combiner: Any = None,
+    timed: bool = False,
 ) -> Frame:
     """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``.
 
     ``combiner(fields)``, when given, returns a ``mapInArrow`` function and its output
     schema: it pre-aggregates each partition before the shuffle, and ``fn`` receives
-    its output instead of the records."""
+    its output instead of the records. ``timed``: ``up`` already carries each row's event
+    time in ms as ``TIME`` and the query its watermark (two connected streams, each with
+    its own watermark: translators/coprocess.py)."""
     fields = _fields(up)
     partials = None
     if combiner is not None:
         combine, partial_type = combiner(fields)
-        partials = _timed(comp, node, up, event_time).mapInArrow(combine, partial_type)
+        partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
         fields = [f.name for f in partial_type.fields if f.name != TIME]
     sides = _side_outputs(comp, node, late)
@@ -127,7 +130,7 @@ def keyed_operator(
         emit_time=emit_time, previous_watermark=_previous_watermark(comp, node, event_time),
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
-    grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials)
+    grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
     result = _apply(comp, grouped, bucket_fn, schema, "blob binary", event_time, timeout)
     return Frame(result if emit_time else _visible(result), up.time)
 
@@ -163,18 +166,19 @@ def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType
     return grouped.transformWithStateInPandas(processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else "")
 
 
-def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool) -> Any:
+def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool, timed: bool = False) -> Any:
     """``up``'s rows with the event-time column and watermark a keyed step needs (after
     another keyed step, its rows carry their event time and Spark its watermark)."""
     if not event_time:
         return up.df
-    if _chained(comp, node, event_time):
+    if timed or _chained(comp, node, event_time):
         return restore_anchor(up.df)
     return keep_late_rows(with_event_time(comp, up.df, up.time, node.name))
 
 
 def _buckets(
-    comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, partials: Any = None
+    comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, partials: Any = None,
+    timed: bool = False,
 ) -> tuple[Any, Any]:
     """``up``'s rows grouped by state bucket and packed per bucket (keyed/packing.py) —
     by the source itself where it can, else by a ``mapInArrow`` step — or, when a
@@ -182,10 +186,10 @@ def _buckets(
     comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if partials is not None:
         return partials.withColumn(BUCKET, bucket_of(keys)).groupBy(BUCKET), bucket_fn
-    fused = _fused_source(comp, node, up, keys, event_time)
+    fused = None if timed else _fused_source(comp, node, up, keys, event_time)
     if fused is not None:
         return fused.groupBy(BUCKET), unpacking(bucket_fn)
-    bucketed = _timed(comp, node, up, event_time).withColumn(BUCKET, bucket_of(keys))
+    bucketed = _timed(comp, node, up, event_time, timed).withColumn(BUCKET, bucket_of(keys))
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
     rows = bucketed.mapInArrow(packer(BUCKET, (ANCHOR,)), schema)
     if event_time:

@@ -1,0 +1,57 @@
+"""Connected streams declared: arguments checked when declared, naming the step; the
+planner refuses a co-process step reading a stateful step, before Spark starts."""
+
+import pytest
+
+from ember import CollectSink, KeyedCoProcessFunction, KeyedProcessFunction, PipelineError, ScriptedSource, WatermarkStrategy
+from ember.graph.nodes import CoProcessNode
+from ember.runner.spark.planner import plan
+
+
+class Both(KeyedCoProcessFunction):
+    def process_element1(self, value, ctx):
+        yield value
+
+    def process_element2(self, value, ctx):
+        yield value
+
+
+class Pass(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield value
+
+
+@pytest.fixture
+def rules(env):
+    return env.from_source(ScriptedSource([[(1, "a")]], "ts bigint, name string"),
+                           WatermarkStrategy.for_bounded_out_of_orderness(0, "ts"), name="rules")
+
+
+def test_the_node_holds_both_keyed_inputs(env, events, rules):
+    out = events().connect(rules).key_by("k", "name").process(Both(), "ts bigint, k string", name="both")
+    node = out.node
+    assert isinstance(node, CoProcessNode) and (node.keys, node.other_keys) == (("k",), ("name",))
+    assert [type(i).__name__ for i in node.inputs] == ["KeyByNode", "KeyByNode"]
+    assert "co-process Both" in node.describe() and "k = name" in node.describe()
+
+
+def test_bad_declarations_fail_naming_the_step(env, events, rules):
+    stream = events()
+    connected = stream.connect(rules)
+    with pytest.raises(PipelineError, match="takes a KeyedCoProcessFunction"):
+        connected.key_by("k", "name").process(Pass(), "x int", name="p")
+    with pytest.raises(PipelineError, match="needs an output_schema"):
+        connected.key_by("k", "name").process(Both(), None)
+    with pytest.raises(PipelineError, match="1 key fields on the first stream, 2 on the second"):
+        connected.key_by("k", ("name", "ts"))
+    with pytest.raises(PipelineError, match="two functions"):
+        connected.map(lambda r: r)
+    with pytest.raises(PipelineError, match="connect takes a DataStream"):
+        stream.connect("rules")
+
+
+def test_a_stateful_step_before_a_connected_step_is_refused(env, events, rules):
+    deduped = events().key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
+    deduped.connect(rules).key_by("k", "name").process(Both(), "ts bigint, k string", name="both").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'dedupe' comes before the connected step 'both'"):
+        plan(env.graph())
