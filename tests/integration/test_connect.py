@@ -29,7 +29,7 @@ class Thresholds(KeyedCoProcessFunction):
     def process_element1(self, event, ctx):
         limit = self.limit.value()
         if limit is not None and event["v"] > limit:
-            yield ("alert", ctx.current_key[0] if isinstance(ctx.current_key, tuple) else ctx.current_key, event["ts"])
+            yield ("alert", ctx.current_key, event["ts"])
 
     def process_element2(self, rule, ctx):
         self.limit.update(rule["v"])
@@ -37,7 +37,7 @@ class Thresholds(KeyedCoProcessFunction):
 
     def on_timer(self, timestamp, ctx):
         self.limit.clear()
-        yield ("expired", ctx.current_key[0] if isinstance(ctx.current_key, tuple) else ctx.current_key, timestamp)
+        yield ("expired", ctx.current_key, timestamp)
 
 
 def _streams(seed: int, batches: int = 8) -> tuple[list[list[tuple]], list[list[tuple]]]:
