@@ -75,7 +75,7 @@ def _in_bound(seed: int, n: int) -> list[tuple]:
     return out
 
 
-@pytest.mark.parametrize("parts", [1, pytest.param(5, marks=pytest.mark.slow), 17])
+@pytest.mark.parametrize("parts", [pytest.param(1, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow), 17])
 def test_results_do_not_depend_on_the_batches(env, parts):
     left_records, right_records = _in_bound(7, 40), _in_bound(8, 40)
     left, right = model.split_evenly(left_records, parts), model.split_evenly(right_records, parts)

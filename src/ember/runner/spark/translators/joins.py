@@ -60,10 +60,13 @@ def _time(side: str) -> str:
     return f"__ember_{side}_time"
 
 
-def _record(side: str, fields: list[str]) -> Any:
+def _record(side: str, fields: list[str], always: bool) -> Any:
     """The side's record as one struct column named ``side`` (null where an outer join has no
-    record of that side); Spark folds ``left.<field>`` of it back into the flat column."""
+    record of that side; ``always``: every row has one); Spark folds ``left.<field>`` of a
+    plain struct back into the flat column."""
     record = F.struct(*[F.col(_flat(side, f)).alias(f) for f in fields])
+    if always:
+        return record.alias(side)
     return F.when(F.col(_time(side)).isNull(), F.lit(None)).otherwise(record).alias(side)
 
 
@@ -85,7 +88,10 @@ def _interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
         r_time >= l_time + F.expr(f"INTERVAL '{node.lower_ms}' MILLISECOND"),
         r_time <= l_time + F.expr(f"INTERVAL '{node.upper_ms}' MILLISECOND"),
     ]
-    joined = left.join(right, condition, node.how).select(_record("left", left_fields), _record("right", right_fields))
+    joined = left.join(right, condition, node.how).select(
+        _record("left", left_fields, node.how in ("inner", "left_outer")),
+        _record("right", right_fields, node.how in ("inner", "right_outer")),
+    )
     if node.fn is not None:
         return Frame(_process(joined, node))
     if node.exprs:
