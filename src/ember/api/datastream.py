@@ -46,6 +46,8 @@ class PipelineBuilder(Protocol):
 
     def _register_sink(self, node: n.SinkNode) -> None: ...
 
+    def _register_view(self, name: str, node: n.Node) -> None: ...
+
 
 class DataStream:
     """A stream of records with named fields (a Spark schema)."""
@@ -152,6 +154,12 @@ class DataStream:
                 raise PipelineError("cannot union streams of different environments", name or "union")
         inputs = (self._node, *(o._node for o in others))
         return DataStream(self._env, self._add(n.UnionNode, name, "union", inputs=inputs))
+
+    def create_view(self, name: str) -> "DataStream":
+        """Name this stream for SQL: ``env.sql("SELECT ... FROM name ...")`` reads it (Flink's
+        ``createTemporaryView``; docs/sql.md). Returns the stream itself."""
+        self._env._register_view(name, self._node)
+        return self
 
     def connect(self, other: "DataStream") -> ConnectedStreams:
         """Connect with ``other`` (Flink's ``ConnectedStreams``): then ``.map(fn1, fn2)`` /

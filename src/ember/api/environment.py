@@ -12,7 +12,7 @@ from ember.connectors.base import Source
 from ember.connectors.spark_sources import ScriptedSource
 from ember.errors import ConfigError, PipelineError
 from ember.graph.graph import Graph
-from ember.graph.nodes import SinkNode, SourceNode
+from ember.graph.nodes import SinkNode, SourceNode, SqlNode
 from ember.job import EnvironmentConfig, JobResult
 from ember.runner.spark.planner import physical_notes, plan
 from ember.time.clock import Clock, SystemClock
@@ -113,8 +113,33 @@ class StreamEnvironment:
         self._sinks: list[SinkNode] = []
         self._counters: dict[str, int] = {}
         self._names: set[str] = set()
+        self._views: dict[str, Any] = {}  # view name -> the stream's node (DataStream.create_view)
 
     # -- graph building -----------------------------------------------------------------
+    def _register_view(self, name: str, node: Any) -> None:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise PipelineError(f"a view name must be a SQL identifier (letters, digits, _), got {name!r}", "create_view")
+        if name.lower() in self._views and self._views[name.lower()] is not node:
+            raise PipelineError(f"a view named '{name}' exists already; view names must be unique", "create_view")
+        self._views[name.lower()] = node
+
+    def sql(self, query: str, *, rowtime: str = "rowtime", name: str | None = None) -> DataStream:
+        """A stream from a Spark SQL ``query`` over the views made with
+        :meth:`DataStream.create_view` (Flink's Table API interop): windows
+        (``window(rowtime, '10 seconds')``), joins and aggregations with watermarks, compiled by
+        Spark SQL under Spark's streaming rules (docs/sql.md). Each view has the stream's fields
+        and, for a stream with event time, ``rowtime``: its timestamp as a watermarked
+        ``timestamp`` column."""
+        step = name or "sql"
+        if not isinstance(query, str) or not query.strip():
+            raise PipelineError("sql needs a query string", step)
+        used = [v for v in self._views if re.search(rf"(?<![A-Za-z0-9_`]){v}(?![A-Za-z0-9_])", query, flags=re.I)]
+        if not used:
+            known = ", ".join(sorted(self._views)) or "none yet: stream.create_view(name)"
+            raise PipelineError(f"the query reads no view (views: {known})", step)
+        node = SqlNode(name=self._step_name(name, "sql"), inputs=tuple(self._views[v] for v in used),
+                       query=query, views=tuple(used), rowtime=rowtime)
+        return DataStream(self, node)
     def from_source(
         self, source: Source, watermark: WatermarkStrategy | None = None, *, name: str | None = None
     ) -> DataStream:

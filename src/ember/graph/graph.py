@@ -12,6 +12,7 @@ from ember.graph.nodes import (
     Node,
     SinkNode,
     SourceNode,
+    SqlNode,
     UnionNode,
     VectorizedProcessNode,
     WindowNode,
@@ -20,7 +21,8 @@ from ember.graph.nodes import (
 __all__ = ["Graph", "ancestors", "STATEFUL"]
 
 # The node types that keep state across records (keyed state, windows, joins of two streams).
-STATEFUL = (WindowNode, KeyedProcessNode, VectorizedProcessNode, IntervalJoinNode)
+# A SQL step counts as stateful: Spark may plan aggregations, windows or joins in it.
+STATEFUL = (WindowNode, KeyedProcessNode, VectorizedProcessNode, IntervalJoinNode, SqlNode)
 
 
 class Graph:

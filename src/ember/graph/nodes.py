@@ -26,6 +26,7 @@ __all__ = [
     "UnionNode",
     "LookupJoinNode",
     "IntervalJoinNode",
+    "SqlNode",
     "KeyByNode",
     "KeyedProcessNode",
     "CoProcessNode",
@@ -183,6 +184,20 @@ class IntervalJoinNode(Node):
                 else "select " + ", ".join(str(e) for e in self.exprs) if self.exprs else "all fields")
         return (f"interval join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
                 f"right.ts in [left.ts {self.lower_ms:+d} ms, left.ts {self.upper_ms:+d} ms] (native): {what}")
+
+
+@dataclass(frozen=True, eq=False)
+class SqlNode(Node):
+    """A Spark SQL query over streams registered as views (``views[i]`` names ``inputs[i]``);
+    each view also has the stream's event time as a watermarked timestamp column ``rowtime``."""
+
+    query: str = ""
+    views: tuple[str, ...] = ()
+    rowtime: str = "rowtime"
+
+    def describe(self) -> str:
+        text = " ".join(self.query.split())
+        return f"sql over {', '.join(self.views)}: {text[:120]}{'...' if len(text) > 120 else ''} (Spark SQL)"
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,8 +14,9 @@ import re
 import socket
 from typing import Any, Callable
 
-from ember.errors import JobFailedError
+from ember.errors import JobFailedError, PipelineError
 from ember.graph.graph import Graph
+from ember.graph.nodes import SqlNode
 from ember.job import EnvironmentConfig, JobResult
 from ember.runner.spark.checkpoint import (
     CheckpointLayout,
@@ -122,8 +123,11 @@ def run_job(
 
     try:
         query = start_query()
-    except BaseException:
+    except BaseException as failure:
         os.remove(layout.running)
+        refused = _refused_output_mode(failure, job.compilation.graph)
+        if refused is not None:
+            raise refused from None
         raise
     reason = "running"
     try:
@@ -160,6 +164,22 @@ def run_job(
         stopped_because=reason,
         late_dropped=follower.late_dropped + _counted(job, "late_dropped"),
         start_ms=source_origins(checkpoint, graph),
+    )
+
+
+def _refused_output_mode(exc: BaseException, graph: Graph) -> PipelineError | None:
+    """Spark's refusal, at start, of a SQL step's aggregation that cannot emit in append mode
+    (no window, or no watermark), as an error naming the SQL step(s)."""
+    if "STREAMING_OUTPUT_MODE" not in str(exc):
+        return None
+    steps = [node.name for node in graph.nodes if isinstance(node, SqlNode)]
+    if not steps:
+        return None
+    first = str(exc).strip().splitlines()[0]
+    return PipelineError(
+        f"Spark refused the job: {first} — an aggregation in SQL must group by a window over the view's "
+        "rowtime (e.g. GROUP BY k, window(rowtime, '10 seconds')) so it can emit each window once it closes",
+        steps[0] if len(steps) == 1 else ", ".join(steps),
     )
 
 

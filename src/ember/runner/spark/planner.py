@@ -51,6 +51,7 @@ from ember.graph.nodes import (
     SideOutputNode,
     SinkNode,
     SourceNode,
+    SqlNode,
     VectorizedProcessNode,
     WindowNode,
 )
@@ -153,6 +154,7 @@ def plan(graph: Graph) -> Plan:
     _check_chains(graph)
     _check_joins(graph)
     _check_connected(graph)
+    _check_sql(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
 
 
@@ -303,3 +305,21 @@ def _check_connected(graph: Graph) -> None:
                 "function reading a stateful step's output is not supported yet: run that part as its own job",
                 node.name,
             )
+
+
+def _check_sql(graph: Graph) -> None:
+    """A SQL step is planned by Spark alone: no other stateful step before it or after it
+    in the same job yet (Ember's steps carry event time Spark SQL does not see)."""
+    for node in graph.nodes:
+        if not isinstance(node, SqlNode):
+            continue
+        before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
+        after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
+        for other, where in ((before, "before"), (after, "after")):
+            if other:
+                raise PipelineError(
+                    f"the stateful step '{other[0].name}' comes {where} the SQL step '{node.name}'; a SQL step with "
+                    "other stateful steps in one job is not supported yet: do that part in the query, or run it as "
+                    "its own job",
+                    node.name,
+                )

@@ -44,7 +44,7 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto") -> dict[str, Any
     operators = [_operator(node, graph) for node in graph.nodes if _stateful(node)]
     spark_operator = spark_keyed_operator(graph, keyed_operator)
     for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
-        if not (isinstance(node, n.WindowNode) and native_window(node, graph)) and not isinstance(node, n.IntervalJoinNode):
+        if not (isinstance(node, n.WindowNode) and native_window(node, graph)) and not isinstance(node, n.IntervalJoinNode | n.SqlNode):
             op["spark operator"] = spark_operator
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
@@ -154,7 +154,7 @@ def _show(value: Any) -> str:
 
 
 def _stateful(node: n.Node) -> bool:
-    return isinstance(node, n.KeyedProcessNode | n.VectorizedProcessNode | n.WindowNode | n.IntervalJoinNode)
+    return isinstance(node, n.KeyedProcessNode | n.VectorizedProcessNode | n.WindowNode | n.IntervalJoinNode | n.SqlNode)
 
 
 def _operator(node: n.Node, graph: Graph) -> dict[str, Any]:
@@ -168,7 +168,9 @@ def _operator(node: n.Node, graph: Graph) -> dict[str, Any]:
     if isinstance(node, n.IntervalJoinNode):  # Spark's join state: both sides' rows, by key
         return {"name": node.name, "kind": "interval join", "keys": [*node.left_keys, *node.right_keys],
                 "state": {"how": node.how, "bounds ms": [node.lower_ms, node.upper_ms]}}
-    assert isinstance(node, n.WindowNode), node  # _stateful() admits these four kinds only
+    if isinstance(node, n.SqlNode):  # Spark plans its state: the query is what must not change
+        return {"name": node.name, "kind": "sql", "keys": [], "state": {"query": " ".join(node.query.split())}}
+    assert isinstance(node, n.WindowNode), node  # _stateful() admits these five kinds only
     if native_window(node, graph):  # Spark's own state layout: its operator kind in the manifest
         return {"name": node.name, "kind": "window aggregate", "keys": keys,
                 "state": {"assigner": _describe(node.assigner),

@@ -8,6 +8,7 @@ from ember.runner.spark.translators import (  # noqa: F401
     python_ops,
     sinks,
     sources,
+    sql,
     transforms,
     windows,
 )

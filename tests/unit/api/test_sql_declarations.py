@@ -1,0 +1,38 @@
+"""SQL steps declared: views named, the query's views found, checked before Spark starts."""
+
+import pytest
+
+from ember import CollectSink, KeyedProcessFunction, PipelineError
+from ember.graph.nodes import SqlNode
+from ember.runner.spark.planner import plan
+
+
+class Pass(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield value
+
+
+def test_the_sql_node_reads_the_views_its_query_names(env, events):
+    clicks = events().create_view("clicks")
+    out = env.sql("SELECT k FROM clicks WHERE k <> 'clicks_x'", name="q")
+    assert isinstance(out.node, SqlNode) and out.node.views == ("clicks",) and out.node.inputs == (clicks.node,)
+
+
+def test_bad_views_and_queries_are_refused(env, events):
+    stream = events()
+    with pytest.raises(PipelineError, match="SQL identifier"):
+        stream.create_view("no spaces")
+    stream.create_view("clicks")
+    with pytest.raises(PipelineError, match="exists already"):
+        stream.filter("k = 'a'").create_view("CLICKS")
+    with pytest.raises(PipelineError, match="reads no view"):
+        env.sql("SELECT 1 FROM elsewhere")
+    with pytest.raises(PipelineError, match="needs a query"):
+        env.sql("  ")
+
+
+def test_a_stateful_step_before_a_sql_step_is_refused_by_the_planner(env, events):
+    events().key_by("k").process(Pass(), "ts bigint, k string", name="dedupe").create_view("deduped")
+    env.sql("SELECT k FROM deduped", name="q").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'dedupe' comes before the SQL step 'q'"):
+        plan(env.graph())
