@@ -152,9 +152,7 @@ def plan(graph: Graph) -> Plan:
     for what one Spark query cannot run."""
     fork, detours, streamed = _split(graph)
     _check_chains(graph)
-    _check_joins(graph)
-    _check_connected(graph)
-    _check_sql(graph)
+    _check_alone(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
 
 
@@ -273,53 +271,33 @@ def _check_chains(graph: Graph) -> None:
                 )
 
 
-def _check_joins(graph: Graph) -> None:
-    """An interval join runs on Spark's stream-stream join, which reads records with their
-    own event time: no other stateful step may come before it or after it yet (Ember's
-    steps carry event time in hidden columns Spark's join does not pass on)."""
+# Steps that must be a job's only stateful step on their path (before / after them), yet:
+# Spark plans an interval join and a SQL step on records with their own event time, which
+# Ember's steps carry in hidden columns; a co-process step would have to merge two steps'
+# event time (after it, steps chain as after any keyed step).
+_ALONE: tuple[tuple[type[Node], str, bool, str], ...] = (
+    (IntervalJoinNode, "the interval join", True,
+     "a join with other stateful steps in one job is not supported yet: run that part as its own job, "
+     "linked by a sink and a source (e.g. RedisStreamSink -> RedisStreamSource)"),
+    (CoProcessNode, "the connected step", False,
+     "a co-process function reading a stateful step's output is not supported yet: run that part as its own job"),
+    (SqlNode, "the SQL step", True,
+     "a SQL step with other stateful steps in one job is not supported yet: do that part in the query, or run "
+     "it as its own job"),
+)
+
+
+def _check_alone(graph: Graph) -> None:
+    """The steps of ``_ALONE`` with another stateful step before them (or after them) are refused."""
     for node in graph.nodes:
-        if not isinstance(node, IntervalJoinNode):
-            continue
-        before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
-        after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
-        for other, where in ((before, "before"), (after, "after")):
-            if other:
-                raise PipelineError(
-                    f"the stateful step '{other[0].name}' comes {where} the interval join '{node.name}'; a join "
-                    "with other stateful steps in one job is not supported yet: run that part as its own job, "
-                    "linked by a sink and a source (e.g. RedisStreamSink -> RedisStreamSource)",
-                    node.name,
-                )
-
-
-def _check_connected(graph: Graph) -> None:
-    """A co-process step reads two streams straight from their sources' side of the job:
-    no stateful step before it yet (it would have to merge two steps' event time)."""
-    for node in graph.nodes:
-        if not isinstance(node, CoProcessNode):
-            continue
-        before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
-        if before:
-            raise PipelineError(
-                f"the stateful step '{before[0].name}' comes before the connected step '{node.name}'; a co-process "
-                "function reading a stateful step's output is not supported yet: run that part as its own job",
-                node.name,
-            )
-
-
-def _check_sql(graph: Graph) -> None:
-    """A SQL step is planned by Spark alone: no other stateful step before it or after it
-    in the same job yet (Ember's steps carry event time Spark SQL does not see)."""
-    for node in graph.nodes:
-        if not isinstance(node, SqlNode):
-            continue
-        before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
-        after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
-        for other, where in ((before, "before"), (after, "after")):
-            if other:
-                raise PipelineError(
-                    f"the stateful step '{other[0].name}' comes {where} the SQL step '{node.name}'; a SQL step with "
-                    "other stateful steps in one job is not supported yet: do that part in the query, or run it as "
-                    "its own job",
-                    node.name,
-                )
+        for kind, what, nothing_after, advice in _ALONE:
+            if not isinstance(node, kind):
+                continue
+            before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
+            after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
+            for other, where in ((before, "before"), (after if nothing_after else [], "after")):
+                if other:
+                    raise PipelineError(
+                        f"the stateful step '{other[0].name}' comes {where} {what} '{node.name}'; {advice}", node.name
+                    )
+            break
