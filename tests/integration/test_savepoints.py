@@ -217,6 +217,9 @@ def test_savepoint_cli_create_list_inspect_delete(spark, tmp_path, capsys):
     assert not os.path.exists(path)
 
 
+# In `make test-all`: writing state and rescaling are each in the default run (state read/write,
+# the three-step rescale); this runs the worked example end to end (~35 s).
+@pytest.mark.slow
 def test_bugfix_example_repairs_state_and_rescales(spark, tmp_path):
     import importlib.util
 
