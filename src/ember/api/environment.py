@@ -140,6 +140,7 @@ class StreamEnvironment:
         node = SqlNode(name=self._step_name(name, "sql"), inputs=tuple(self._views[v] for v in used),
                        query=query, views=tuple(used), rowtime=rowtime)
         return DataStream(self, node)
+
     def from_source(
         self, source: Source, watermark: WatermarkStrategy | None = None, *, name: str | None = None
     ) -> DataStream:

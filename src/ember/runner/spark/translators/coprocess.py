@@ -23,6 +23,7 @@ from ember.runner.spark.keyed.runtime import without_hidden
 from ember.runner.spark.translators.eventtime import TIME, with_event_time
 from ember.runner.spark.translators.keyed import keyed_operator
 from ember.runner.spark.translators.python_ops import output_struct
+from ember.runner.spark.translators.transforms import check_paired_keys
 from ember.time.watermarks import TimeCharacteristic
 
 __all__: list[str] = []
@@ -32,20 +33,7 @@ __all__: list[str] = []
 def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
     ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]
     structs = [without_hidden(up.df.schema) for up in ups]
-    for stream, (struct, keys) in enumerate(zip(structs, (node.keys, node.other_keys)), start=1):
-        for key in keys:
-            if key not in struct.names:
-                raise PipelineError(
-                    f"key field '{key}' is not in the {'first' if stream == 1 else 'second'} stream "
-                    f"(fields: {', '.join(struct.names)})", node.name,
-                )
-    for k1, k2 in zip(node.keys, node.other_keys):
-        t1, t2 = structs[0][k1].dataType, structs[1][k2].dataType
-        if t1 != t2:
-            raise PipelineError(
-                f"key fields '{k1}' ({t1.simpleString()}) and '{k2}' ({t2.simpleString()}) differ in type; "
-                "cast one side first (select)", node.name,
-            )
+    check_paired_keys(node.name, ("first", structs[0], node.keys), ("second", structs[1], node.other_keys))
     timed = [up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME for up in ups]
     if timed[0] != timed[1]:
         raise PipelineError(

@@ -21,35 +21,37 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from ember.errors import PipelineError, UserFunctionError
-from ember.graph.nodes import IntervalJoinNode, KeyByNode, Node
+from ember.graph.nodes import IntervalJoinNode, KeyByNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.keyed.runtime import without_hidden
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.translators.eventtime import HIDDEN, with_event_time
-from ember.runner.spark.translators.python_ops import arrow_schema, build_batch, output_struct, records_out
-from ember.runner.spark.translators.transforms import column
+from ember.runner.spark.translators.eventtime import with_event_time
+from ember.runner.spark.translators.python_ops import (
+    arrow_schema,
+    build_batch,
+    output_struct,
+    records_out,
+    user_function_failed,
+)
+from ember.runner.spark.translators.transforms import check_paired_keys, column
 
 __all__ = ["SHIFT_MS"]
 
 SHIFT_MS = 2  # Spark's late rule (time <= its watermark = Flink's + 1) moved onto Flink's (ts < Flink's watermark)
-_SIDES = ("left", "right")
 
 
-def _side(comp: Compilation, node: IntervalJoinNode, parent: Node, keys: tuple[str, ...], side: str) -> tuple[Any, list[str]]:
+def _side(comp: Compilation, node: IntervalJoinNode, up: Frame, fields: list[str], keys: tuple[str, ...], side: str) -> Any:
     """One input: its record fields as ``__ember_<side>_<field>`` columns (flat: Spark keeps
     exactly these in its join state) and its shifted, watermarked time column."""
-    up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # Spark's join partitions by key itself
-    fields = [c for c in up.df.columns if c not in HIDDEN]
     if up.time is None or up.time.timestamp_field is None:
+        parent = node.inputs[0 if side == "left" else 1]
         raise PipelineError(
             f"interval_join needs event time on its {side} stream ('{parent.name}'): give its source a "
             "WatermarkStrategy with a timestamp field", node.name,
         )
-    for key in keys:
-        if key not in fields:
-            raise PipelineError(f"key field '{key}' is not in the {side} stream (fields: {', '.join(fields)})", node.name)
     time = _time(side)
     df = with_event_time(comp, up.df, up.time, node.name, column=time, shift_ms=SHIFT_MS, keys=keys)
-    return df.select(*[F.col(f).alias(_flat(side, f)) for f in fields], time), fields
+    return df.select(*[F.col(f).alias(_flat(side, f)) for f in fields], time)
 
 
 def _flat(side: str, field: str) -> str:
@@ -72,17 +74,13 @@ def _record(side: str, fields: list[str], always: bool) -> Any:
 
 @translates(IntervalJoinNode)
 def _interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
-    left, left_fields = _side(comp, node, node.inputs[0], node.left_keys, "left")
-    right, right_fields = _side(comp, node, node.inputs[1], node.right_keys, "right")
-    condition = []
-    for lk, rk in zip(node.left_keys, node.right_keys):
-        lt, rt = left.schema[_flat("left", lk)].dataType, right.schema[_flat("right", rk)].dataType
-        if lt != rt:
-            raise PipelineError(
-                f"key fields '{lk}' ({lt.simpleString()}) and '{rk}' ({rt.simpleString()}) differ in type; "
-                "cast one side first (select)", node.name,
-            )
-        condition.append(F.col(_flat("left", lk)) == F.col(_flat("right", rk)))
+    ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]  # Spark's join partitions by key
+    structs = [without_hidden(up.df.schema) for up in ups]
+    check_paired_keys(node.name, ("left", structs[0], node.left_keys), ("right", structs[1], node.right_keys))
+    left_fields, right_fields = structs[0].names, structs[1].names
+    left = _side(comp, node, ups[0], left_fields, node.left_keys, "left")
+    right = _side(comp, node, ups[1], right_fields, node.right_keys, "right")
+    condition = [F.col(_flat("left", lk)) == F.col(_flat("right", rk)) for lk, rk in zip(node.left_keys, node.right_keys)]
     l_time, r_time = F.col(_time("left")), F.col(_time("right"))
     condition += [
         r_time >= l_time + F.expr(f"INTERVAL '{node.lower_ms}' MILLISECOND"),
@@ -117,12 +115,8 @@ def _process(joined: Any, node: IntervalJoinNode) -> Any:
                 except UserFunctionError:
                     raise
                 except Exception as exc:
-                    raise UserFunctionError(
-                        f"step '{step}': {getattr(fn, '__qualname__', type(fn).__name__)} raised "
-                        f"{type(exc).__name__}: {exc} on the pair {pair!r}"
-                    ) from exc
+                    raise user_function_failed(step, fn, pair, exc) from exc
                 rows.extend(records_out(result, names, step, fn))
             yield build_batch(rows, schema, step)
 
     return joined.mapInArrow(run, out)
-

@@ -19,7 +19,7 @@ from ember.runner.spark.deadletters import combined_struct, dead_batch, main_bat
 from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
 from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["python_filter", "output_struct", "arrow_schema", "build_batch", "records_out"]
+__all__ = ["python_filter", "output_struct", "arrow_schema", "build_batch", "records_out", "user_function_failed"]
 
 
 def output_struct(schema: Any, fallback: Any, step: str) -> Any:
@@ -50,7 +50,7 @@ def _fn_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", type(fn).__name__)
 
 
-def _fail(step: str, fn: Callable[..., Any], record: Any, exc: BaseException) -> UserFunctionError:
+def user_function_failed(step: str, fn: Callable[..., Any], record: Any, exc: BaseException) -> UserFunctionError:
     return UserFunctionError(
         f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc} on record {record!r}"
     )
@@ -122,7 +122,7 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
                     except UserFunctionError:
                         raise
                     except Exception as exc:
-                        raise _fail(step, fn, record, exc) from exc
+                        raise user_function_failed(step, fn, record, exc) from exc
                 yield build_batch(rows, schema, step)
 
         return Frame(up.df.mapInArrow(run, out), up.time)
@@ -198,7 +198,7 @@ def python_filter(comp: Compilation, df: Any, node: Any) -> Any:
                     try:
                         keep.append(bool(fn(record)))
                     except Exception as exc:
-                        raise _fail(step, fn, record, exc) from exc
+                        raise user_function_failed(step, fn, record, exc) from exc
                 yield batch.filter(pa.array(keep, type=pa.bool_()))
 
         return df.mapInArrow(run, df.schema)

@@ -12,7 +12,7 @@ from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode,
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.translators.python_ops import python_filter
 
-__all__ = ["column", "key_columns"]
+__all__ = ["column", "key_columns", "check_paired_keys"]
 
 
 def column(expr: Any) -> Any:
@@ -22,6 +22,25 @@ def column(expr: Any) -> Any:
 
 def key_columns(keys: tuple[Any, ...]) -> list[Any]:
     return [F.col(k) if isinstance(k, str) else k for k in keys]
+
+
+def check_paired_keys(step: str, first: tuple[str, Any, tuple[str, ...]], second: tuple[str, Any, tuple[str, ...]]) -> None:
+    """Two streams keyed for one two-input step (a join, a co-process function): each
+    ``(label, record struct, key fields)``; every key field exists and the paired ones
+    (in order) have the same type."""
+    for label, struct, keys in (first, second):
+        for key in keys:
+            if key not in struct.names:
+                raise PipelineError(
+                    f"key field '{key}' is not in the {label} stream (fields: {', '.join(struct.names)})", step
+                )
+    for k1, k2 in zip(first[2], second[2]):
+        t1, t2 = first[1][k1].dataType, second[1][k2].dataType
+        if t1 != t2:
+            raise PipelineError(
+                f"key fields '{k1}' ({t1.simpleString()}) and '{k2}' ({t2.simpleString()}) differ in type; "
+                "cast one side first (select)", step,
+            )
 
 
 def key_name(key: Any) -> str:
