@@ -26,6 +26,11 @@ def _keys(key: str | tuple[str, ...] | list[str], which: str, step: str) -> tupl
     return keys
 
 
+def _part(name: str | None, stream: int) -> str | None:
+    """The name of one stream's function step of a named co_map (unnamed: generated, unique)."""
+    return f"{name}.{stream}" if name else None
+
+
 class ConnectedStreams:
     """``first.connect(second)``: waiting for ``map``/``flat_map`` or ``key_by``."""
 
@@ -52,16 +57,14 @@ class ConnectedStreams:
         """``fn1`` on the first stream's records, ``fn2`` on the second's, both results in one
         stream (both must produce ``output_schema``; None: the first stream's schema)."""
         f1, f2 = self._pair(fn1, fn2, "map", name)
-        step = name or "co_map"
-        return (self.first.map(f1, output_schema, name=f"{step}.1")
-                .union(self.second.map(f2, output_schema, name=f"{step}.2"), name=step))
+        return (self.first.map(f1, output_schema, name=_part(name, 1))
+                .union(self.second.map(f2, output_schema, name=_part(name, 2)), name=name))
 
     def flat_map(self, fn1: Any, fn2: Any = None, output_schema: Any = None, *, name: str | None = None) -> Any:
         """As :meth:`map`, each function returning an iterable of records."""
         f1, f2 = self._pair(fn1, fn2, "flat_map", name)
-        step = name or "co_flat_map"
-        return (self.first.flat_map(f1, output_schema, name=f"{step}.1")
-                .union(self.second.flat_map(f2, output_schema, name=f"{step}.2"), name=step))
+        return (self.first.flat_map(f1, output_schema, name=_part(name, 1))
+                .union(self.second.flat_map(f2, output_schema, name=_part(name, 2)), name=name))
 
     def key_by(self, key1: str | tuple[str, ...] | list[str], key2: str | tuple[str, ...] | list[str],
                *, name: str | None = None) -> "ConnectedKeyedStreams":

@@ -55,3 +55,12 @@ def test_a_stateful_step_before_a_connected_step_is_refused(env, events, rules):
     deduped.connect(rules).key_by("k", "name").process(Both(), "ts bigint, k string", name="both").sink_to(CollectSink())
     with pytest.raises(PipelineError, match="'dedupe' comes before the connected step 'both'"):
         plan(env.graph())
+
+
+def test_two_unnamed_co_maps_in_one_job_get_names_of_their_own(env, events, rules):
+    stream = events()
+    first = stream.connect(rules).map(lambda r: r, lambda r: r)
+    second = stream.connect(rules).map(lambda r: r, lambda r: r)
+    assert first.node.name != second.node.name
+    named = stream.connect(rules).flat_map(lambda r: [r], lambda r: [r], name="both")
+    assert named.node.name == "both" and [i.name for i in named.node.inputs] == ["both.1", "both.2"]
