@@ -310,6 +310,27 @@ def rolling(batches: list[list[tuple]], kind: str) -> list[tuple]:
 # (by the end of input).
 
 
+def two_input_watermarks(first: list[list[tuple]], second: list[list[tuple]], bound_ms: int) -> list[int | None]:
+    """The watermark of a two-input step before each micro-batch: the least of the inputs'
+    (each ``max - bound - 1`` over earlier batches; an input without records yet does not
+    count, as in Spark), never going back; None before any input has one."""
+    marks: list[int | None] = [None, None]
+    wm: int | None = None
+    out: list[int | None] = []
+    for k in range(max(len(first), len(second))):
+        present = [m for m in marks if m is not None]
+        if present and (wm is None or min(present) > wm):
+            wm = min(present)
+        out.append(wm)
+        for side, batches in enumerate((first, second)):
+            batch = batches[k] if k < len(batches) else []
+            if batch:
+                candidate = max(r[0] for r in batch) - bound_ms - 1
+                if marks[side] is None or candidate > marks[side]:
+                    marks[side] = candidate
+    return out
+
+
 @dataclass
 class Joined:
     pairs: list[tuple] = field(default_factory=list)  # (batch, key, left ts, left v, right ts, right v)
@@ -320,13 +341,8 @@ class Joined:
 
 def interval_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int, lower: int, upper: int) -> Joined:
     out = Joined()
-    marks: list[int | None] = [None, None]
     kept: list[list[tuple]] = [[], []]  # (batch, ts, key, v) of records that are not late
-    wm: int | None = None
-    for k in range(max(len(left), len(right))):
-        present = [m for m in marks if m is not None]
-        if present and (wm is None or min(present) > wm):  # the join's watermark never goes back
-            wm = min(present)
+    for k, wm in enumerate(two_input_watermarks(left, right, bound_ms)):
         for side, batches in enumerate((left, right)):
             batch = batches[k] if k < len(batches) else []
             for ts, key, v in batch:
@@ -334,12 +350,6 @@ def interval_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: i
                     out.late += 1
                 else:
                     kept[side].append((k, ts, key, v))
-        for side, batches in enumerate((left, right)):
-            batch = batches[k] if k < len(batches) else []
-            if batch:
-                candidate = max(r[0] for r in batch) - bound_ms - 1
-                if marks[side] is None or candidate > marks[side]:
-                    marks[side] = candidate
     matched: tuple[set, set] = (set(), set())
     for i, (bl, lts, lkey, lv) in enumerate(kept[0]):
         for j, (br, rts, rkey, rv) in enumerate(kept[1]):
@@ -370,8 +380,6 @@ def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: in
     out: list[tuple] = []
     limits: dict[str, int] = {}
     timers: dict[str, set[int]] = {}
-    marks: list[int | None] = [None, None]
-    wm: int | None = None
 
     def fire(label: int | str, upto: float) -> None:
         due = sorted((t, key) for key, ts in timers.items() for t in ts if t <= upto)
@@ -380,10 +388,7 @@ def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: in
             limits.pop(key, None)
             out.append((label, "expired", key, t))
 
-    for k in range(max(len(events), len(rules))):
-        present = [m for m in marks if m is not None]
-        if present and (wm is None or min(present) > wm):
-            wm = min(present)
+    for k, wm in enumerate(two_input_watermarks(events, rules, bound_ms)):
         if wm is not None:
             fire(k, wm)
         batch = [(ts, 1, key, v) for ts, key, v in (events[k] if k < len(events) else [])]
@@ -396,11 +401,5 @@ def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: in
                 out.append((k, "alert", key, ts))
         if wm is not None:
             fire(k, wm)  # registered behind the watermark: the same batch, after its records
-        for side, stream in enumerate((events, rules)):
-            part = stream[k] if k < len(stream) else []
-            if part:
-                candidate = max(r[0] for r in part) - bound_ms - 1
-                if marks[side] is None or candidate > marks[side]:
-                    marks[side] = candidate
     fire(END, float("inf"))
     return out

@@ -1,6 +1,8 @@
 """Fixtures for tests on the real Redis and PostgreSQL servers of this machine
 (EMBER_REDIS_URL, EMBER_POSTGRES_URL; a missing service fails, it does not skip)."""
 
+import importlib.util
+import os
 import uuid
 
 import psycopg
@@ -38,3 +40,19 @@ def table():
 @pytest.fixture
 def rss_sampler():
     return RssSampler
+
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+
+
+@pytest.fixture
+def load_example():
+    """``load_example("name")``: the module of ``examples/name.py``, loaded fresh (not run as a script)."""
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, os.path.join(EXAMPLES, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -1,6 +1,5 @@
 """The command line, the demo job and a tiny smoke of every benchmark."""
 
-import importlib.util
 import os
 
 import pytest
@@ -11,7 +10,6 @@ pytestmark = pytest.mark.spark
 
 HERE = os.path.dirname(__file__)
 JOB = os.path.join(HERE, "jobs", "bounded_job.py")
-ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def test_ember_run_executes_a_job_module(spark, tmp_path, capsys):
@@ -36,10 +34,8 @@ def test_cli_errors_are_clear(capsys):
     assert "has no function 'nothing'" in capsys.readouterr().err
 
 
-def test_demo_counts_are_exact(spark, capsys):
-    spec = importlib.util.spec_from_file_location("yahoo_demo", os.path.join(ROOT, "examples", "yahoo_campaigns.py"))
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
+def test_demo_counts_are_exact(spark, capsys, load_example):
+    demo = load_example("yahoo_campaigns")
     assert demo.main(["--seconds", "22", "--rate", "50000", "--master", "local[2]"]) == 0
     out = capsys.readouterr().out
     assert "RESULT                EXACT" in out
@@ -52,10 +48,8 @@ def test_ember_run_ships_module_level_functions_to_workers(spark, tmp_path, caps
     assert "job 'module_function_job': 2 events" in capsys.readouterr().out
 
 
-def test_redis_postgres_example_is_exact(spark, capsys):
-    spec = importlib.util.spec_from_file_location("redis_postgres", os.path.join(ROOT, "examples", "redis_postgres.py"))
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+def test_redis_postgres_example_is_exact(spark, capsys, load_example):
+    example = load_example("redis_postgres")
     assert example.main(["--events", "10000", "--master", "local[2]"]) == 0
     out = capsys.readouterr().out
     assert "EXACT" in out and "dead letters: 3" in out

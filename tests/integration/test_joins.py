@@ -108,14 +108,8 @@ def test_process_function_sees_both_sides_and_the_boundary_is_flinks(env):
     assert result.late_dropped == 1
 
 
-def test_ad_attribution_example(spark):
-    import importlib.util
-    import os
-
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ad_attribution.py")
-    spec = importlib.util.spec_from_file_location("ad_attribution", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+def test_ad_attribution_example(spark, load_example):
+    example = load_example("ad_attribution")
     result = example.run()
     pairs = sorted((b.batch_id, r["user"], r["ad"], r["delay_ms"]) for b in result["pairs"].batches for r in b.rows)
     assert pairs == [(0, "ann", "shoes", 5_000), (1, "bob", "tv", 2_000)]  # 13 s and 10.5 s are outside the 10 s

@@ -79,13 +79,8 @@ def test_which_filters_the_source_applies_before_the_jvm(env, predicate, pushed)
     assert _pushed_filter(comp, node) == pushed
 
 
-def test_json_campaigns_example_decodes_in_the_source_and_is_exact(env, capsys):
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "json_campaigns.py")
-    spec = importlib.util.spec_from_file_location("json_campaigns", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+def test_json_campaigns_example_decodes_in_the_source_and_is_exact(env, capsys, load_example):
+    example = load_example("json_campaigns")
     example.build(env, YahooSource(as_json=True, max_events=10))
     assert "MapInArrow" not in env.explain()  # decoded inside the source's reader: no Python step of its own
     assert example.main(["--events", "40000", "--master", "local[2]"]) == 0

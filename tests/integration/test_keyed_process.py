@@ -1,7 +1,5 @@
 """KeyedProcessFunction with ValueState: exact results, state across batches and restarts."""
 
-import importlib.util
-import os
 from collections import Counter
 
 import numpy as np
@@ -22,7 +20,6 @@ from ember.state import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 
 class RunningCount(KeyedProcessFunction):
@@ -81,10 +78,8 @@ def test_state_survives_a_restart_from_the_checkpoint(spark, tmp_path):
     assert sorted((r["k"], r["n"]) for r in second.rows()) == [("a", 4), ("b", 2)]
 
 
-def test_state_machine_alerts_equal_injected_events(env):
-    spec = importlib.util.spec_from_file_location("state_machine", os.path.join(ROOT, "examples", "state_machine.py"))
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+def test_state_machine_alerts_equal_injected_events(env, load_example):
+    example = load_example("state_machine")
     source = StateMachineSource(partitions=2, max_events=120_000, active_addresses=200, frames_per_epoch=20, invalid_rate=0.002)
     sink = example.build(env, source)
     result = env.execute("sm", progress=False)

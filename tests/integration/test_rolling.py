@@ -86,14 +86,8 @@ def test_rolling_on_a_missing_field_is_refused_naming_the_step(env):
         env.execute("rolling-missing", progress=False)
 
 
-def test_rolling_totals_example(spark):
-    import importlib.util
-    import os
-
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "rolling_totals.py")
-    spec = importlib.util.spec_from_file_location("rolling_totals", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+def test_rolling_totals_example(spark, load_example):
+    example = load_example("rolling_totals")
     sinks = example.run()
     # sum per user (ann: 30, 42, 49, 99; bob: 5, 45, 46), then the largest total so far (all of them grow)
     largest = sorted((b.batch_id, r["user"], r["amount"]) for b in sinks["largest_total"].batches for r in b.rows)

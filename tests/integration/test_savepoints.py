@@ -220,13 +220,8 @@ def test_savepoint_cli_create_list_inspect_delete(spark, tmp_path, capsys):
 # In `make test-all`: writing state and rescaling are each in the default run (state read/write,
 # the three-step rescale); this runs the worked example end to end (~35 s).
 @pytest.mark.slow
-def test_bugfix_example_repairs_state_and_rescales(spark, tmp_path):
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "savepoint_bugfix.py")
-    spec = importlib.util.spec_from_file_location("savepoint_bugfix", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+def test_bugfix_example_repairs_state_and_rescales(spark, tmp_path, load_example):
+    example = load_example("savepoint_bugfix")
     out = example.run(spark, str(tmp_path / "work"))
     assert out["before"] > 0 and out["after"] > 0 and out["ids_exact"]
     assert out["final"] == out["expected"]

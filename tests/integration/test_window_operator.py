@@ -204,14 +204,8 @@ def test_pre_aggregation_before_the_shuffle_gives_identical_results(spark, tmp_p
     assert outputs[True][0] == sorted((k, s, s + 10_000, *v) for (k, s), v in expected.items())
 
 
-def test_windows_tour_example(spark):
-    import importlib.util
-    import os
-
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "windows_tour.py")
-    spec = importlib.util.spec_from_file_location("windows_tour", path)
-    tour = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tour)
+def test_windows_tour_example(spark, load_example):
+    tour = load_example("windows_tour")
     sinks, every_3 = tour.run()
     by_batch = [sorted((r["page"], r["window_start"], r["seconds"]) for r in b.rows) for b in sinks["windows"].batches]
     fired = [rows for rows in by_batch if rows]
