@@ -89,3 +89,22 @@ def test_co_map_applies_one_function_per_stream(env):
      .sink_to(sink))
     env.execute("co-map", progress=False)
     assert sorted((r["label"], r["value"]) for r in sink.rows()) == [("a", 20), ("b", 30), ("x", -7)]
+
+
+def test_a_window_after_the_connected_step_counts_what_it_emitted(env):
+    """Steps chain after a co-process step as after any keyed step: a window downstream sees
+    every alert and expiry it emitted (counted per kind against the model)."""
+    from collections import Counter
+
+    from ember import TumblingEventTimeWindows
+
+    events, rules = _streams(3)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    a = env.from_source(ScriptedSource(events, SCHEMA), strategy, name="events")
+    b = env.from_source(ScriptedSource(rules, SCHEMA), strategy, name="rules")
+    sink = CollectSink()
+    (a.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint", name="thresholds")
+     .key_by("what").window(TumblingEventTimeWindows.of(100_000)).count(name="per-kind").sink_to(sink))
+    env.execute("thresholds-counted", progress=False)
+    expected = Counter(e[1] for e in model.thresholds(events, rules, BOUND, EXPIRY))
+    assert {r["what"]: r["count"] for r in sink.rows()} == dict(expected) and len(expected) == 2
