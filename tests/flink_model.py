@@ -403,3 +403,47 @@ def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: in
             fire(k, wm)  # registered behind the watermark: the same batch, after its records
     fire(END, float("inf"))
     return out
+
+
+def broadcast_rules(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: int, expiry_ms: int) -> list[tuple]:
+    """Flink's KeyedBroadcastProcessFunction of tests/integration/test_broadcast.py: rules
+    ``(ts, name, limit)`` set (limit >= 0) or remove (< 0) a named limit in broadcast state,
+    ``reset`` clears every key's alert count (apply_to_keyed_state); events ``(ts, key, v)``
+    above a rule's limit are alerts, counted per key; a key's first alert sets a timer
+    ``expiry_ms`` later that reports and clears its count. Within a batch records go in
+    timestamp order, a rule before an event of the same timestamp; timers as in ``thresholds``."""
+    out: list[tuple] = []
+    limits: dict[str, int] = {}
+    alerts: dict[str, int] = {}
+    timers: dict[str, set[int]] = {}
+
+    def fire(label: int | str, upto: float) -> None:
+        for t, key in sorted((t, key) for key, ts in timers.items() for t in ts if t <= upto):
+            timers[key].discard(t)
+            out.append((label, "summary", key, t, alerts.pop(key, 0)))
+
+    for k, wm in enumerate(two_input_watermarks(events, rules, bound_ms)):
+        if wm is not None:
+            fire(k, wm)
+        batch = [(ts, 0, name, limit) for ts, name, limit in (rules[k] if k < len(rules) else [])]
+        batch += [(ts, 1, key, v) for ts, key, v in (events[k] if k < len(events) else [])]
+        for ts, side, a, b in sorted(batch):
+            if side == 0:
+                if a == "reset":
+                    alerts.clear()
+                elif b < 0:
+                    limits.pop(a, None)
+                else:
+                    limits[a] = b
+                out.append((k, "rule", a, ts, len(limits)))
+                continue
+            for name, limit in sorted(limits.items()):
+                if b > limit:
+                    alerts[a] = n = alerts.get(a, 0) + 1
+                    if n == 1:
+                        timers.setdefault(a, set()).add(ts + expiry_ms)
+                    out.append((k, "alert", f"{a}:{name}", ts, n))
+        if wm is not None:
+            fire(k, wm)
+    fire(END, float("inf"))
+    return out

@@ -27,6 +27,7 @@ from ember.connectors import (
 from ember.errors import ConfigError, EmberError, JobFailedError, PipelineError, UserFunctionError
 from ember.functions import (
     AggregateFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
@@ -65,7 +66,7 @@ __all__ = [
     "Trigger", "TriggerResult", "EventTimeTrigger", "ProcessingTimeTrigger", "CountTrigger",
     "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "PurgingTrigger",
     "CountEvictor", "TimeEvictor", "DeltaEvictor",
-    "KeyedProcessFunction", "KeyedCoProcessFunction", "AggregateFunction", "ProcessWindowFunction", "OutputTag",
+    "KeyedProcessFunction", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction", "AggregateFunction", "ProcessWindowFunction", "OutputTag",
     "Agg",
     "YahooSource", "GrepSource", "GroupingSource", "StateMachineSource",
     "FileSource", "RateSource", "ScriptedSource", "RedisStreamSource",

@@ -14,6 +14,7 @@ from ember.time.timers import TimerService
 __all__ = [
     "KeyedProcessFunction",
     "KeyedCoProcessFunction",
+    "KeyedBroadcastProcessFunction",
     "VectorizedKeyedFunction",
     "BatchContext",
     "AggregateFunction",
@@ -159,6 +160,42 @@ class KeyedCoProcessFunction:
         raise NotImplementedError
 
     def process_element2(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        """Called for a timer of ``ctx.current_key``; yields output records."""
+        return None
+
+
+class KeyedBroadcastProcessFunction:
+    """A keyed stream checked against *broadcast state*: state every task holds the same
+    copy of, written by a second stream (Flink's dynamic-rules pattern):
+    ``events.key_by(k).connect(rules.broadcast(descriptor)).process(fn, schema)``.
+
+    - :meth:`process_broadcast_element` gets each record of the broadcast stream, with
+      ``ctx.get_broadcast_state(descriptor)`` read-write (a MapState). It runs on every
+      task with the same records in the same order, so every copy stays the same. It has
+      no current key: keyed state and timers raise, except through
+      ``ctx.apply_to_keyed_state(descriptor, fn)``, which calls ``fn(key, state)`` for every
+      key holding that (keyed) state. What it yields (and its side outputs) is emitted once.
+    - :meth:`process_element` gets each keyed record, with keyed state, timers and
+      ``ctx.get_broadcast_state(descriptor)`` read-only (writing it raises).
+    - :meth:`on_timer` as in a :class:`KeyedProcessFunction`, broadcast state read-only.
+
+    Within a micro-batch both streams' records are processed in timestamp order (event
+    time: each stream needs a watermark strategy, and the step's watermark is the least of
+    the two, as in Flink), a broadcast record before keyed records of the same timestamp;
+    without event time, the batch's broadcast records before its keyed records. Broadcast
+    state is checkpointed with the keyed state: exactly once across restarts, in savepoints.
+    """
+
+    def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first element: declare keyed state here."""
+
+    def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
         raise NotImplementedError
 
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
+from ember.api.broadcast import BroadcastConnectedStream, BroadcastStream, broadcast_descriptors
 from ember.api.connected import ConnectedStreams
 from ember.api.joins import IntervalJoin
 from ember.connectors.base import Sink
@@ -161,11 +162,29 @@ class DataStream:
         self._env._register_view(name, self._node)
         return self
 
-    def connect(self, other: "DataStream") -> ConnectedStreams:
+    def connect(self, other: "DataStream | BroadcastStream") -> Any:
         """Connect with ``other`` (Flink's ``ConnectedStreams``): then ``.map(fn1, fn2)`` /
         ``.flat_map(fn1, fn2)``, or ``.key_by(key1, key2).process(KeyedCoProcessFunction, schema)``
-        with keyed state and timers shared by both streams (ember.api.connected)."""
+        with keyed state and timers shared by both streams (ember.api.connected).
+
+        ``keyed.connect(rules.broadcast(descriptor))`` connects a keyed stream with a
+        broadcast stream: then ``.process(KeyedBroadcastProcessFunction, schema)``
+        (ember.api.broadcast; docs/broadcast.md)."""
+        if isinstance(other, BroadcastStream):
+            if not isinstance(self, KeyedStream):
+                raise PipelineError(
+                    "only a keyed stream connects with a broadcast stream: key_by(...) first, then connect", "connect"
+                )
+            if not all(isinstance(k, str) for k in self.keys):
+                raise PipelineError("a stream connected with a broadcast stream must be keyed by field names", "connect")
+            return BroadcastConnectedStream(self, other, DataStream)
         return ConnectedStreams(self, other, DataStream)
+
+    def broadcast(self, *descriptors: Any) -> BroadcastStream:
+        """This stream as broadcast state's input (Flink's ``broadcast(MapStateDescriptor)``): every
+        task gets every record, to write the named MapStates in ``process_broadcast_element``
+        of a :class:`~ember.functions.KeyedBroadcastProcessFunction` (``keyed.connect(...)``)."""
+        return BroadcastStream(self, broadcast_descriptors(descriptors, self._node.name))
 
     def join_lookup(
         self, table: Any, on: str | Iterable[str], how: str = "inner", *, unmatched: Any = None, name: str | None = None

@@ -30,6 +30,7 @@ __all__ = [
     "KeyByNode",
     "KeyedProcessNode",
     "CoProcessNode",
+    "BroadcastProcessNode",
     "WindowNode",
     "is_plain_window",
     "VectorizedProcessNode",
@@ -234,6 +235,20 @@ class CoProcessNode(KeyedProcessNode):
         keys = ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(self.keys, self.other_keys))
         return (f"co-process {type(self.fn).__name__} of {self.inputs[0].name} and {self.inputs[1].name} "
                 f"by {keys} (python, shared keyed state)")
+
+
+@dataclass(frozen=True, eq=False)
+class BroadcastProcessNode(CoProcessNode):
+    """A keyed stream (``inputs[0]``: its key_by step) connected with a broadcast stream
+    (``inputs[1]``) into one KeyedBroadcastProcessFunction ``fn``: keyed state by ``keys``,
+    and the broadcast ``descriptors``' MapStates, the same copy in every state bucket."""
+
+    descriptors: tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        names = ", ".join(d.name for d in self.descriptors)
+        return (f"broadcast-process {type(self.fn).__name__} of {self.inputs[0].name} by {', '.join(self.keys)} "
+                f"with broadcast {self.inputs[1].name} (python, keyed state + broadcast state {names})")
 
 
 @dataclass(frozen=True, eq=False)

@@ -159,6 +159,10 @@ def _stateful(node: n.Node) -> bool:
 
 def _operator(node: n.Node, graph: Graph) -> dict[str, Any]:
     keys = [str(k) for k in getattr(node, "keys", ())]
+    if isinstance(node, n.BroadcastProcessNode):
+        return {"name": node.name, "kind": "broadcast process function", "keys": keys,
+                "state": {"state descriptors": _declared_state(node.fn),
+                          "broadcast state": sorted(d.name for d in node.descriptors)}}
     if isinstance(node, n.KeyedProcessNode):
         return {"name": node.name, "kind": "process function", "keys": keys,
                 "state": {"state descriptors": _declared_state(node.fn)}}

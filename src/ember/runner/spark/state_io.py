@@ -26,6 +26,7 @@ field and the group-state timeout), which :func:`_encode_value` writes.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import os
 import pickle
@@ -36,7 +37,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ember.errors import SavepointError
-from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS, empty_bucket_state
+from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, empty_bucket_state
 from ember.runner.spark.translators.keyed import bucket_of
 
 __all__ = ["read_operator_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
@@ -145,7 +146,11 @@ def _new_keyed_blobs(
                 for ts in sorted(slot.get(kind, ())):
                     blob["n"] += 1
                     heapq.heappush(blob[kind], (int(ts), blob["n"], key))
-    return {b: blob for b, blob in blobs.items() if blob["keys"]}
+    shared = next((blob[BROADCAST] for blob in old.values() if BROADCAST in blob), None)
+    if shared is not None:  # a broadcast step: every bucket keeps its copy of the broadcast state
+        for blob in blobs.values():
+            blob[BROADCAST] = copy.deepcopy(shared)
+    return {b: blob for b, blob in blobs.items() if blob["keys"] or BROADCAST in blob}
 
 
 def _new_vectorised_tables(spark: Any, old: dict[int, Any], op: dict[str, Any], frame: pd.DataFrame) -> dict[int, Any]:

@@ -63,10 +63,12 @@ class BucketFunction:
         counters: dict[str, Any] | None = None,
         emit_time: bool = False,
         previous_watermark: Callable[[], int] | None = None,
+        tie_break: str | None = None,
     ) -> None:
         self.fn, self.step, self.keys, self.fields = fn, step, keys, fields
         self.out_fields, self.time_column, self.event_time = out_fields, time_column, event_time
         self.side_outputs = side_outputs or {}
+        self.tie_break = tie_break  # a column ordering rows of equal time (no time: all rows)
         self.counters = counters or {}
         # Chained after another keyed step: rows it emitted ahead of its watermark advance
         # (PRE) come first, under the previous batch's watermark (``previous_watermark``).
@@ -136,10 +138,13 @@ class BucketFunction:
     def _process(self, rt: KeyedRuntime, pdf: pd.DataFrame, out: list[Any]) -> None:
         """One frame of the bucket's records: to the operator's batch path, else one call per record."""
         times = None
+        tie = pdf[self.tie_break].to_numpy() if self.tie_break is not None else None
         if self.time_column is not None:  # a timestamp whatever the field's type: sort and report as epoch ms
             millis = pdf[self.time_column].to_numpy().astype("datetime64[ms]").astype(np.int64)
-            order = np.argsort(millis, kind="stable")
+            order = np.argsort(millis, kind="stable") if tie is None else np.lexsort((tie, millis))
             pdf, times = pdf.iloc[order], millis[order].tolist()
+        elif tie is not None:
+            pdf = pdf.iloc[np.argsort(tie, kind="stable")]
         columns = [pdf[f].tolist() for f in self.fields]
         key_cols = [pdf[k].tolist() for k in self.keys]
         single = len(self.keys) == 1

@@ -22,7 +22,7 @@ from ember.state.descriptors import (
 )
 from ember.state.interfaces import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 
-__all__ = ["SlotHolder", "state_object"]
+__all__ = ["SlotHolder", "state_object", "read_only"]
 
 _ABSENT = object()
 
@@ -30,8 +30,11 @@ _ABSENT = object()
 class SlotHolder(Protocol):
     """What a cell reads: the current key's slot and the batch's processing time."""
 
-    current: dict[str, Any]
-    now: int
+    @property
+    def current(self) -> dict[str, Any]: ...
+
+    @property
+    def now(self) -> int: ...
 
 
 class _State(State):
@@ -180,3 +183,42 @@ def state_object(holder: SlotHolder, descriptor: StateDescriptor) -> State:
     if kind is None:
         raise UserFunctionError(f"get_state takes a state descriptor from ember.state, got {descriptor!r}")
     return kind(holder, descriptor)
+
+
+class _ReadOnlyMap(MapState):
+    """A MapState seen read-only: broadcast state outside process_broadcast_element."""
+
+    __slots__ = ("_cell", "_name")
+
+    def __init__(self, cell: Any, name: str) -> None:
+        self._cell, self._name = cell, name
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self._cell.get(key, default)
+
+    def contains(self, key: Any) -> bool:
+        return bool(self._cell.contains(key))
+
+    def keys(self) -> list[Any]:
+        return list(self._cell.keys())
+
+    def values(self) -> list[Any]:
+        return list(self._cell.values())
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self._cell.items())
+
+    def is_empty(self) -> bool:
+        return bool(self._cell.is_empty())
+
+    def _refuse(self, *args: Any) -> None:
+        raise UserFunctionError(
+            f"broadcast state '{self._name}' is read-only here: write it in process_broadcast_element, which every task runs alike"
+        )
+
+    put = put_all = remove = clear = _refuse  # type: ignore[assignment]
+
+
+def read_only(cell: State, name: str) -> State:
+    """A read-only view of the MapState ``cell``."""
+    return _ReadOnlyMap(cell, name)

@@ -129,7 +129,9 @@ def unpacking(run: BucketFunction) -> BucketFunction:
 
     def unpacked(key: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         tables = [pa.ipc.open_stream(blob).read_all() for pdf in frames for blob in pdf[PACKED_ROWS]]
-        rows = iter([pa.concat_tables(tables).to_pandas()]) if tables else iter([])
+        # An integer column with nulls stays Python ints and None (not floats and NaN): a
+        # nullable field, or a two-input step's fields of the other input (translators/coprocess.py).
+        rows = iter([pa.concat_tables(tables).to_pandas(integer_object_nulls=True)]) if tables else iter([])
         return run(key, rows, state)
 
     return unpacked

@@ -23,13 +23,13 @@ import pandas as pd
 
 from ember.errors import UserFunctionError
 from ember.functions import Context, RuntimeContext
-from ember.runner.spark.keyed.cells import state_object
+from ember.runner.spark.keyed.cells import read_only, state_object
 from ember.state.descriptors import StateDescriptor
 from ember.state.interfaces import State
 
 __all__ = [
     "STATE_BUCKETS", "TAG", "SIDE_PREFIX", "EVENT_TIMERS", "PROCESSING_TIMERS", "PRE", "TIME_OUT", "output_times",
-    "KeyedRuntime", "empty_bucket_state", "side_column", "records_builder", "ember_watermark",
+    "KeyedRuntime", "empty_bucket_state", "side_column", "records_builder", "ember_watermark", "BROADCAST", "NO_KEY",
 ]
 
 STATE_BUCKETS = 128
@@ -44,6 +44,7 @@ ANCHOR = "__ember_watermark_anchor"  # a null timestamp column Spark's watermark
 # functions, dropped before anything else reads the rows.
 HIDDEN = (TIME_OUT, PRE, ANCHOR)
 EVENT_TIMERS, PROCESSING_TIMERS = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
+BROADCAST = "broadcast"  # a bucket's copy of a broadcast step's broadcast state: {state name: dict}
 
 
 def without_hidden(struct: Any) -> Any:
@@ -125,6 +126,38 @@ def rows_frame(rows: list[Any], fields: list[str]) -> Any:
     return pd.DataFrame({f: _column(c) for f, c in zip(fields, columns)}, columns=fields)
 
 
+class _NoKey(dict):
+    """The current slot while ``process_broadcast_element`` runs: there is no current key."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise UserFunctionError(
+            "process_broadcast_element has no current key: keyed state and timers belong to process_element and "
+            "on_timer (ctx.apply_to_keyed_state(descriptor, fn) reaches every key's state)"
+        )
+
+    get = __getitem__ = __setitem__ = __delitem__ = __contains__ = setdefault = pop = _refuse
+
+
+NO_KEY = _NoKey()
+
+
+class _BroadcastSlot:
+    """What a broadcast state cell reads: the bucket's broadcast state (blob[BROADCAST])."""
+
+    __slots__ = ("rt",)
+
+    def __init__(self, rt: "KeyedRuntime") -> None:
+        self.rt = rt
+
+    @property
+    def current(self) -> dict[str, Any]:
+        return self.rt.blob.setdefault(BROADCAST, {})
+
+    @property
+    def now(self) -> int:
+        return self.rt.now
+
+
 class KeyedRuntime(RuntimeContext, Context):
     """Both the open() context and the per-element context of a keyed function, for
     one task: state cells read ``current`` (the current key's slot) and ``now``."""
@@ -148,6 +181,11 @@ class KeyedRuntime(RuntimeContext, Context):
         # before it (Flink's output timestamps: the record's, the timer's, a window's end - 1).
         self.out: list[Any] | None = None
         self.marks: list[tuple[int, int]] | None = None
+        # A broadcast step's broadcast states: name -> (read-write cell, read-only view); which
+        # one get_broadcast_state returns (process_broadcast_element: writable); keyed cells by name.
+        self.broadcast: dict[str, tuple[State, State]] = {}
+        self.broadcast_writable = False
+        self.cells: dict[str, State] = {}
 
     def emitting(self, out: list[Any], timestamp: int) -> None:
         """Note that the rows appended to ``out`` from here on carry ``timestamp``."""
@@ -222,9 +260,48 @@ class KeyedRuntime(RuntimeContext, Context):
         if descriptor.name in self._names:
             raise UserFunctionError(f"state '{descriptor.name}' is declared twice")
         self._names.add(descriptor.name)
+        self.cells[descriptor.name] = state
         if descriptor.ttl is not None:
             self.ttl_ms[descriptor.name] = descriptor.ttl.ttl_ms
         return state
+
+    def declare_broadcast(self, descriptors: tuple[StateDescriptor, ...]) -> None:
+        """Make the broadcast states of ``descriptors`` (MapStateDescriptors) reachable."""
+        holder = _BroadcastSlot(self)
+        for d in descriptors:
+            cell = state_object(holder, d)
+            self.broadcast[d.name] = (cell, read_only(cell, d.name))
+
+    def get_broadcast_state(self, descriptor: StateDescriptor) -> State:
+        """The broadcast MapState of ``descriptor``: writable in process_broadcast_element, else read-only."""
+        found = self.broadcast.get(getattr(descriptor, "name", None))  # type: ignore[arg-type]
+        if found is None:
+            raise UserFunctionError(
+                f"no broadcast state {getattr(descriptor, 'name', descriptor)!r} here: "
+                f"the broadcast stream declares {sorted(self.broadcast) or 'none'}"
+            )
+        return found[0] if self.broadcast_writable else found[1]
+
+    def apply_to_keyed_state(self, descriptor: StateDescriptor, fn: Callable[[Any, State], None]) -> None:
+        """``fn(key, state)`` for every key of the bucket holding ``descriptor``'s keyed state
+        (from process_broadcast_element: every bucket runs it, so every key is reached once)."""
+        if not self.broadcast_writable:
+            raise UserFunctionError("apply_to_keyed_state is for process_broadcast_element")
+        cell = self.cells.get(descriptor.name)
+        if cell is None:
+            raise UserFunctionError(f"apply_to_keyed_state: state '{descriptor.name}' is not declared in open()")
+        table, saved = self.blob["keys"], (self.current, self.current_key)
+        try:
+            for key in list(table):
+                slot = table[key]
+                if descriptor.name not in slot:
+                    continue
+                self.current, self.current_key = slot, key
+                fn(key, cell)
+                if not slot:
+                    del table[key]
+        finally:
+            self.current, self.current_key = saved
 
     def expire(self, table: dict[Any, dict[str, Any]]) -> None:
         """Drop expired entries of every key in ``table`` (before it is written)."""

@@ -7,6 +7,9 @@ each stream gets its own watermark (its own strategy, set on its own column befo
 union): Spark's watermark is then the least of the two, as Flink's two-input operators
 take the least of their inputs'. The rows reach the keyed runtime with their event time
 in ms, and the runtime decides about late rows, as for one input.
+
+A keyed stream connected with a broadcast stream runs the same way, except that every
+broadcast row goes to every state bucket (keyed/broadcast.py).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from pyspark.sql import functions as F
 
 from ember.coprocess import INPUT, CoProcessAdapter, field_column, key_column
 from ember.errors import PipelineError
-from ember.graph.nodes import CoProcessNode, KeyByNode
+from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, KeyByNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.keyed.runtime import without_hidden
+from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS, without_hidden
 from ember.runner.spark.translators.eventtime import TIME, with_event_time
-from ember.runner.spark.translators.keyed import keyed_operator
+from ember.runner.spark.translators.keyed import BUCKET, bucket_of, keyed_operator
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.transforms import check_paired_keys
 from ember.time.watermarks import TimeCharacteristic
@@ -29,35 +33,74 @@ from ember.time.watermarks import TimeCharacteristic
 __all__: list[str] = []
 
 
+def _event_time(node: CoProcessNode, ups: list[Frame], what: str) -> bool:
+    timed = [up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME for up in ups]
+    if timed[0] != timed[1]:
+        raise PipelineError(
+            f"{what}: one stream has event time and the other has not; give both sources a WatermarkStrategy "
+            "with a timestamp field (or neither, for processing time)", node.name,
+        )
+    return timed[0]
+
+
+def _rows(comp: Compilation, node: CoProcessNode, up: Frame, stream: int, keys: tuple[str, ...], key_types: list[Any],
+          structs: list[Any], event_time: bool, input_value: int) -> tuple[Any, list[Any]]:
+    """``up``'s rows in the union's shape: its input value, the key columns (null without
+    ``keys``), every stream's fields (the others' null) and, with event time, TIME."""
+    df = up.df
+    mark = f"__ember_watermark_of_{stream}"
+    if event_time:
+        assert up.time is not None
+        df = with_event_time(comp, df, up.time, node.name, column=mark, keys=keys)
+    columns = [F.lit(input_value).alias(INPUT)]
+    columns += [(F.col(keys[i]) if keys else F.lit(None).cast(t)).alias(key_column(i)) for i, t in enumerate(key_types)]
+    for other, struct in enumerate(structs, start=1):
+        for f in struct.fields:
+            value = F.col(f.name) if other == stream else F.lit(None).cast(f.dataType)
+            columns.append(value.alias(field_column(other, f.name)))
+    if event_time:
+        columns.append(F.unix_millis(F.col(mark)).alias(TIME))  # no watermark marker: the runtime decides lateness
+    return df, columns
+
+
 @translates(CoProcessNode)
 def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
     ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]
     structs = [without_hidden(up.df.schema) for up in ups]
     check_paired_keys(node.name, ("first", structs[0], node.keys), ("second", structs[1], node.other_keys))
-    timed = [up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME for up in ups]
-    if timed[0] != timed[1]:
-        raise PipelineError(
-            "connect: one stream has event time and the other has not; give both sources a WatermarkStrategy "
-            "with a timestamp field (or neither, for processing time)", node.name,
-        )
-    event_time = timed[0]
-    rows: list[Any] = []
+    event_time = _event_time(node, ups, "connect")
+    key_types = [structs[0][k].dataType for k in node.keys]
+    rows = []
     for stream, (up, keys) in enumerate(zip(ups, (node.keys, node.other_keys)), start=1):
-        df = up.df
-        mark = f"__ember_watermark_of_{stream}"
-        if event_time:
-            assert up.time is not None
-            df = with_event_time(comp, df, up.time, node.name, column=mark, keys=keys)
-        columns = [F.lit(stream).alias(INPUT)] + [F.col(k).alias(key_column(i)) for i, k in enumerate(keys)]
-        for other, struct in enumerate(structs, start=1):
-            for f in struct.fields:
-                value = F.col(f.name) if other == stream else F.lit(None).cast(f.dataType)
-                columns.append(value.alias(field_column(other, f.name)))
-        if event_time:
-            columns.append(F.unix_millis(F.col(mark)).alias(TIME))  # no watermark marker: the runtime decides lateness
+        df, columns = _rows(comp, node, up, stream, keys, key_types, structs, event_time, stream)
         rows.append(df.select(*columns))
     union = rows[0].unionByName(rows[1])
     adapter = CoProcessAdapter(node.fn, structs[0].names, structs[1].names)
     out = output_struct(node.output_schema, None, node.name)
     keys = tuple(key_column(i) for i in range(len(node.keys)))
     return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out, event_time, timed=event_time)
+
+
+@translates(BroadcastProcessNode)
+def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
+    """Keyed rows go to their key's bucket, every broadcast row to every bucket (each bucket
+    keeps a copy of the broadcast state; keyed/broadcast.py), bucket 0's copy marked FIRST."""
+    keyed = node.inputs[0]
+    ups = [comp.frame(keyed.inputs[0] if isinstance(keyed, KeyByNode) else keyed), comp.frame(node.inputs[1])]
+    structs = [without_hidden(up.df.schema) for up in ups]
+    for k in node.keys:
+        if k not in structs[0].names:
+            raise PipelineError(f"key field '{k}' is not in the stream (fields: {', '.join(structs[0].names)})", node.name)
+    event_time = _event_time(node, ups, "connect with a broadcast stream")
+    key_types = [structs[0][k].dataType for k in node.keys]
+    df, columns = _rows(comp, node, ups[0], 1, node.keys, key_types, structs, event_time, KEYED_INPUT)
+    keys = tuple(key_column(i) for i in range(len(node.keys)))
+    events = df.select(*columns, F.lit(False).alias(FIRST)).withColumn(BUCKET, bucket_of(keys))
+    df, columns = _rows(comp, node, ups[1], 2, (), key_types, structs, event_time, BROADCAST_INPUT)
+    copies = df.select(*columns, F.explode(F.sequence(F.lit(0), F.lit(STATE_BUCKETS - 1))).alias(BUCKET))
+    copies = copies.withColumn(FIRST, F.col(BUCKET) == 0)
+    union = events.unionByName(copies)
+    adapter = BroadcastAdapter(node.fn, structs[0].names, structs[1].names, node.descriptors)
+    out = output_struct(node.output_schema, None, node.name)
+    return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out, event_time, timed=event_time,
+                          tie_break=INPUT)

@@ -60,8 +60,9 @@ def _input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
 
 
 def _fields(up: Frame) -> list[str]:
-    """The stream's record fields (without the columns Ember carries between keyed steps)."""
-    return without_hidden(up.df.schema).names
+    """The stream's record fields (without the columns Ember carries between keyed steps,
+    nor a state bucket chosen upstream: a broadcast step's)."""
+    return [f for f in without_hidden(up.df.schema).names if f != BUCKET]
 
 
 def _chained(comp: Compilation, node: Node, event_time: bool) -> bool:
@@ -96,6 +97,7 @@ def keyed_operator(
     late: tuple[Any, T.StructType] | None = None,
     combiner: Any = None,
     timed: bool = False,
+    tie_break: str | None = None,
 ) -> Frame:
     """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``.
 
@@ -103,7 +105,9 @@ def keyed_operator(
     schema: it pre-aggregates each partition before the shuffle, and ``fn`` receives
     its output instead of the records. ``timed``: ``up`` already carries each row's event
     time in ms as ``TIME`` and the query its watermark (two connected streams, each with
-    its own watermark: translators/coprocess.py)."""
+    its own watermark: translators/coprocess.py); then a ``BUCKET`` column in ``up`` chooses
+    each row's state bucket. ``tie_break``: a column ordering a key's rows of equal event
+    time (or, without event time, all of a bucket's rows)."""
     fields = _fields(up)
     partials = None
     if combiner is not None:
@@ -127,7 +131,7 @@ def keyed_operator(
     bucket_fn = BucketFunction(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
-        emit_time=emit_time, previous_watermark=_previous_watermark(comp, node, event_time),
+        emit_time=emit_time, previous_watermark=_previous_watermark(comp, node, event_time), tie_break=tie_break,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
@@ -189,7 +193,9 @@ def _buckets(
     fused = None if timed else _fused_source(comp, node, up, keys, event_time)
     if fused is not None:
         return fused.groupBy(BUCKET), unpacking(bucket_fn)
-    bucketed = _timed(comp, node, up, event_time, timed).withColumn(BUCKET, bucket_of(keys))
+    bucketed = _timed(comp, node, up, event_time, timed)
+    if BUCKET not in bucketed.columns:  # else chosen upstream
+        bucketed = bucketed.withColumn(BUCKET, bucket_of(keys))
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
     rows = bucketed.mapInArrow(packer(BUCKET, (ANCHOR,)), schema)
     if event_time:
@@ -212,8 +218,8 @@ def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...
 
     key_by = node.inputs[0]
     source = key_by.inputs[0] if isinstance(key_by, KeyByNode) else None
-    if not comp.config.fuse_sources or not isinstance(source, SourceNode):
-        return None
+    if not comp.config.fuse_sources or not isinstance(source, SourceNode) or len(node.inputs) != 1:
+        return None  # (a two-input step's rows are the union of both inputs, never one source's)
     if sum(1 for n in comp.graph.nodes for i in n.inputs if i is source or i is key_by) != 2:
         return None  # another step reads the source or the keyed stream
     schema = up.df.schema

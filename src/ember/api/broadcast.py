@@ -1,0 +1,70 @@
+"""Broadcast state (Flink's dynamic-rules pattern).
+
+``rules.broadcast(MapStateDescriptor("rules"))`` turns a stream into a
+:class:`BroadcastStream`; ``events.key_by(k).connect(that)`` gives a
+:class:`BroadcastConnectedStream`, and ``.process(KeyedBroadcastProcessFunction, schema)``
+runs the function with keyed state for the events and the broadcast MapStates, written by
+the rules, read by the events (ember.functions). Like ember.api.connected, this module
+gets the stream class handed in, so the API's modules import one way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ember.errors import PipelineError
+from ember.functions import KeyedBroadcastProcessFunction
+from ember.graph import nodes as n
+from ember.state.descriptors import MapStateDescriptor
+
+__all__ = ["BroadcastStream", "BroadcastConnectedStream", "broadcast_descriptors"]
+
+
+def broadcast_descriptors(descriptors: tuple[Any, ...], step: str) -> tuple[MapStateDescriptor, ...]:
+    """``descriptors`` checked: at least one, all MapStateDescriptors, no TTL, distinct names."""
+    if not descriptors:
+        raise PipelineError("broadcast needs the broadcast state it fills: broadcast(MapStateDescriptor('name'))", step)
+    for d in descriptors:
+        if not isinstance(d, MapStateDescriptor):
+            raise PipelineError(f"broadcast state is a MapStateDescriptor, got {d!r}", step)
+        if d.ttl is not None:
+            raise PipelineError(f"broadcast state '{d.name}' cannot have a TTL (it is not per key)", step)
+    names = [d.name for d in descriptors]
+    if len(set(names)) != len(names):
+        raise PipelineError(f"broadcast state names must differ, got {names}", step)
+    return tuple(descriptors)
+
+
+class BroadcastStream:
+    """A stream whose records reach every task, with the broadcast state they fill;
+    only ``keyed.connect(broadcast_stream)`` reads it."""
+
+    def __init__(self, stream: Any, descriptors: tuple[MapStateDescriptor, ...]) -> None:
+        self.stream = stream
+        self.descriptors = descriptors
+
+    def __repr__(self) -> str:
+        return f"BroadcastStream({self.stream.node.name!r}, {[d.name for d in self.descriptors]})"
+
+
+class BroadcastConnectedStream:
+    """``keyed.connect(broadcast_stream)``: waiting for ``process``."""
+
+    def __init__(self, keyed: Any, broadcast: BroadcastStream, stream_type: type) -> None:
+        if getattr(broadcast.stream, "_env", None) is not keyed._env:
+            raise PipelineError("cannot connect streams of different environments", "connect")
+        self.keyed, self.broadcast, self.stream_type = keyed, broadcast, stream_type
+
+    def process(self, fn: KeyedBroadcastProcessFunction, output_schema: Any, *, name: str | None = None) -> Any:
+        """Run ``fn``: ``process_element`` per keyed record (keyed state, timers, broadcast
+        state read-only), ``process_broadcast_element`` per broadcast record (broadcast state
+        read-write); ``output_schema`` types what both yield."""
+        step = name or "broadcast_process"
+        if not isinstance(fn, KeyedBroadcastProcessFunction):
+            raise PipelineError(f"process takes a KeyedBroadcastProcessFunction instance, got {fn!r}", step)
+        if not output_schema:
+            raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
+        keyed = self.keyed
+        node = keyed._add(n.BroadcastProcessNode, name, "broadcast_process", inputs=(keyed.node, self.broadcast.stream.node),
+                          keys=tuple(keyed.keys), fn=fn, output_schema=output_schema, descriptors=self.broadcast.descriptors)
+        return self.stream_type(keyed._env, node)
