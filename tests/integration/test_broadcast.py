@@ -159,3 +159,11 @@ def test_processing_time_rules_go_before_the_batch_events(env):
     sink = _run(env, events, rules, None, "rule-check-pt")
     rows = sorted((r["what"], r["name"], r["n"]) for r in sink.rows() if r["what"] != "summary")
     assert rows == [("alert", "a:r1", 1), ("alert", "b:r1", 1), ("rule", "r1", 0), ("rule", "r1", 1), ("rule", "r1", 1)]
+
+
+def test_fraud_rules_example(spark, load_example):
+    """The example's alerts, worked out by hand in its rules' comments."""
+    alerts = load_example("fraud_rules").run()
+    got = sorted((b.batch_id, r["account"], r["ts"], r["rule"]) for b in alerts.batches for r in b.rows)
+    assert got == [(0, "acc-2", 1_500, "big"), (1, "acc-1", 3_300, "burst3"), (2, "acc-1", 6_000, "burst3"),
+                   (2, "acc-3", 6_000, "big")]  # big tightened at 6 s, before the 6 s payment; withdrawn before 20 s

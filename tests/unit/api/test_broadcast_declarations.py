@@ -134,3 +134,24 @@ def test_apply_to_keyed_state_reaches_every_key_holding_the_state():
         rt.apply_to_keyed_state(SEEN, lambda key, state: None)
     with pytest.raises(UserFunctionError, match="no broadcast state 'other'"):
         rt.get_broadcast_state(MapStateDescriptor("other"))
+
+
+def test_the_restart_manifest_names_the_broadcast_state(tmp_path, events):
+    from ember import StreamEnvironment
+    from ember.runner.spark.restart import compare, pipeline_manifest
+
+    def manifest(*descriptors):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path)
+        stream = env.from_source(ScriptedSource([[(1, "a")]], "ts bigint, k string"), None, name="events")
+        rules = env.from_source(ScriptedSource([[(1, "r1", 3)]], "ts bigint, name string, limit int"), None, name="rules")
+        stream.key_by("k").connect(rules.broadcast(*descriptors)).process(Check(), "k string, r int", name="check").sink_to(CollectSink())
+        return pipeline_manifest(env.graph())
+
+    before = manifest(RULES)
+    (op,) = before["operators"]
+    assert op["kind"] == "broadcast process function" and op["state"]["broadcast state"] == ["rules"]
+    assert op["state"]["state descriptors"] == {"seen": "ValueStateDescriptor"}
+    assert compare(before, manifest(RULES)) == []
+    assert compare(before, manifest(MapStateDescriptor("limits"))) == [
+        "stateful operator 'check': broadcast state changed from [\"rules\"] to [\"limits\"]"
+    ]
