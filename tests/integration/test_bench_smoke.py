@@ -45,6 +45,8 @@ def test_benchmark_runs_and_verifies_at_a_tiny_size(spark, name):
         assert set(report["latency_ms"]) == {"p50", "p90", "p95", "p99"}
     if name.startswith("statemachine"):
         assert report["alerts"] == report["injected"]
+    if name == "connect":
+        assert report["alerts"] == report["expected_alerts"] and report["unruled"] == 0, report
     if name == "interval-join":
         assert report["pairs"] == report["expected_pairs"] > 0
     if name.endswith("window") or name.startswith("yahoo") or name == "pipeline":

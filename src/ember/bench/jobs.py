@@ -12,15 +12,16 @@ from ember.functions import (
     AggregateFunction,
     BatchContext,
     Context,
+    KeyedBroadcastProcessFunction,
     KeyedProcessFunction,
     RuntimeContext,
     VectorizedKeyedFunction,
 )
-from ember.state.descriptors import StateTtlConfig, ValueStateDescriptor
+from ember.state.descriptors import MapStateDescriptor, StateTtlConfig, ValueStateDescriptor
 
 __all__ = [
     "StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate", "KeyedCount", "KEYED_COUNT_SCHEMA",
-    "Dedupe", "AlertsInWindow", "ALERT_WINDOW_SCHEMA",
+    "Dedupe", "AlertsInWindow", "ALERT_WINDOW_SCHEMA", "RuledStateMachine", "RULES", "UNRULED",
 ]
 
 TERMINAL = 5
@@ -39,6 +40,42 @@ class StateMachine(KeyedProcessFunction):
         following = TRANSITIONS.get(current, {}).get(event["type"])
         if following is None:
             yield (event["address"], STATE_NAMES[current], event["type"])
+        elif following == TERMINAL:
+            self.state.clear()
+        else:
+            self.state.update(following)
+
+
+RULES = MapStateDescriptor("rules")  # absolute second -> mask of the event types reported then
+UNRULED = "no rule"  # an alert's state when no rule covered its second (a benchmark failure)
+
+
+class RuledStateMachine(KeyedBroadcastProcessFunction):
+    """E4's state machine whose alerts pass through rules changing every second (broadcast
+    state, a RuleSource): an invalid transition is reported when the rule of its event's
+    second has the event type's bit set. Rules are kept ``retain_s`` seconds."""
+
+    def __init__(self, retain_s: int = 30) -> None:
+        self.retain_s = retain_s
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.state = ctx.get_state(ValueStateDescriptor("state", default=0))
+
+    def process_broadcast_element(self, rule: dict[str, Any], ctx: Any) -> None:
+        rules = ctx.get_broadcast_state(RULES)
+        rules.put(rule["second"], rule["mask"])
+        if rules.contains(rule["second"] - self.retain_s):
+            rules.remove(rule["second"] - self.retain_s)
+
+    def process_element(self, event: dict[str, Any], ctx: Any) -> Iterator[tuple]:
+        current = self.state.value()
+        following = TRANSITIONS.get(current, {}).get(event["type"])
+        if following is None:
+            mask = ctx.get_broadcast_state(RULES).get(event["ts"] // 1000)
+            if mask is None:
+                yield (event["address"], UNRULED, event["type"])
+            elif (mask >> event["type"]) & 1:
+                yield (event["address"], STATE_NAMES[current], event["type"])
         elif following == TERMINAL:
             self.state.clear()
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import numpy as np
 from pyspark.sql import functions as F
 
 from ember.api.environment import StreamEnvironment
@@ -14,16 +15,19 @@ from ember.bench.jobs import (
     ALERT_SCHEMA,
     ALERT_WINDOW_SCHEMA,
     KEYED_COUNT_SCHEMA,
+    RULES,
+    UNRULED,
     AlertsInWindow,
     CountAggregate,
     Dedupe,
     KeyedCount,
+    RuledStateMachine,
     StateMachine,
     StateMachineVectorized,
 )
 from ember.bench.verify import check_yahoo_windows
 from ember.connectors.external import RedisSink, redis_url, yahoo_window_writer
-from ember.connectors.generators import AdClickSource, GrepSource, GroupingSource, StateMachineSource, YahooSource
+from ember.connectors.generators import AdClickSource, GrepSource, GroupingSource, RuleSource, StateMachineSource, YahooSource
 from ember.connectors.sinks import CollectSink, CountSink, NoopSink
 from ember.functions import OutputTag
 from ember.runner.spark.compiler import compile_graph
@@ -230,6 +234,42 @@ def pipeline(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
         events, seconds, eps, progress=result.progress, verified=bool(got) and counts_agree and got == wanted,
         detail={"windows": len(got), "alerts": sum(n for n, _ in got.values()),
                 "injected_in_emitted_windows": sum(n for n, _ in wanted.values())},
+    )
+
+
+# --------------------------------------------------------------------------- broadcast state (issue 17)
+@workload("connect")
+def connect(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """E4 events checked against rules changing every second of event time (issue 17):
+    ``events.key_by(address).connect(rules.broadcast(RULES)).process(RuledStateMachine)`` —
+    the state machine's alerts reported when the rule of their second says so. Verified:
+    the alerts are exactly the generator's injected events whose second's rule (RuleSource,
+    computed independently) reports their type, and no event found its second without a rule."""
+    env = _env(spark, cfg, ckpt)
+    parts = spark.sparkContext.defaultParallelism
+    nominal = max(1, cfg.max_events_per_batch // 2)  # 2 s of event time per full micro-batch
+    start_ms = int(time.time()) * 1000  # whole seconds: an event's second is ts // 1000
+    common = dict(rate=cfg.rate, partitions=parts, nominal_rate=nominal, start_ms=start_ms,
+                  max_events_per_batch=cfg.max_events_per_batch)
+    src = StateMachineSource(invalid_rate=0.0005, **common)
+    rule_src = RuleSource(**common)
+    sink = CollectSink()
+    monotonous = WatermarkStrategy.for_monotonous_timestamps("ts")
+    events = env.from_source(src, monotonous, name="events")
+    rules = env.from_source(rule_src, monotonous, name="rules")
+    (events.key_by("address").connect(rules.broadcast(RULES))
+     .process(RuledStateMachine(), ALERT_SCHEMA, name="ruled-state-machine").sink_to(sink))
+    result, events_in, seconds, eps = _execute(env, "bench-connect", cfg)  # (the rules among them: one per second of event time)
+    read = max(_per_source_events(result.progress), default=0)  # the events (the rules: one per second)
+    alerts = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
+    injected = src.expected_alert_events(read, start_ms)
+    seconds_k = np.array([ts // 1000 - start_ms // 1000 for _, _, ts in injected], dtype=np.int64)
+    masks = rule_src.mask_of(seconds_k) if len(injected) else np.array([], dtype=np.int64)
+    expected = sorted((a, "Initial", t) for (a, t, _), m in zip(injected, masks) if (int(m) >> t) & 1)
+    unruled = sum(1 for a in alerts if a[1] == UNRULED)
+    return RunOutcome(
+        events_in, seconds, eps, progress=result.progress, verified=read > 0 and unruled == 0 and alerts == expected,
+        detail={"alerts": len(alerts), "expected_alerts": len(expected), "injected": len(injected), "unruled": unruled},
     )
 
 

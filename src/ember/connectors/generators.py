@@ -39,6 +39,7 @@ __all__ = [
     "GroupingSource",
     "StateMachineSource",
     "AdClickSource",
+    "RuleSource",
     "AD_TYPES",
     "EVENT_TYPES",
     "dictionary_words",
@@ -390,6 +391,36 @@ class AdClickSource(GeneratorSource):
         ``impression_id`` emits once the first ``impressions`` and ``clicks`` records were read."""
         matched = min(clicks, -(-impressions // self.click_every))  # clicks j with j * click_every < impressions
         return matched, self.click_every * matched * (matched - 1) // 2
+
+
+# --------------------------------------------------------------------------- Rules (broadcast state)
+@dataclass(frozen=True)
+class RuleSource(GeneratorSource):
+    """Rules that change every second of event time, for a broadcast-state benchmark:
+    ``(ts bigint, second bigint, mask int)`` — from absolute second ``second`` (epoch s) on,
+    report the event types whose bit is set in ``mask`` (``mask_of``).
+
+    It walks the same sequence numbers as the events it governs — give it the events
+    source's ``rate``, ``partitions``, ``nominal_rate``, per-batch bound and ``start_ms`` — and
+    keeps the first of every second, so it advances in event time with them, batch by batch:
+    the record at second ``k`` after the origin (``ts = start + k s``) publishes the rule of
+    second ``k + lead_s``, the first one those of seconds ``0..lead_s`` too. A rule thus
+    arrives ``lead_s`` seconds of event time before the events it governs.
+    """
+
+    lead_s: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _positive_int("RuleSource", "lead_s", self.lead_s)
+
+    @property
+    def schema_ddl(self) -> str:
+        return "ts bigint, second bigint, mask int"
+
+    def mask_of(self, k: np.ndarray) -> np.ndarray:
+        """The mask of the rule for second ``k`` after the origin (Spark's ``pmod(xxhash64(k, seed), 128)``)."""
+        return np.mod(spark_xxhash64(k.astype(np.int64), np.full(len(k), self.seed, dtype=np.int64)), 128)
 
 
 # --------------------------------------------------------------------------- State machine (E4)

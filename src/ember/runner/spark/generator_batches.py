@@ -14,7 +14,8 @@ from ember.connectors import generators as g
 __all__ = ["sequence_batches", "partition_offsets", "source_spec", "yahoo_json"]
 
 _KINDS: dict[str, type[g.GeneratorSource]] = {
-    cls.__name__: cls for cls in (g.YahooSource, g.GrepSource, g.GroupingSource, g.StateMachineSource, g.AdClickSource)
+    cls.__name__: cls for cls in (g.YahooSource, g.GrepSource, g.GroupingSource, g.StateMachineSource, g.AdClickSource,
+                                    g.RuleSource)
 }
 
 

@@ -223,6 +223,22 @@ def _ad_clicks(comp: Compilation, node: SourceNode, src: g.AdClickSource) -> Any
     )
 
 
+@builds(g.RuleSource)
+def _rules(comp: Compilation, node: SourceNode, src: g.RuleSource) -> Any:
+    seq = _sequence(comp, node, src, "seq bigint, origin_ms bigint")
+    eps = int(src.events_per_second)
+    k = F.expr(f"seq div {eps}")  # seconds after the origin
+    governed = F.when(k == 0, F.sequence(F.lit(0).cast("bigint"), F.lit(src.lead_s).cast("bigint")))
+    governed = governed.otherwise(F.array(k + F.lit(src.lead_s)))
+    firsts = seq.filter(F.pmod(F.col("seq"), F.lit(eps)) == 0)
+    rules = firsts.select((F.col("origin_ms") + k * 1000).alias("ts"), F.col("origin_ms"), F.explode(governed).alias("k"))
+    return rules.select(
+        "ts",
+        (F.expr("origin_ms div 1000") + F.col("k")).alias("second"),
+        F.pmod(F.xxhash64(F.col("k").cast("bigint"), F.lit(src.seed).cast("bigint")), F.lit(128)).cast("int").alias("mask"),
+    )
+
+
 @builds(g.StateMachineSource)
 def _statemachine(comp: Compilation, node: SourceNode, src: g.StateMachineSource) -> Any:
     return _sequence(comp, node, src, src.schema_ddl)
