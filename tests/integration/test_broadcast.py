@@ -167,3 +167,19 @@ def test_fraud_rules_example(spark, load_example):
     got = sorted((b.batch_id, r["account"], r["ts"], r["rule"]) for b in alerts.batches for r in b.rows)
     assert got == [(0, "acc-2", 1_500, "big"), (1, "acc-1", 3_300, "burst3"), (2, "acc-1", 6_000, "burst3"),
                    (2, "acc-3", 6_000, "big")]  # big tightened at 6 s, before the 6 s payment; withdrawn before 20 s
+
+
+def test_broadcast_state_survives_a_restart_from_the_checkpoint(spark, tmp_path):
+    """The rules a first run read are still there for the events a restarted run reads
+    (broadcast state is checkpointed with the buckets' keyed state)."""
+    from ember import StreamEnvironment
+
+    def env():
+        return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark)
+
+    events = [[], [(1, "a", 7)], [(3, "c", 7)]]
+    rules = [[(0, "r1", 5)], [], []]
+    first = _run(env(), events[:2], rules[:2], None, "restart")
+    assert sorted((r["what"], r["name"]) for r in first.rows()) == [("alert", "a:r1"), ("rule", "r1")]
+    second = _run(env(), events, rules, None, "restart")  # reads batch 2 only: no rule in it
+    assert [(r["what"], r["name"], r["n"]) for r in second.rows()] == [("alert", "c:r1", 1)]
