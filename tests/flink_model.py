@@ -447,3 +447,43 @@ def broadcast_rules(events: list[list[tuple]], rules: list[list[tuple]], bound_m
             fire(k, wm)
     fire(END, float("inf"))
     return out
+
+
+def window_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int, size_ms: int, slide_ms: int,
+                how: str = "inner") -> tuple[list[tuple], int]:
+    """Flink's window join (tumbling: ``slide_ms == size_ms``) of ``(ts, key, v)`` records batch
+    by batch: ``((batch, key, left ts, left v, right ts, right v) ..., late records)``. A record
+    goes into each of its windows whose last timestamp ``end - 1`` is after the watermark (none:
+    late, dropped and counted); a window fires when the watermark reaches ``end - 1`` — before
+    a batch's records and after them — emitting its pairs, and in an outer join (Flink's
+    coGroup) each record of a side without partners in it, the other side None."""
+    windows: dict[tuple[str, int], tuple[list, list]] = {}
+    out: list[tuple] = []
+    late = 0
+    outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
+
+    def assign(ts: int) -> list[int]:
+        last = ts - ts % slide_ms
+        return list(range(last, ts - size_ms, -slide_ms))
+
+    def fire(label: int | str, upto: float) -> None:
+        for key, start in sorted(k for k in windows if k[1] + size_ms - 1 <= upto):
+            lefts, rights = windows.pop((key, start))
+            out.extend((label, key, lt, lv, rt, rv) for lt, lv in lefts for rt, rv in rights)
+            if outer[0] and not rights:
+                out.extend((label, key, lt, lv, None, None) for lt, lv in lefts)
+            if outer[1] and not lefts:
+                out.extend((label, key, None, None, rt, rv) for rt, rv in rights)
+
+    for k, wm in enumerate(two_input_watermarks(left, right, bound_ms)):
+        if wm is not None:
+            fire(k, wm)
+        for side, batches in enumerate((left, right)):
+            for ts, key, v in (batches[k] if k < len(batches) else []):
+                starts = [s for s in assign(ts) if wm is None or s + size_ms - 1 > wm]
+                if not starts:
+                    late += 1
+                for s in starts:
+                    windows.setdefault((key, s), ([], []))[side].append((ts, v))
+    fire(END, float("inf"))
+    return out, late

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from ember.api.broadcast import BroadcastConnectedStream, BroadcastStream, broadcast_descriptors
 from ember.api.connected import ConnectedStreams
-from ember.api.joins import IntervalJoin
+from ember.api.joins import IntervalJoin, WindowJoin
 from ember.connectors.base import Sink
 from ember.connectors.external import parse_json_schema
 from ember.connectors.sinks import ConsoleSink
@@ -179,6 +179,12 @@ class DataStream:
                 raise PipelineError("a stream connected with a broadcast stream must be keyed by field names", "connect")
             return BroadcastConnectedStream(self, other, DataStream)
         return ConnectedStreams(self, other, DataStream)
+
+    def join(self, other: "DataStream", how: str = "inner", *, name: str | None = None) -> WindowJoin:
+        """Flink's window join: ``a.join(b).where("k").equal_to("k").window(assigner).apply(fn, schema)``
+        (or ``.select("left.x AS x", ...)``): the pairs with equal keys in the same event-time
+        window, emitted when it closes (ember.api.joins; docs/joins.md)."""
+        return WindowJoin(self, other, how, name, DataStream)
 
     def broadcast(self, *descriptors: Any) -> BroadcastStream:
         """This stream as broadcast state's input (Flink's ``broadcast(MapStateDescriptor)``): every

@@ -1,4 +1,5 @@
-"""Joins of two streams: Flink's interval join, ``a.key_by(k).interval_join(b.key_by(k))``.
+"""Joins of two streams: Flink's interval join, ``a.key_by(k).interval_join(b.key_by(k))``,
+and window join, ``a.join(b).where(k).equal_to(k).window(assigner).apply(fn)``.
 
 Declared here, checked when declared; the runner compiles it to Spark's native
 stream-stream join with watermarks (docs/joins.md). This module knows streams only
@@ -14,8 +15,9 @@ from typing import Any, Callable
 from ember.errors import ConfigError, PipelineError
 from ember.graph import nodes as n
 from ember.time.durations import to_ms
+from ember.windowing.assigners import SlidingWindows, TumblingWindows, WindowAssigner
 
-__all__ = ["IntervalJoin"]
+__all__ = ["IntervalJoin", "WindowJoin"]
 
 
 def _signed_ms(value: timedelta | int, what: str) -> int:
@@ -103,5 +105,103 @@ class IntervalJoin:
             n.IntervalJoinNode, name or self._name, "interval_join", inputs=(left.node, self._right.node),
             left_keys=tuple(left.keys), right_keys=tuple(self._right.keys), lower_ms=lo, upper_ms=hi,
             how=self._how, **fields,
+        )
+        return self._stream_type(left._env, node)
+
+
+class WindowJoin:
+    """``left.join(right)`` (Flink's ``JoinedStreams``): ``.where(*left_keys)``,
+    ``.equal_to(*right_keys)``, ``.window(assigner)``, then :meth:`apply` or :meth:`select`.
+
+    Every pair of records with equal keys whose timestamps fall in the same window of the
+    assigner (tumbling or sliding, event time) is emitted when the watermark passes the
+    window's end, with the window's last timestamp (``end - 1``). A record whose every
+    window has closed is late: dropped and counted (``late_dropped``). ``how="inner"`` is
+    Flink's window join; ``"left_outer"``, ``"right_outer"`` and ``"full_outer"`` (Flink's
+    coGroup) also emit, per window, each record that found no partner in it, the other side
+    None. Runs on Ember's keyed runtime, both streams' records in keyed state until their
+    window closes (docs/joins.md).
+    """
+
+    def __init__(self, left: Any, other: Any, how: str, name: str | None, stream_type: type) -> None:
+        step = name or "window_join"
+        right: Any = other
+        if not isinstance(other, stream_type):
+            raise PipelineError(f"join takes a DataStream, got {right!r}", step)
+        if right._env is not left._env:
+            raise PipelineError("cannot join streams of different environments", step)
+        if how not in n.JOIN_KINDS:
+            raise PipelineError(f"join how must be one of {', '.join(n.JOIN_KINDS)}, got {how!r}", step)
+        self._left, self._right, self._how, self._name = left, right, how, name
+        self._stream_type = stream_type
+        self._keys: tuple[str, ...] | None = None
+        self._other_keys: tuple[str, ...] | None = None
+        self._assigner: WindowAssigner | None = None
+
+    @staticmethod
+    def _fields(keys: tuple[Any, ...], what: str, step: str) -> tuple[str, ...]:
+        if not keys or not all(isinstance(k, str) and k for k in keys):
+            raise PipelineError(f"join {what} takes field names, got {keys!r}", step)
+        return tuple(keys)
+
+    def where(self, *keys: str) -> "WindowJoin":
+        """The left stream's key fields."""
+        self._keys = self._fields(keys, "where", self._step(None))
+        return self
+
+    def equal_to(self, *keys: str) -> "WindowJoin":
+        """The right stream's key fields, paired in order with ``where``'s."""
+        step = self._step(None)
+        if self._keys is None:
+            raise PipelineError("join needs .where(...) before .equal_to(...)", step)
+        other = self._fields(keys, "equal_to", step)
+        if len(other) != len(self._keys):
+            raise PipelineError(f"join: {len(self._keys)} key fields in where, {len(other)} in equal_to", step)
+        self._other_keys = other
+        return self
+
+    def window(self, assigner: WindowAssigner) -> "WindowJoin":
+        """The windows pairs must share: ``TumblingEventTimeWindows.of(...)`` or ``SlidingEventTimeWindows.of(...)``."""
+        step = self._step(None)
+        if self._other_keys is None:
+            raise PipelineError("join needs .where(...).equal_to(...) before .window(...)", step)
+        if not isinstance(assigner, TumblingWindows | SlidingWindows) or assigner.processing_time:
+            raise PipelineError(
+                f"a window join takes tumbling or sliding event-time windows, got {assigner!r} "
+                "(session, global and processing-time windows are not supported for joins yet)", step,
+            )
+        self._assigner = assigner
+        return self
+
+    def apply(self, fn: Callable[[dict[str, Any] | None, dict[str, Any] | None], Any], output_schema: Any,
+              *, name: str | None = None) -> Any:
+        """``fn(left, right)`` per pair (Flink's ``JoinFunction`` / ``FlatJoinFunction``): a record
+        (dict or tuple in ``output_schema`` order), an iterable of records, or None. In an outer
+        join the missing side is None."""
+        if not callable(fn):
+            raise PipelineError(f"join apply takes a function fn(left, right), got {fn!r}", self._step(name))
+        if not output_schema:
+            raise PipelineError("join apply needs an output_schema (Spark DDL string or StructType)", self._step(name))
+        return self._join(name, join_fn=fn, output_schema=output_schema)
+
+    def select(self, *exprs: str | Any, name: str | None = None) -> Any:
+        """Project each pair with SQL over ``left.<field>`` and ``right.<field>``, natively.
+        Without expressions: every left field, then every right field (a right field whose
+        name the left side has too is renamed ``right_<name>``)."""
+        for e in exprs:
+            if not (isinstance(e, str) and e.strip()) and type(e).__name__ != "Column":
+                raise PipelineError(f"join select takes SQL strings or Spark Columns, got {e!r}", self._step(name))
+        return self._join(name, exprs=tuple(exprs))
+
+    def _step(self, name: str | None) -> str:
+        return name or self._name or "window_join"
+
+    def _join(self, name: str | None, **fields: Any) -> Any:
+        if self._assigner is None or self._keys is None or self._other_keys is None:
+            raise PipelineError("join needs .where(...).equal_to(...).window(...) before apply/select", self._step(name))
+        left, right = self._left.key_by(*self._keys), self._right.key_by(*self._other_keys)
+        node = left._add(
+            n.WindowJoinNode, name or self._name, "window_join", inputs=(left.node, right.node),
+            keys=self._keys, other_keys=self._other_keys, assigner=self._assigner, how=self._how, **fields,
         )
         return self._stream_type(left._env, node)

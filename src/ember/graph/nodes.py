@@ -31,6 +31,7 @@ __all__ = [
     "KeyedProcessNode",
     "CoProcessNode",
     "BroadcastProcessNode",
+    "WindowJoinNode",
     "WindowNode",
     "is_plain_window",
     "VectorizedProcessNode",
@@ -249,6 +250,27 @@ class BroadcastProcessNode(CoProcessNode):
         names = ", ".join(d.name for d in self.descriptors)
         return (f"broadcast-process {type(self.fn).__name__} of {self.inputs[0].name} by {', '.join(self.keys)} "
                 f"with broadcast {self.inputs[1].name} (python, keyed state + broadcast state {names})")
+
+
+@dataclass(frozen=True, eq=False)
+class WindowJoinNode(CoProcessNode):
+    """Flink's window join of two keyed streams (``inputs``: their key_by steps): the pairs of
+    records with equal keys in the same event-time window of ``assigner`` (tumbling or
+    sliding), emitted when the window closes; ``how`` adds each window's records without a
+    partner. The pairs go to ``join_fn(left, right)`` (``output_schema``) or are projected by
+    SQL ``exprs`` over ``left.`` / ``right.``. The runner runs it as a co-process step."""
+
+    assigner: Any = None
+    how: str = "inner"
+    join_fn: Callable[[Any, Any], Any] | None = None
+    exprs: tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        keys = ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(self.keys, self.other_keys))
+        what = (f"apply {_callable_name(self.join_fn)} (python, per pair)" if self.join_fn is not None
+                else "select " + ", ".join(str(e) for e in self.exprs) if self.exprs else "all fields")
+        return (f"window join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
+                f"{_describe(self.assigner)} (python, keyed state): {what}")
 
 
 @dataclass(frozen=True, eq=False)

@@ -159,6 +159,9 @@ def _stateful(node: n.Node) -> bool:
 
 def _operator(node: n.Node, graph: Graph) -> dict[str, Any]:
     keys = [str(k) for k in getattr(node, "keys", ())]
+    if isinstance(node, n.WindowJoinNode):  # both sides' records in keyed state, by window
+        return {"name": node.name, "kind": "window join", "keys": [*node.keys, *node.other_keys],
+                "state": {"how": node.how, "assigner": _describe(node.assigner)}}
     if isinstance(node, n.BroadcastProcessNode):
         return {"name": node.name, "kind": "broadcast process function", "keys": keys,
                 "state": {"state descriptors": _declared_state(node.fn),

@@ -14,20 +14,23 @@ broadcast row goes to every state bucket (keyed/broadcast.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ember.coprocess import INPUT, CoProcessAdapter, field_column, key_column
 from ember.errors import PipelineError
-from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, KeyByNode
+from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, KeyByNode, WindowJoinNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS, without_hidden
+from ember.runner.spark.keyed.runtime import HIDDEN, STATE_BUCKETS, without_hidden
+from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
+from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, with_event_time
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of, keyed_operator
-from ember.runner.spark.translators.python_ops import output_struct
-from ember.runner.spark.translators.transforms import check_paired_keys
+from ember.runner.spark.translators.python_ops import output_struct, records_out, user_function_failed
+from ember.runner.spark.translators.transforms import check_paired_keys, column
 from ember.time.watermarks import TimeCharacteristic
 
 __all__: list[str] = []
@@ -63,22 +66,82 @@ def _rows(comp: Compilation, node: CoProcessNode, up: Frame, stream: int, keys: 
     return df, columns
 
 
-@translates(CoProcessNode)
-def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
+def _connected(comp: Compilation, node: CoProcessNode, what: str, fn: Callable[[list[Any]], Any],
+               out: Callable[[list[Any]], T.StructType]) -> Frame:
+    """Both keyed inputs of ``node`` as one keyed step running ``fn(structs)`` (a
+    KeyedCoProcessFunction) with output type ``out(structs)``."""
     ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]
     structs = [without_hidden(up.df.schema) for up in ups]
     check_paired_keys(node.name, ("first", structs[0], node.keys), ("second", structs[1], node.other_keys))
-    event_time = _event_time(node, ups, "connect")
+    event_time = _event_time(node, ups, what)
     key_types = [structs[0][k].dataType for k in node.keys]
     rows = []
     for stream, (up, keys) in enumerate(zip(ups, (node.keys, node.other_keys)), start=1):
         df, columns = _rows(comp, node, up, stream, keys, key_types, structs, event_time, stream)
         rows.append(df.select(*columns))
     union = rows[0].unionByName(rows[1])
-    adapter = CoProcessAdapter(node.fn, structs[0].names, structs[1].names)
-    out = output_struct(node.output_schema, None, node.name)
+    adapter = CoProcessAdapter(fn(structs), structs[0].names, structs[1].names)
     keys = tuple(key_column(i) for i in range(len(node.keys)))
-    return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out, event_time, timed=event_time)
+    return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time)
+
+
+@translates(CoProcessNode)
+def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
+    return _connected(comp, node, "connect", lambda structs: node.fn,
+                      lambda structs: output_struct(node.output_schema, None, node.name))
+
+
+@translates(WindowJoinNode)
+def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
+    """A co-process step (keyed/windowjoin.py) emitting each pair through ``join_fn`` or, for
+    ``select``, as both records' fields side by side, then projected over ``left``/``right``."""
+    if node.join_fn is not None:
+        out = output_struct(node.output_schema, None, node.name)
+        fn, names, step = node.join_fn, out.names, node.name
+        ship_by_value(fn)
+
+        def pair(left: Any, right: Any) -> list[Any]:
+            try:
+                result = fn(left, right)
+            except Exception as exc:
+                raise user_function_failed(step, fn, (left, right), exc) from exc
+            return records_out(result, names, step, fn)
+
+        return _connected(comp, node, "join", lambda structs: WindowJoinFunction(node.assigner, node.how, pair),
+                          lambda structs: out)
+    fields: list[list[str]] = []
+    present = ("__ember_has_left", "__ember_has_right")
+
+    def flat_out(structs: list[Any]) -> T.StructType:
+        flat: list[T.StructField] = []
+        for side, struct in enumerate(structs, start=1):
+            fields.append(struct.names)
+            flat.extend(T.StructField(field_column(side, f.name), f.dataType) for f in struct.fields)
+        return T.StructType(flat + [T.StructField(p, T.BooleanType()) for p in present])
+
+    def make(structs: list[Any]) -> WindowJoinFunction:
+        names = [s.names for s in structs]
+
+        def pair(left: Any, right: Any) -> list[Any]:  # both records' fields side by side, and which are there
+            values = [None] * len(names[0]) if left is None else [left[f] for f in names[0]]
+            values += [None] * len(names[1]) if right is None else [right[f] for f in names[1]]
+            return [(*values, left is not None, right is not None)]
+
+        return WindowJoinFunction(node.assigner, node.how, pair)
+
+    frame = _connected(comp, node, "join", make, flat_out)
+    df = frame.df
+    hidden = [F.col(c) for c in df.columns if c in HIDDEN]
+    records = [
+        F.when(F.col(flag), F.struct(*[F.col(field_column(side, f)).alias(f) for f in names])).alias(label)
+        for side, (label, names, flag) in enumerate(zip(("left", "right"), fields, present), start=1)
+    ]
+    joined = df.select(*records, *hidden)
+    if node.exprs:
+        return Frame(joined.select(*[column(e) for e in node.exprs], *hidden), frame.time)
+    left, right = fields
+    renamed = [F.col(f"right.{f}").alias(f"right_{f}" if f in left else f) for f in right]
+    return Frame(joined.select(*[F.col(f"left.{f}").alias(f) for f in left], *renamed, *hidden), frame.time)
 
 
 @translates(BroadcastProcessNode)

@@ -1,0 +1,113 @@
+"""Window joins (issue 17): Flink's ``a.join(b).where(k).equal_to(k).window(assigner)``,
+checked against the model (tests/flink_model.py: ``window_join``) batch by batch — out of
+order and late records, tumbling and sliding windows, inner and outer — and batch-split
+invariance."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import flink_model as model
+import pytest
+
+from ember import CollectSink, ScriptedSource, SlidingEventTimeWindows, TumblingEventTimeWindows, WatermarkStrategy
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = "ts bigint, k string, v int"
+BOUND = 1_000
+
+
+def _streams(seed: int, batches: int = 8) -> tuple[list[list[tuple]], list[list[tuple]]]:
+    rng = random.Random(seed)
+    left, right, front = [], [], 1_000
+    for _ in range(batches):
+        front += rng.randint(800, 2_000)
+        for out in (left, right):
+            batch = [(max(0, front - rng.randint(0, BOUND)), rng.choice("ab"), rng.randint(0, 99))
+                     for _ in range(rng.randint(0, 5))]
+            if front > 8_000 and rng.random() < 0.5:  # behind the watermark by more than a window: late
+                batch.append((front - rng.randint(7_000, 8_000), rng.choice("ab"), -1))
+            out.append(batch)
+    return left, right
+
+
+def _label(batch_id: int, batches: int) -> int | str:
+    return batch_id if batch_id < batches else model.END
+
+
+def _job(env, left, right, assigner, how, name):
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    a = env.from_source(ScriptedSource(left, SCHEMA), strategy, name="left")
+    b = env.from_source(ScriptedSource(right, SCHEMA), strategy, name="right")
+    return a.join(b, how=how).where("k").equal_to("k").window(assigner), name
+
+
+def _pair(left, right):
+    return {"k": (left or right)["k"], "lts": left and left["ts"], "lv": left and left["v"],
+            "rts": right and right["ts"], "rv": right and right["v"]}
+
+
+PAIR = "k string, lts bigint, lv int, rts bigint, rv int"
+
+
+@pytest.mark.parametrize("seed, size, slide, how", [
+    (1, 2_000, 2_000, "inner"),
+    (2, 3_000, 1_000, "full_outer"),
+    pytest.param(3, 2_000, 2_000, "left_outer", marks=pytest.mark.slow),
+    pytest.param(4, 3_000, 1_500, "right_outer", marks=pytest.mark.slow),
+])
+def test_window_join_equals_the_model(env, seed, size, slide, how):
+    left, right = _streams(seed)
+    assigner = TumblingEventTimeWindows.of(size) if size == slide else SlidingEventTimeWindows.of(size, slide)
+    joined, name = _job(env, left, right, assigner, how, "joined")
+    sink = CollectSink()
+    joined.apply(_pair, PAIR, name=name).sink_to(sink)
+    result = env.execute(f"window-join-{seed}", progress=False)
+    got = sorted(((_label(b.batch_id, len(left)), r["k"], r["lts"], r["lv"], r["rts"], r["rv"])
+                  for b in sink.batches for r in b.rows), key=repr)
+    expected, late = model.window_join(left, right, BOUND, size, slide, how)
+    assert len(expected) > 5 and late > 0
+    assert got == sorted(expected, key=repr)
+    assert result.late_dropped == late
+
+
+def test_select_projects_pairs_natively(env, spark, tmp_path):
+    left = [[(1_000, "a", 1), (1_500, "b", 2)], [(5_000, "a", 9)]]
+    right = [[(1_200, "a", 10)], [(1_900, "b", 20), (5_500, "c", 30)]]
+    joined, _ = _job(env, left, right, TumblingEventTimeWindows.of(2_000), "inner", "sel")
+    sink, all_fields = CollectSink(), CollectSink()
+    joined.select("left.k AS k", "right.v - left.v AS diff", "right.ts AS rts", name="sel").sink_to(sink)
+    env.execute("window-join-select", progress=False)
+    assert sorted((r["k"], r["diff"], r["rts"]) for r in sink.rows()) == [("a", 9, 1_200), ("b", 18, 1_900)]
+    from ember import StreamEnvironment
+
+    env2 = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "all", parallelism=2, spark=spark)
+    joined2, _ = _job(env2, left, right, TumblingEventTimeWindows.of(2_000), "inner", "all")
+    joined2.select(name="all").sink_to(all_fields)
+    env2.execute("window-join-all", progress=False)
+    assert sorted(tuple(r.values()) for r in all_fields.rows()) == [(1_000, "a", 1, 1_200, "a", 10), (1_500, "b", 2, 1_900, "b", 20)]
+    assert list(all_fields.rows()[0]) == ["ts", "k", "v", "right_ts", "right_k", "right_v"]
+
+
+def _ordered() -> tuple[list[tuple], list[tuple]]:
+    rng = random.Random(7)
+    stamps = sorted(rng.sample(range(0, 40_000), 80))
+    left = [(ts, rng.choice("ab"), i) for i, ts in enumerate(stamps[::2])]
+    right = [(ts, rng.choice("ab"), i) for i, ts in enumerate(stamps[1::2])]
+    return left, right
+
+
+@pytest.mark.parametrize("parts", [1, 5, pytest.param(17, marks=pytest.mark.slow)])
+def test_batch_split_invariance(env, parts):
+    left, right = _ordered()
+    split = [[[r for r in rows if i * 40_000 // parts <= r[0] < (i + 1) * 40_000 // parts] for i in range(parts)]
+             for rows in (left, right)]
+    joined, _ = _job(env, split[0], split[1], SlidingEventTimeWindows.of(4_000, 2_000), "inner", "split")
+    sink = CollectSink()
+    joined.apply(_pair, PAIR, name="split").sink_to(sink)
+    env.execute(f"window-join-split-{parts}", progress=False)
+    expected, late = model.window_join([left], [right], BOUND, 4_000, 2_000)
+    assert late == 0 and len(expected) > 20
+    assert sorted((r["k"], r["lts"], r["rts"]) for r in sink.rows()) == sorted((e[1], e[2], e[4]) for e in expected)
