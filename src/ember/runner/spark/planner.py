@@ -280,7 +280,8 @@ _ALONE: tuple[tuple[type[Node], str, bool, str], ...] = (
      "a join with other stateful steps in one job is not supported yet: run that part as its own job, "
      "linked by a sink and a source (e.g. RedisStreamSink -> RedisStreamSource)"),
     (CoProcessNode, "the connected step", False,
-     "a co-process function reading a stateful step's output is not supported yet: run that part as its own job"),
+     "a two-input step (co-process, broadcast state, window join) reading a stateful step's output is not supported "
+     "yet: run that part as its own job"),
     (SqlNode, "the SQL step", True,
      "a SQL step with other stateful steps in one job is not supported yet: do that part in the query, or run "
      "it as its own job"),
