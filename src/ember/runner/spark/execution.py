@@ -28,7 +28,7 @@ from ember.runner.spark.checkpoint import (
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.progress import ProgressFollower
 from ember.runner.spark.restart import check_restart
-from ember.runner.spark.session import configure_for_query, lateness_setting
+from ember.runner.spark.session import checkpoint_files, configure_for_query, lateness_setting
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,
     Duration,
@@ -121,29 +121,30 @@ def run_job(
         with lateness_setting(spark, job.compilation.plan.late_rows_against_current_watermark):
             return writer.start()
 
-    try:
-        query = start_query()
-    except BaseException as failure:
-        os.remove(layout.running)
-        refused = _refused_output_mode(failure, job.compilation.graph)
-        if refused is not None:
-            raise refused from None
-        raise
-    reason = "running"
-    try:
-        reason = _follow(query, follower, conditions, clock, start)
-    except KeyboardInterrupt:
-        reason = "interrupted"
-    finally:
+    with checkpoint_files(spark, checkpoint, dict(config.spark_conf)):  # until the query stopped
         try:
-            _stop_gracefully(query, layout.stop_marker, follower, clock, checkpoint, bool(job.compilation.unstoppable))
-            if reason == SAVEPOINT_STOP and query.exception() is None:
-                query = _finish_planned_batch(start_query, query, layout.stop_marker, follower, clock, checkpoint)
+            query = start_query()
+        except BaseException as failure:
+            os.remove(layout.running)
+            refused = _refused_output_mode(failure, job.compilation.graph)
+            if refused is not None:
+                raise refused from None
+            raise
+        reason = "running"
+        try:
+            reason = _follow(query, follower, conditions, clock, start)
+        except KeyboardInterrupt:
+            reason = "interrupted"
         finally:
-            follower.poll(query)
-            for done in (layout.stop_marker, layout.stop_request, layout.running):
-                if os.path.exists(done):
-                    os.remove(done)
+            try:
+                _stop_gracefully(query, layout.stop_marker, follower, clock, checkpoint, bool(job.compilation.unstoppable))
+                if reason == SAVEPOINT_STOP and query.exception() is None:
+                    query = _finish_planned_batch(start_query, query, layout.stop_marker, follower, clock, checkpoint)
+            finally:
+                follower.poll(query)
+                for done in (layout.stop_marker, layout.stop_request, layout.running):
+                    if os.path.exists(done):
+                        os.remove(done)
     # Driver-side sinks keep exactly the batches this result counts: not a batch stopped after
     # its sink ran but before Spark committed it, nor one committed but stopped before Spark
     # reported its progress (its input would be missing from ``events``).
