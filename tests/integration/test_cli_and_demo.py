@@ -54,3 +54,20 @@ def test_redis_postgres_example_is_exact(spark, capsys, load_example):
     out = capsys.readouterr().out
     assert "EXACT" in out and "dead letters: 3" in out
     assert "no match in the lookup table for ad_id = {\"ad_id\":\"no-such-ad\"}" in out
+
+
+def test_demo_window_latency_leaves_out_the_windows_that_ended_during_start_up(load_example):
+    from types import SimpleNamespace
+
+    demo = load_example("yahoo_campaigns")
+    start = 1_700_000_000_000
+    progress = [{"batchId": i, "timestamp": f"2023-11-14T22:13:{20 + 10 * i:02d}.000Z"} for i in range(4)]
+    batch2 = start + 20_000  # 2023-11-14T22:13:40Z, micro-batch 2's start
+    sink = SimpleNamespace(batches=[
+        SimpleNamespace(arrival_ms=batch2 + 5_000, rows=[{"window_end": start + 10_000}, {"window_end": start + 10_000}]),
+        SimpleNamespace(arrival_ms=batch2 + 12_000, rows=[{"window_end": batch2 + 10_000}]),
+        SimpleNamespace(arrival_ms=batch2 + 21_500, rows=[{"window_end": batch2 + 20_000}]),
+    ])
+    latency, left_out, since_s = demo.steady_window_latency(sink, progress, start)
+    assert left_out == 2 and since_s == 20.0  # the two start-up windows waited 15 s: not the pipeline's latency
+    assert latency == {"p50": 1_500.0, "p90": 2_000.0, "p95": 2_000.0, "p99": 2_000.0}
