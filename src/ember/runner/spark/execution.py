@@ -28,7 +28,7 @@ from ember.runner.spark.checkpoint import (
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.progress import ProgressFollower
 from ember.runner.spark.restart import check_restart
-from ember.runner.spark.session import checkpoint_files, configure_for_query, lateness_setting
+from ember.runner.spark.session import configure_for_query, lateness_setting, query_settings, session_settings
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,
     Duration,
@@ -121,7 +121,7 @@ def run_job(
         with lateness_setting(spark, job.compilation.plan.late_rows_against_current_watermark):
             return writer.start()
 
-    with checkpoint_files(spark, checkpoint, dict(config.spark_conf)):  # until the query stopped
+    with session_settings(spark, query_settings(checkpoint, dict(config.spark_conf))):  # until the query stopped
         try:
             query = start_query()
         except BaseException as failure:

@@ -9,7 +9,8 @@ from typing import Any, Iterator
 
 from ember.job import EnvironmentConfig
 
-__all__ = ["get_or_create_session", "session_defaults", "configure_for_query", "lateness_setting", "checkpoint_files"]
+__all__ = ["get_or_create_session", "session_defaults", "configure_for_query", "lateness_setting", "query_settings",
+           "session_settings"]
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -88,28 +89,42 @@ def lateness_setting(spark: Any, current_watermark: bool) -> Iterator[None]:
 
 CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"
 FILESYSTEM_CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+ADAPTIVE = "spark.sql.adaptive.enabled"
+
+
+def query_settings(checkpoint: str, spark_conf: dict[str, str]) -> dict[str, str]:
+    """The session settings Ember's query runs with (docs/design/latency.md), unless the
+    user's ``spark_conf`` sets them:
+
+    - a checkpoint on the local file system: its files (offset and commit logs, state files)
+      written through Hadoop's FileSystem API rather than FileContext. Both write a temporary
+      file and rename it into place (atomic on a local file system) and neither syncs to disk
+      (checked with strace); the FileSystem path costs ~7 ms per file here against ~30 ms,
+      two of them per micro-batch. Other file systems keep Spark's choice.
+    - adaptive query execution off: Spark already leaves it out of the streaming query's own
+      plan; it would re-plan, stage by stage, the small DataFrames Ember's sinks run on each
+      micro-batch (``foreachBatch``) — ~30 ms per batch at 5 k events, nothing to coalesce.
+    """
+    settings = {ADAPTIVE: "false"}
+    scheme = checkpoint.split("://", 1)[0] if "://" in checkpoint else "file"
+    if scheme == "file":
+        settings[CHECKPOINT_FILES] = FILESYSTEM_CHECKPOINT_FILES
+    return {k: v for k, v in settings.items() if k not in spark_conf}
 
 
 @contextmanager
-def checkpoint_files(spark: Any, checkpoint: str, spark_conf: dict[str, str]) -> Iterator[None]:
-    """While a query runs on a checkpoint on the local file system: Spark's checkpoint files
-    (offset and commit logs, state store files) written through Hadoop's FileSystem API
-    rather than FileContext. Both write a temporary file and rename it into place (atomic on
-    a local file system), and neither syncs to disk (checked with strace); the FileSystem
-    path costs ~7 ms per file on this machine against ~30 ms, two of them per micro-batch
-    (docs/design/latency.md). A ``spark_conf`` naming a manager, or a checkpoint on another
-    file system, keeps Spark's choice. The session's own value is restored after, so queries
-    that are not Ember's do not inherit it."""
-    scheme = checkpoint.split("://", 1)[0] if "://" in checkpoint else "file"
-    if CHECKPOINT_FILES in spark_conf or scheme != "file":
-        yield
-        return
-    before = spark.conf.get(CHECKPOINT_FILES, None)
-    spark.conf.set(CHECKPOINT_FILES, FILESYSTEM_CHECKPOINT_FILES)
+def session_settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session while the block runs (Ember's query: from its start until
+    it stopped); the session's own values restored after, so queries that are not Ember's
+    (e.g. the benchmarks' hand-written baselines) do not inherit them."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        if before is None:
-            spark.conf.unset(CHECKPOINT_FILES)
-        else:
-            spark.conf.set(CHECKPOINT_FILES, before)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

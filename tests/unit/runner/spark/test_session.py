@@ -33,24 +33,20 @@ class _Spark:
         self.conf = _Conf(**values)
 
 
-def test_a_local_checkpoint_is_written_through_the_file_system_api_while_the_query_runs():
-    from ember.runner.spark.session import CHECKPOINT_FILES, FILESYSTEM_CHECKPOINT_FILES, checkpoint_files
+def test_a_local_checkpoint_is_written_through_the_file_system_api_and_sinks_run_without_aqe():
+    from ember.runner.spark.session import ADAPTIVE, CHECKPOINT_FILES, FILESYSTEM_CHECKPOINT_FILES, query_settings
 
     for path in ("/tmp/ckpt", "file:///tmp/ckpt"):
-        spark = _Spark()
-        with checkpoint_files(spark, path, {}):
-            assert spark.conf.get(CHECKPOINT_FILES) == FILESYSTEM_CHECKPOINT_FILES
-        assert CHECKPOINT_FILES not in spark.conf.values  # restored: other queries keep Spark's default
-    spark = _Spark(**{CHECKPOINT_FILES: "mine"})
-    with checkpoint_files(spark, "/tmp/ckpt", {}):
-        assert spark.conf.get(CHECKPOINT_FILES) == FILESYSTEM_CHECKPOINT_FILES
-    assert spark.conf.get(CHECKPOINT_FILES) == "mine"
+        assert query_settings(path, {}) == {CHECKPOINT_FILES: FILESYSTEM_CHECKPOINT_FILES, ADAPTIVE: "false"}
+    assert query_settings("hdfs://nn/ckpt", {}) == {ADAPTIVE: "false"}  # other file systems: Spark's manager
+    assert query_settings("s3a://bucket/ckpt", {ADAPTIVE: "true"}) == {}  # the user's settings win
+    assert query_settings("/tmp/ckpt", {CHECKPOINT_FILES: "x"}) == {ADAPTIVE: "false"}
 
 
-def test_another_file_system_or_the_users_choice_keeps_sparks_manager():
-    from ember.runner.spark.session import CHECKPOINT_FILES, checkpoint_files
+def test_settings_hold_while_the_query_runs_and_the_sessions_own_come_back():
+    from ember.runner.spark.session import session_settings
 
-    for path, conf in (("hdfs://nn/ckpt", {}), ("s3a://bucket/ckpt", {}), ("/tmp/ckpt", {CHECKPOINT_FILES: "x"})):
-        spark = _Spark()
-        with checkpoint_files(spark, path, conf):
-            assert spark.conf.get(CHECKPOINT_FILES) is None
+    spark = _Spark(**{"a": "mine"})
+    with session_settings(spark, {"a": "ember", "b": "ember"}):
+        assert spark.conf.values == {"a": "ember", "b": "ember"}
+    assert spark.conf.values == {"a": "mine"}  # restored, and b unset again
