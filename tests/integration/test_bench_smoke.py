@@ -65,6 +65,8 @@ def test_knob_sweep_measures_every_setting_and_bigger_batches_raise_throughput(s
     assert all(p["latency_ms"] and p["latency_ms"]["p50"] > 0 for p in report["fixed_rate"])
     small, large = report["max_rate"]
     assert large["events_per_second"] > 3 * small["events_per_second"]
+    for point in report["max_rate"]:  # the hand-written PySpark job at the same bound, same run
+        assert point["baseline_events_per_second"] > 0 and point["baseline_latency_ms"]["p50"] > 0, point
 
 
 def test_generator_lag_is_reported_and_decides_whether_a_rate_is_sustained(spark, tmp_path):

@@ -21,6 +21,7 @@ import sys
 import time
 from typing import Any
 
+from ember.bench import workloads
 from ember.bench.harness import BenchConfig, RunOutcome, bench_session, run_once
 from ember.bench.stats import percentiles
 
@@ -38,9 +39,12 @@ def run_sweep(
     batch_bounds: tuple[int, ...] = BATCH_BOUNDS,
     verbose: bool = True,
     warmup_s: float = 8.0,
+    baseline: bool = True,
 ) -> dict[str, Any]:
     """Both sweeps; returns ``{"fixed_rate": [...], "max_rate": [...], ...}``, one
-    point per setting with events/s, latency percentiles and ``verified``; a
+    point per setting with events/s, latency percentiles and ``verified`` (each
+    ``max_rate`` point also the hand-written PySpark job's ``baseline_events_per_second``
+    and ``baseline_latency_ms`` at the same bound, unless ``baseline`` is False); a
     discarded run of ``warmup_s`` first (the JVM's JIT), none if 0."""
     spark = bench_session(master)
     settings: list[tuple[str, float | None, int, int]] = [("fixed_rate", rate, t, max(batch_bounds)) for t in triggers_ms]
@@ -61,6 +65,10 @@ def run_sweep(
             "events_per_second": round(out.events_per_second), "latency_ms": percentiles(out.latencies_ms),
             "verified": out.verified,
         }
+        if sweep == "max_rate" and baseline:  # the same job hand-written in PySpark, same bound, same session
+            base = workloads.grouping_baseline(spark, cfg)
+            point["baseline_events_per_second"] = round(base.events_per_second)
+            point["baseline_latency_ms"] = percentiles(base.latencies_ms)
         report[sweep].append(point)
         if verbose:
             lat = point["latency_ms"] or {}
@@ -77,6 +85,4 @@ def run_sweep(
 
 
 def _point(spark: Any, cfg: BenchConfig) -> RunOutcome:
-    from ember.bench import workloads
-
     return run_once(workloads.grouping, spark, cfg, "ember-sweep")

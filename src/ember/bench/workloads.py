@@ -88,7 +88,7 @@ def grep(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     )
 
 
-def _grouping_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
+def grouping_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     src = GroupingSource()
     reports, lat = baselines.grouping_baseline(
         spark, spark.sparkContext.defaultParallelism, cfg.max_events_per_batch, src.hosts, src.sample_every, cfg.duration_s
@@ -97,7 +97,7 @@ def _grouping_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     return RunOutcome(events, seconds, eps, latencies_ms=lat)
 
 
-@workload("grouping", baseline=_grouping_baseline)
+@workload("grouping", baseline=grouping_baseline)
 def grouping(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """E2: records -> key_by(seq_id) (a hash shuffle) -> counting sink with sampled latency."""
     env = _env(spark, cfg, ckpt)

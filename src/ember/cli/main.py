@@ -188,7 +188,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     from ember.bench.sweep import run_sweep
 
-    report = run_sweep(rate=args.rate or 500_000, duration_s=args.duration, master=args.master)
+    report = run_sweep(rate=args.rate or 500_000, duration_s=args.duration, master=args.master, baseline=not args.no_baseline)
     report["command"] = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if args.json:
@@ -200,6 +200,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 lat = p["latency_ms"] or {}
                 print(f"{sweep:10} {p['trigger_interval_ms']:>10} {p['max_events_per_batch']:>12,} {p['events_per_second']:>12,} "
                       f"{lat.get('p50', 0):>8,.0f} {lat.get('p90', 0):>8,.0f} {lat.get('p99', 0):>8,.0f}  {p['verified']}")
+                if "baseline_latency_ms" in p:
+                    base = p["baseline_latency_ms"] or {}
+                    print(f"{'  PySpark':10} {'':>10} {'':>12} {p['baseline_events_per_second']:>12,} "
+                          f"{base.get('p50', 0):>8,.0f} {base.get('p90', 0):>8,.0f} {base.get('p99', 0):>8,.0f}")
         print(f"max-rate throughput range: {report['max_rate_throughput_range']}x; verified: {report['verified']}")
     return 0 if report["verified"] else 1
 
