@@ -29,6 +29,14 @@ def _signed_ms(value: timedelta | int, what: str) -> int:
     return to_ms(value, what, allow_zero=True)
 
 
+def _projection(exprs: tuple[Any, ...], what: str, step: str) -> tuple[Any, ...]:
+    """A join's ``select`` expressions, checked: SQL strings or Spark Columns."""
+    for e in exprs:
+        if not (isinstance(e, str) and e.strip()) and type(e).__name__ != "Column":
+            raise PipelineError(f"{what} select takes SQL strings or Spark Columns, got {e!r}", step)
+    return tuple(exprs)
+
+
 class IntervalJoin:
     """``left.interval_join(right)``, waiting for :meth:`between` and then :meth:`process`
     or :meth:`select` (Flink's ``IntervalJoined``).
@@ -88,10 +96,7 @@ class IntervalJoin:
         (``"left.ad_id AS ad_id"``, ``"right.ts - left.ts AS delay_ms"``); natively, no Python.
         Without expressions: every left field, then every right field (a right field whose
         name the left side has too is renamed ``right_<name>``)."""
-        for e in exprs:
-            if not (isinstance(e, str) and e.strip()) and type(e).__name__ != "Column":
-                raise PipelineError(f"interval_join select takes SQL strings or Spark Columns, got {e!r}", self._step(name))
-        return self._join(name, exprs=tuple(exprs))
+        return self._join(name, exprs=_projection(exprs, "interval_join", self._step(name)))
 
     def _step(self, name: str | None) -> str:
         return name or self._name or "interval_join"
@@ -188,10 +193,7 @@ class WindowJoin:
         """Project each pair with SQL over ``left.<field>`` and ``right.<field>``, natively.
         Without expressions: every left field, then every right field (a right field whose
         name the left side has too is renamed ``right_<name>``)."""
-        for e in exprs:
-            if not (isinstance(e, str) and e.strip()) and type(e).__name__ != "Column":
-                raise PipelineError(f"join select takes SQL strings or Spark Columns, got {e!r}", self._step(name))
-        return self._join(name, exprs=tuple(exprs))
+        return self._join(name, exprs=_projection(exprs, "join", self._step(name)))
 
     def _step(self, name: str | None) -> str:
         return name or self._name or "window_join"

@@ -162,6 +162,18 @@ class LookupJoinNode(Node):
 JOIN_KINDS = ("inner", "left_outer", "right_outer", "full_outer")
 
 
+def _paired(left: tuple[str, ...], right: tuple[str, ...]) -> str:
+    """Two streams' key fields, paired: ``k`` (same name) or ``a = b``."""
+    return ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(left, right))
+
+
+def _pairs_out(verb: str, fn: Callable[..., Any] | None, exprs: tuple[Any, ...]) -> str:
+    """What a join makes of its pairs: a Python function's records, a projection, or every field."""
+    if fn is not None:
+        return f"{verb} {_callable_name(fn)} (python, per pair)"
+    return "select " + ", ".join(str(e) for e in exprs) if exprs else "all fields"
+
+
 @dataclass(frozen=True, eq=False)
 class IntervalJoinNode(Node):
     """Flink's interval join of two keyed streams (``inputs``: left, right): each pair with
@@ -181,9 +193,8 @@ class IntervalJoinNode(Node):
     exprs: tuple[Any, ...] = ()
 
     def describe(self) -> str:
-        keys = ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(self.left_keys, self.right_keys))
-        what = (f"process {_callable_name(self.fn)} (python, per pair)" if self.fn is not None
-                else "select " + ", ".join(str(e) for e in self.exprs) if self.exprs else "all fields")
+        keys = _paired(self.left_keys, self.right_keys)
+        what = _pairs_out("process", self.fn, self.exprs)
         return (f"interval join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
                 f"right.ts in [left.ts {self.lower_ms:+d} ms, left.ts {self.upper_ms:+d} ms] (native): {what}")
 
@@ -233,7 +244,7 @@ class CoProcessNode(KeyedProcessNode):
     other_keys: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        keys = ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(self.keys, self.other_keys))
+        keys = _paired(self.keys, self.other_keys)
         return (f"co-process {type(self.fn).__name__} of {self.inputs[0].name} and {self.inputs[1].name} "
                 f"by {keys} (python, shared keyed state)")
 
@@ -266,9 +277,8 @@ class WindowJoinNode(CoProcessNode):
     exprs: tuple[Any, ...] = ()
 
     def describe(self) -> str:
-        keys = ", ".join(f"{a} = {b}" if a != b else a for a, b in zip(self.keys, self.other_keys))
-        what = (f"apply {_callable_name(self.join_fn)} (python, per pair)" if self.join_fn is not None
-                else "select " + ", ".join(str(e) for e in self.exprs) if self.exprs else "all fields")
+        keys = _paired(self.keys, self.other_keys)
+        what = _pairs_out("apply", self.join_fn, self.exprs)
         return (f"window join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
                 f"{_describe(self.assigner)} (python, keyed state): {what}")
 
