@@ -138,7 +138,7 @@ def _split(records: list[tuple], parts: int, span: int) -> list[list[tuple]]:
     return [[r for r in records if i * span // parts <= r[0] < (i + 1) * span // parts] for i in range(parts)]
 
 
-@pytest.mark.parametrize("parts", [1, 5, pytest.param(17, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("parts", [pytest.param(1, marks=pytest.mark.slow), 5, pytest.param(17, marks=pytest.mark.slow)])
 def test_batch_split_invariance(env, parts):
     """The same in-order streams cut into 1, 5 or 17 micro-batches give the same alerts and rule updates."""
     events, rules = _ordered(60)

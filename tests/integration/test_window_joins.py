@@ -99,7 +99,7 @@ def _ordered() -> tuple[list[tuple], list[tuple]]:
     return left, right
 
 
-@pytest.mark.parametrize("parts", [1, 5, pytest.param(17, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("parts", [pytest.param(1, marks=pytest.mark.slow), 5, pytest.param(17, marks=pytest.mark.slow)])
 def test_batch_split_invariance(env, parts):
     left, right = _ordered()
     split = [[[r for r in rows if i * 40_000 // parts <= r[0] < (i + 1) * 40_000 // parts] for i in range(parts)]
