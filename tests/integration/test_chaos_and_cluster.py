@@ -42,6 +42,9 @@ def test_chaos_smoke_a_driver_kill_exact_alerts():
     assert report["kills"] == 1 and report["killed"] == {"driver": 1}
     assert "unrecovered_kills" not in report
     _assert_exact(report)
+    phases = report["recovery_phases_ms"]  # until the new process starts its query, then its first commit
+    assert phases["restart"]["p50"] > 0 and phases["first_batch"]["p50"] > 0
+    assert abs(phases["restart"]["p50"] + phases["first_batch"]["p50"] - report["recovery_ms"]["p50"]) <= 1
 
 
 @pytest.mark.slow

@@ -192,6 +192,9 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
     child = run.start()
     kills: list[tuple[float, str]] = []  # (time, what was killed)
     recoveries: list[tuple[str, float]] = []  # (what was killed, ms until processing again)
+    restarts: list[float] = []  # a driver kill: ms until the new process was about to start its query
+    restarted = True  # the pending driver kill's new process has started its query
+    kill_wall = 0.0  # the last kill's wall-clock time (the marker's mtime is wall-clock)
     pending_kill: tuple[float, int, str] | None = None  # (kill time, last committed batch at the kill, target)
     dead_worker: tuple[int, float] | None = None  # (worker, restart time): a supervisor brings it back
     gap = cfg.duration_s / (cfg.kills + 1) if cfg.kills else cfg.duration_s
@@ -211,6 +214,10 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
                 run.say(f"worker-{dead_worker[0]} restarted")
                 dead_worker = None
             committed = run.committed()
+            if not restarted and pending_kill is not None:
+                restarted = _query_started_since(run.checkpoint, kill_wall)
+                if restarted:
+                    restarts.append((time.time() - kill_wall) * 1000)
             if pending_kill is not None and committed > pending_kill[1]:
                 recoveries.append((pending_kill[2], (now - pending_kill[0]) * 1000))
                 run.say(f"kill {len(kills)}: processing again after {recoveries[-1][1] / 1000:.1f} s (batch {committed})")
@@ -220,7 +227,9 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
             if len(kills) < cfg.kills and processing and now >= next_kill:
                 target = _pick_target(rng, cluster)
                 at_batch = committed
+                kill_wall = time.time()
                 if target == "driver":
+                    restarted = False
                     _kill_group(child, signal.SIGKILL)
                     child.proc.wait()
                     child = run.start()
@@ -264,6 +273,12 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         "events": producer_result["report"].events,
         "recovery_ms": _summary([ms for _, ms in recoveries]),
         "recovery_ms_by_target": {t: _summary([ms for k, ms in recoveries if k == t]) for t in sorted({k for k, _ in recoveries})},
+        # A driver kill's recovery in two phases: until the new process starts its query (Python,
+        # Spark's session, Ember's compile and restart checks), then until its first new commit.
+        "recovery_phases_ms": {
+            "restart": _summary(restarts),
+            "first_batch": _summary([ms - r for (k, ms), r in zip([x for x in recoveries if x[0] == "driver"], restarts)]),
+        },
         "seconds": round(time.monotonic() - t0, 1),
     })
     if len(recoveries) < len(kills):
@@ -283,6 +298,16 @@ def _pick_target(rng: random.Random, cluster: Any) -> str:
         return "driver"
     choices = ["driver", "worker"] + (["executor"] if cluster.executor_pids() else [])
     return rng.choice(choices)
+
+
+def _query_started_since(checkpoint: str, wall: float) -> bool:
+    """Whether a job wrote the checkpoint's "running" marker (just before it starts its query) after ``wall``."""
+    from ember.runner.spark.checkpoint import CheckpointLayout
+
+    try:
+        return os.path.getmtime(CheckpointLayout(checkpoint).running) > wall
+    except FileNotFoundError:
+        return False
 
 
 def _summary(values: list[float]) -> dict[str, int | None]:
