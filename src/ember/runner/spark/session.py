@@ -76,15 +76,8 @@ def lateness_setting(spark: Any, current_watermark: bool) -> Iterator[None]:
     when it starts (Spark does not record it in the checkpoint: every start of a job sets it
     again, from the same plan); the session's own value is restored after, so queries that
     are not Ember's do not inherit it."""
-    before = spark.conf.get(ALLOW_MULTIPLE, None)
-    spark.conf.set(ALLOW_MULTIPLE, "false" if current_watermark else "true")
-    try:
+    with session_settings(spark, {ALLOW_MULTIPLE: "false" if current_watermark else "true"}):
         yield
-    finally:
-        if before is None:
-            spark.conf.unset(ALLOW_MULTIPLE)
-        else:
-            spark.conf.set(ALLOW_MULTIPLE, before)
 
 
 CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"

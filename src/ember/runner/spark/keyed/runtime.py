@@ -175,14 +175,14 @@ class KeyedRuntime(RuntimeContext, Context):
         self.side_tags = side_tags
         self.side: list[tuple[str, Any]] = []
         self.counts: dict[str, int] = {}
-        self._names: set[str] = set()
         # The call's output list, and, when a downstream step needs the outputs' event time,
         # (position in it, timestamp) marks: row i has the timestamp of the last mark at or
         # before it (Flink's output timestamps: the record's, the timer's, a window's end - 1).
         self.out: list[Any] | None = None
         self.marks: list[tuple[int, int]] | None = None
         # A broadcast step's broadcast states: name -> (read-write cell, read-only view); which
-        # one get_broadcast_state returns (process_broadcast_element: writable); keyed cells by name.
+        # one get_broadcast_state returns (process_broadcast_element: writable); the keyed state
+        # cells open() declared, by name.
         self.broadcast: dict[str, tuple[State, State]] = {}
         self.broadcast_writable = False
         self.cells: dict[str, State] = {}
@@ -257,9 +257,8 @@ class KeyedRuntime(RuntimeContext, Context):
 
     def get_state(self, descriptor: StateDescriptor) -> State:
         state = state_object(self, descriptor)
-        if descriptor.name in self._names:
+        if descriptor.name in self.cells:
             raise UserFunctionError(f"state '{descriptor.name}' is declared twice")
-        self._names.add(descriptor.name)
         self.cells[descriptor.name] = state
         if descriptor.ttl is not None:
             self.ttl_ms[descriptor.name] = descriptor.ttl.ttl_ms

@@ -28,8 +28,8 @@ from ember.runner.spark.keyed.runtime import HIDDEN, STATE_BUCKETS, without_hidd
 from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, with_event_time
-from ember.runner.spark.translators.keyed import BUCKET, bucket_of, keyed_operator
-from ember.runner.spark.translators.python_ops import output_struct, records_out, user_function_failed
+from ember.runner.spark.translators.keyed import BUCKET, bucket_of, keyed_input, keyed_operator
+from ember.runner.spark.translators.python_ops import output_struct, pair_records
 from ember.runner.spark.translators.transforms import check_paired_keys, column
 from ember.time.watermarks import TimeCharacteristic
 
@@ -67,9 +67,9 @@ def _rows(comp: Compilation, node: CoProcessNode, up: Frame, stream: int, keys: 
 
 
 def _connected(comp: Compilation, node: CoProcessNode, what: str, fn: Callable[[list[Any]], Any],
-               out: Callable[[list[Any]], T.StructType]) -> Frame:
+               out: Callable[[list[Any]], T.StructType]) -> tuple[Frame, list[Any]]:
     """Both keyed inputs of ``node`` as one keyed step running ``fn(structs)`` (a
-    KeyedCoProcessFunction) with output type ``out(structs)``."""
+    KeyedCoProcessFunction) with output type ``out(structs)``; with the inputs' record types."""
     ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]
     structs = [without_hidden(up.df.schema) for up in ups]
     check_paired_keys(node.name, ("first", structs[0], node.keys), ("second", structs[1], node.other_keys))
@@ -82,13 +82,14 @@ def _connected(comp: Compilation, node: CoProcessNode, what: str, fn: Callable[[
     union = rows[0].unionByName(rows[1])
     adapter = CoProcessAdapter(fn(structs), structs[0].names, structs[1].names)
     keys = tuple(key_column(i) for i in range(len(node.keys)))
-    return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time)
+    frame = keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time)
+    return frame, structs
 
 
 @translates(CoProcessNode)
 def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
     return _connected(comp, node, "connect", lambda structs: node.fn,
-                      lambda structs: output_struct(node.output_schema, None, node.name))
+                      lambda structs: output_struct(node.output_schema, None, node.name))[0]
 
 
 @translates(WindowJoinNode)
@@ -97,26 +98,15 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
     ``select``, as both records' fields side by side, then projected over ``left``/``right``."""
     if node.join_fn is not None:
         out = output_struct(node.output_schema, None, node.name)
-        fn, names, step = node.join_fn, out.names, node.name
-        ship_by_value(fn)
-
-        def pair(left: Any, right: Any) -> list[Any]:
-            try:
-                result = fn(left, right)
-            except Exception as exc:
-                raise user_function_failed(step, fn, (left, right), exc) from exc
-            return records_out(result, names, step, fn)
-
+        ship_by_value(node.join_fn)
+        pair = pair_records(node.join_fn, out.names, node.name)
         return _connected(comp, node, "join", lambda structs: WindowJoinFunction(node.assigner, node.how, pair),
-                          lambda structs: out)
-    fields: list[list[str]] = []
+                          lambda structs: out)[0]
     present = ("__ember_has_left", "__ember_has_right")
 
     def flat_out(structs: list[Any]) -> T.StructType:
-        flat: list[T.StructField] = []
-        for side, struct in enumerate(structs, start=1):
-            fields.append(struct.names)
-            flat.extend(T.StructField(field_column(side, f.name), f.dataType) for f in struct.fields)
+        flat = [T.StructField(field_column(side, f.name), f.dataType)
+                for side, struct in enumerate(structs, start=1) for f in struct.fields]
         return T.StructType(flat + [T.StructField(p, T.BooleanType()) for p in present])
 
     def make(structs: list[Any]) -> WindowJoinFunction:
@@ -129,7 +119,8 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
 
         return WindowJoinFunction(node.assigner, node.how, pair)
 
-    frame = _connected(comp, node, "join", make, flat_out)
+    frame, structs = _connected(comp, node, "join", make, flat_out)
+    fields = [s.names for s in structs]
     df = frame.df
     hidden = [F.col(c) for c in df.columns if c in HIDDEN]
     records = [
@@ -148,12 +139,8 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
 def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     """Keyed rows go to their key's bucket, every broadcast row to every bucket (each bucket
     keeps a copy of the broadcast state; keyed/broadcast.py), bucket 0's copy marked FIRST."""
-    keyed = node.inputs[0]
-    ups = [comp.frame(keyed.inputs[0] if isinstance(keyed, KeyByNode) else keyed), comp.frame(node.inputs[1])]
+    ups = [keyed_input(comp, node, node.keys), comp.frame(node.inputs[1])]
     structs = [without_hidden(up.df.schema) for up in ups]
-    for k in node.keys:
-        if k not in structs[0].names:
-            raise PipelineError(f"key field '{k}' is not in the stream (fields: {', '.join(structs[0].names)})", node.name)
     event_time = _event_time(node, ups, "connect with a broadcast stream")
     key_types = [structs[0][k].dataType for k in node.keys]
     df, columns = _rows(comp, node, ups[0], 1, node.keys, key_types, structs, event_time, KEYED_INPUT)

@@ -20,19 +20,13 @@ from typing import Any, Iterator
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from ember.errors import PipelineError, UserFunctionError
+from ember.errors import PipelineError
 from ember.graph.nodes import IntervalJoinNode, KeyByNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import without_hidden
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import with_event_time
-from ember.runner.spark.translators.python_ops import (
-    arrow_schema,
-    build_batch,
-    output_struct,
-    records_out,
-    user_function_failed,
-)
+from ember.runner.spark.translators.python_ops import arrow_schema, build_batch, output_struct, pair_records
 from ember.runner.spark.translators.transforms import check_paired_keys, column
 
 __all__ = ["SHIFT_MS"]
@@ -105,18 +99,14 @@ def _process(joined: Any, node: IntervalJoinNode) -> Any:
     assert fn is not None
     ship_by_value(fn)
 
+    call = pair_records(fn, names, step)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             lefts, rights = batch.column(0).to_pylist(), batch.column(1).to_pylist()
             rows: list[dict[str, Any]] = []
-            for pair in zip(lefts, rights):
-                try:
-                    result = fn(*pair)
-                except UserFunctionError:
-                    raise
-                except Exception as exc:
-                    raise user_function_failed(step, fn, pair, exc) from exc
-                rows.extend(records_out(result, names, step, fn))
+            for left, right in zip(lefts, rights):
+                rows.extend(call(left, right))
             yield build_batch(rows, schema, step)
 
     return joined.mapInArrow(run, out)

@@ -49,7 +49,8 @@ from ember.time.watermarks import TimeCharacteristic
 BUCKET = "__ember_bucket"
 
 
-def _input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
+def keyed_input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
+    """The frame a keyed step's first input (its key_by) reads, with ``keys`` checked in it."""
     parent = node.inputs[0]
     up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # grouping partitions by key itself
     fields = _fields(up)
@@ -238,7 +239,7 @@ def _has_event_time(up: Frame) -> bool:
 
 @translates(KeyedProcessNode)
 def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
-    up = _input(comp, node, node.keys)
+    up = keyed_input(comp, node, node.keys)
     visible = without_hidden(up.df.schema)
     field = node.fn.field if isinstance(node.fn, RollingField) else None
     if field is not None and field not in visible.names:
@@ -249,7 +250,7 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
 
 @translates(VectorizedProcessNode)
 def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
-    up = _input(comp, node, node.keys)
+    up = keyed_input(comp, node, node.keys)
     out = output_struct(node.output_schema, None, node.name)
     state_type = output_struct(node.fn.state_schema, None, node.name)
     event_time = _has_event_time(up)
@@ -272,7 +273,7 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
 
 def operator_window(comp: Compilation, node: WindowNode) -> Frame:
     """Any window on Ember's window operator (keyed/windows), over keyed state."""
-    up = _input(comp, node, node.keys)
+    up = keyed_input(comp, node, node.keys)
     assigner = node.assigner
     event_time = _has_event_time(up) and not assigner.processing_time
     needs_time = not assigner.processing_time and not assigner.is_global

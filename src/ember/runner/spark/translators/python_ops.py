@@ -19,7 +19,8 @@ from ember.runner.spark.deadletters import combined_struct, dead_batch, main_bat
 from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
 from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["python_filter", "output_struct", "arrow_schema", "build_batch", "records_out", "user_function_failed"]
+__all__ = ["python_filter", "output_struct", "arrow_schema", "build_batch", "records_out", "user_function_failed",
+           "pair_records"]
 
 
 def output_struct(schema: Any, fallback: Any, step: str) -> Any:
@@ -82,6 +83,22 @@ def records_out(result: Any, names: list[str], step: str, fn: Callable[..., Any]
     except TypeError:
         return [_to_row(result, names, step, fn)]
     return [_to_row(v, names, step, fn) for v in values]
+
+
+def pair_records(fn: Callable[[Any, Any], Any], names: list[str], step: str) -> Callable[[Any, Any], list[dict[str, Any]]]:
+    """A join's ``fn(left, right)`` as a function of one pair returning its output rows; a
+    failure of ``fn`` names the step, the function and the pair."""
+
+    def call(left: Any, right: Any) -> list[dict[str, Any]]:
+        try:
+            result = fn(left, right)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise user_function_failed(step, fn, (left, right), exc) from exc
+        return records_out(result, names, step, fn)
+
+    return call
 
 
 def build_batch(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.RecordBatch:
