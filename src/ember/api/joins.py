@@ -29,6 +29,14 @@ def _signed_ms(value: timedelta | int, what: str) -> int:
     return to_ms(value, what, allow_zero=True)
 
 
+def _check_pair_function(fn: Any, output_schema: Any, what: str, step: str) -> None:
+    """A join's ``fn(left, right)`` and its output schema, checked when declared."""
+    if not callable(fn):
+        raise PipelineError(f"{what} takes a function fn(left, right), got {fn!r}", step)
+    if not output_schema:
+        raise PipelineError(f"{what} needs an output_schema (Spark DDL string or StructType)", step)
+
+
 def _projection(exprs: tuple[Any, ...], what: str, step: str) -> tuple[Any, ...]:
     """A join's ``select`` expressions, checked: SQL strings or Spark Columns."""
     for e in exprs:
@@ -85,10 +93,7 @@ class IntervalJoin:
         """``fn(left, right)`` per joined pair (Flink's ``ProcessJoinFunction``): a record
         (dict or tuple in ``output_schema`` order), an iterable of records, or None. In an
         outer join the missing side is None."""
-        if not callable(fn):
-            raise PipelineError(f"interval_join process takes a function fn(left, right), got {fn!r}", self._step(name))
-        if not output_schema:
-            raise PipelineError("interval_join process needs an output_schema (Spark DDL string or StructType)", self._step(name))
+        _check_pair_function(fn, output_schema, "interval_join process", self._step(name))
         return self._join(name, fn=fn, output_schema=output_schema)
 
     def select(self, *exprs: str | Any, name: str | None = None) -> Any:
@@ -183,10 +188,7 @@ class WindowJoin:
         """``fn(left, right)`` per pair (Flink's ``JoinFunction`` / ``FlatJoinFunction``): a record
         (dict or tuple in ``output_schema`` order), an iterable of records, or None. In an outer
         join the missing side is None."""
-        if not callable(fn):
-            raise PipelineError(f"join apply takes a function fn(left, right), got {fn!r}", self._step(name))
-        if not output_schema:
-            raise PipelineError("join apply needs an output_schema (Spark DDL string or StructType)", self._step(name))
+        _check_pair_function(fn, output_schema, "join apply", self._step(name))
         return self._join(name, join_fn=fn, output_schema=output_schema)
 
     def select(self, *exprs: str | Any, name: str | None = None) -> Any:
