@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["EnvironmentConfig", "JobResult"]
+__all__ = ["EnvironmentConfig", "JobResult", "RunListener"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,21 @@ class JobResult:
             f"{self.seconds:.1f} s ({self.events_per_second:,.0f} events/s); stopped: {self.stopped_because}"
             + (f"; {self.late_dropped:,} late records dropped" if self.late_dropped else "")
         )
+
+
+class RunListener:
+    """What a running job tells an observer (the dashboard, ember.ui): override what you
+    need. Called on the driver's thread that follows the query; keep each call short."""
+
+    def job_started(self, info: dict[str, Any]) -> None:
+        """The query started: ``info`` has ``job``, ``checkpoint``, ``max_events_per_batch``,
+        ``trigger_interval_ms``, ``spark_ui`` (Spark's UI address or None) and ``stateful_steps``."""
+
+    def batch_reported(self, report: dict[str, Any]) -> None:
+        """One micro-batch's progress report (Spark's, with Ember's event count and lag)."""
+
+    def branch_counts(self, batch_id: int, rows: dict[str, int]) -> None:
+        """Rows each step after the job's split (written per micro-batch) emitted in one batch."""
+
+    def job_ended(self, stopped_because: str, error: str | None) -> None:
+        """The query stopped; ``error`` is the failure's message, naming the step where known."""

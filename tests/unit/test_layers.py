@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ember.graph",),
     ("ember.runner",),
     ("ember.savepoints",),
+    ("ember.ui",),  # the dashboard: listens to the runner, read by the user API's execute
     ("ember.api",),
     ("ember",),  # the package root re-exports the user-facing names
     ("ember.cli", "ember.tools", "ember.bench"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from datetime import timedelta
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|yarn|k8s://.+)$")
 _STATE_BACKENDS = ("rocksdb", "hdfs")
 KEYED_OPERATORS = ("auto", "transform_with_state")
+DEFAULT_UI_PORT = 8081  # the dashboard's (ember.ui), as Flink's web UI
 
 
 class StreamEnvironment:
@@ -114,6 +116,7 @@ class StreamEnvironment:
         self._counters: dict[str, int] = {}
         self._names: set[str] = set()
         self._views: dict[str, Any] = {}  # view name -> the stream's node (DataStream.create_view)
+        self.dashboard: Any = None  # while execute(ui=...) runs: its ember.ui.Dashboard (.url)
 
     # -- graph building -----------------------------------------------------------------
     def _register_view(self, name: str, node: Any) -> None:
@@ -215,6 +218,9 @@ class StreamEnvironment:
         min_batches: int = 0,
         duration_s: float | None = None,
         stop_when_idle_s: float | None = None,
+        ui: bool | int = False,
+        ui_host: str | None = None,
+        ui_linger_s: float = 0.0,
     ) -> JobResult:
         """Compile the pipeline to one Spark Structured Streaming query and run it.
 
@@ -233,6 +239,12 @@ class StreamEnvironment:
         this pipeline compared with the one that wrote it before the job starts; with
         ``parallelism`` set to another value than the savepoint's, its state is
         repartitioned first.
+
+        ``ui``: serve a live dashboard of the job while it runs (docs/dashboard.md) —
+        ``True`` on port 8081, an int on that port (0: any free one). It binds
+        ``127.0.0.1`` unless ``ui_host`` names another address (served without
+        authentication: a warning says so). ``ui_linger_s``: keep serving the final state
+        that many seconds after the job ended.
         """
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
             raise ConfigError(f"job name must be letters, digits, '_', '-' or '.', got {name!r}")
@@ -242,12 +254,28 @@ class StreamEnvironment:
             raise ConfigError(f"min_batches must be an int >= 0, got {min_batches!r}")
         if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
             raise ConfigError(f"max_events must be a positive int, got {max_events!r}")
+        if isinstance(ui, bool) or ui is None:
+            port = DEFAULT_UI_PORT if ui else None
+        elif isinstance(ui, int):
+            port = ui
+        else:
+            raise ConfigError(f"ui must be True, False or a port number, got {ui!r}")
+        if not isinstance(ui_linger_s, (int, float)) or ui_linger_s < 0:
+            raise ConfigError(f"ui_linger_s must be a number of seconds >= 0, got {ui_linger_s!r}")
         from ember.runner.spark.execution import run_job
         from ember.savepoints import restore_savepoint
 
         graph = self.graph()
         plan(graph)  # what one Spark query cannot run fails here, before a checkpoint is touched
         ckpt = os.path.abspath(os.fspath(checkpoint) if checkpoint is not None else os.path.join(self.config.checkpoint_dir, name))
+        dashboard = None
+        if port is not None:  # bound now: a taken port fails before the job starts
+            from ember.ui import Dashboard, JobMonitor
+
+            dashboard = Dashboard(JobMonitor(graph, name), host=ui_host or "127.0.0.1", port=port,
+                                  allow_remote=ui_host is not None).start()
+            print(f"[ember] {name}: dashboard at {dashboard.url}", file=sys.stderr, flush=True)
+        self.dashboard = dashboard
         try:
             if from_savepoint is not None:
                 restore_savepoint(
@@ -256,7 +284,17 @@ class StreamEnvironment:
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=ckpt,
                 duration_s=seconds, max_events=max_events, progress=progress, clock=self.clock, idle_s=idle,
-                min_batches=min_batches,
+                min_batches=min_batches, listener=dashboard.monitor if dashboard is not None else None,
             )
         finally:
             self._sinks.clear()
+            if dashboard is not None:
+                if ui_linger_s:
+                    print(f"[ember] {name}: the dashboard stays at {dashboard.url} for {ui_linger_s:g} s",
+                          file=sys.stderr, flush=True)
+                    try:
+                        self.clock.sleep(ui_linger_s)
+                    except KeyboardInterrupt:
+                        pass
+                dashboard.stop()
+                self.dashboard = None

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ember.errors import EmberError, PipelineError
 from ember.graph.graph import Graph
-from ember.graph.nodes import Node
+from ember.graph.nodes import Node, SourceNode
 from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import CheckpointLayout, fixed_token
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG
@@ -24,7 +24,9 @@ from ember.runner.spark.planner import Plan
 from ember.runner.spark.planner import plan as plan_graph
 from ember.time.watermarks import WatermarkStrategy
 
-__all__ = ["Frame", "Compilation", "TRANSLATORS", "translates", "registry", "main_output"]
+__all__ = ["Frame", "Compilation", "TRANSLATORS", "translates", "registry", "main_output", "ROWS_METRIC"]
+
+ROWS_METRIC = "ember_rows:"  # the observed metric counting one step's output rows (+ step name)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,11 @@ class Compilation:
     # Sources read by Spark's own readers, which keep admitting input after the stop marker.
     unstoppable: list[str] = field(default_factory=list)
     plan: Plan = None  # type: ignore[assignment]  # the graph's physical plan: computed once, shared by branches
+    # Count every step's output rows (the dashboard, ember.ui): an observed metric per step in the
+    # streaming query (``ROWS_METRIC`` + name, in each progress report), and in a branch compiled
+    # per micro-batch (after the split) a pyspark Observation per step, read once its sink wrote.
+    count_rows: bool = False
+    observations: dict[str, Any] | None = None  # a branch's observations by step, or None in the streaming query
 
     def __post_init__(self) -> None:
         if self.plan is None:
@@ -111,7 +118,7 @@ class Compilation:
 
     def branch(self, fork: Node, rows: Frame) -> "Compilation":
         """A compilation of the steps after ``fork`` on ``rows`` (its output in one micro-batch)."""
-        branch = replace(self, frames={}, tagged={}, side_types=dict(self.side_types))
+        branch = replace(self, frames={}, tagged={}, side_types=dict(self.side_types), observations={})
         if id(fork) in self.tagged:
             branch.tagged[id(fork)] = rows
             branch.frames[id(fork)] = main_output(rows)
@@ -135,8 +142,29 @@ class Compilation:
         if self.side_types.get(id(node)):
             self.tagged[id(node)] = frame
             frame = main_output(frame)
+        if self.count_rows:
+            frame = self._counted(node, frame)
         self.frames[id(node)] = frame
         return frame
+
+    def _counted(self, node: Node, frame: Frame) -> Frame:
+        """``frame`` counting its rows per micro-batch; a source's also its largest event time."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import TimestampNTZType, TimestampType
+
+        metrics = [F.count(F.lit(1)).alias("rows")]
+        field = frame.time.timestamp_field if frame.time is not None and isinstance(node, SourceNode) else None
+        if field is not None and field in frame.df.columns:
+            column = F.col(field)
+            if isinstance(frame.df.schema[field].dataType, (TimestampType, TimestampNTZType)):
+                column = F.unix_millis(column.cast("timestamp"))
+            metrics.append(F.max(column.cast("long")).alias("max_event_time_ms"))
+        if self.observations is None:
+            return Frame(frame.df.observe(ROWS_METRIC + node.name, *metrics), frame.time)
+        observation = Observation(ROWS_METRIC + node.name)
+        self.observations[node.name] = observation
+        return Frame(frame.df.observe(observation, *metrics), frame.time)
 
 
 def main_output(combined: Frame) -> Frame:

@@ -9,7 +9,7 @@ into a :class:`CompiledJob` and writes its micro-batches to the sinks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ember.graph.graph import Graph
 from ember.graph.nodes import Node, SideOutputNode, SinkNode
@@ -51,6 +51,9 @@ class CompiledJob:
     detours: list[Detour] = field(default_factory=list)
     # The sinks written from the streaming query's own rows (not from a detour's spool).
     streamed_sinks: list[SinkNode] = field(default_factory=list)
+    # With ``compilation.count_rows``: receives (batch id, rows per step) of the steps compiled per
+    # micro-batch (after the split, and a detour's), once their sinks wrote.
+    on_branch_counts: Callable[[int, dict[str, int]], None] | None = None
 
     @property
     def df(self) -> Any:
@@ -77,6 +80,7 @@ class CompiledJob:
     def _fan_out(self, batch: Any, batch_id: int) -> None:
         """Every sink's branch on one micro-batch of the split step's rows."""
         streamed = self.streamed_sinks
+        branches, detoured = [], {}
         if self.fork is None:
             write_batch(streamed[0], batch, batch_id, self.target(streamed[0]))
         else:
@@ -85,6 +89,7 @@ class CompiledJob:
                 branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
                 for sink in streamed:
                     write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
+                branches.append(branch)
             finally:
                 batch.unpersist()
         for detour in self.detours:  # the streamed sinks ran the batch's tasks, which spooled these rows
@@ -93,7 +98,15 @@ class CompiledJob:
                 branch = self.compilation.branch(detour.side, Frame(rows, None))
                 for sink in detour.sinks:
                     write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
+                branches.append(branch)
+                if self.compilation.count_rows:  # the side output's rows: the spool's (few: dead letters)
+                    detoured[detour.side.name] = rows.count()
             clear_spool(detour.directory, batch_id)
+        if self.on_branch_counts is not None and self.compilation.count_rows:
+            # Every step compiled in a branch is an input (or an input's ancestor) of a sink that
+            # has written, so its observation is complete: get() does not wait.
+            counts = {step: int(obs.get.get("rows") or 0) for b in branches for step, obs in (b.observations or {}).items()}
+            self.on_branch_counts(batch_id, {**counts, **detoured})
 
     def spark_plan(self) -> str:
         df = self.frame.df
@@ -109,13 +122,16 @@ def compile_graph(
     checkpoint: str | None,
     end_of_input_marker: str | None = None,
     stop_marker: str | None = None,
+    count_rows: bool = False,
 ) -> CompiledJob:
-    """Translate ``graph`` (validated) for ``spark``; nothing starts running."""
+    """Translate ``graph`` (validated) for ``spark``; nothing starts running. ``count_rows``:
+    count each step's output rows per micro-batch (``Compilation.count_rows``)."""
     register_sources(spark)
     for sink in graph.sinks:
         check_sink(sink)
     physical = plan(graph)
-    comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker, plan=physical)
+    comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker, plan=physical,
+                       count_rows=count_rows)
     fork = physical.fork
     detours = [Detour(side, physical.detoured_sinks(side), comp.layout.spool(side.inputs[0].name)) for side in physical.detours]
     comp.detoured = {id(d.side.inputs[0]): d.directory for d in detours}

@@ -15,9 +15,9 @@ import socket
 from typing import Any, Callable
 
 from ember.errors import JobFailedError, PipelineError
-from ember.graph.graph import Graph
+from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import SqlNode
-from ember.job import EnvironmentConfig, JobResult
+from ember.job import EnvironmentConfig, JobResult, RunListener
 from ember.runner.spark.checkpoint import (
     CheckpointLayout,
     fixed_origin,
@@ -73,9 +73,12 @@ def run_job(
     clock: Clock,
     idle_s: float | None = None,
     min_batches: int = 0,
+    listener: RunListener | None = None,
 ) -> JobResult:
     """Compile ``graph`` and run it as one streaming query on ``checkpoint`` until a
-    stop condition holds; the checkpoint may hold a restored savepoint (savepoints/)."""
+    stop condition holds; the checkpoint may hold a restored savepoint (savepoints/).
+    ``listener`` (the dashboard) hears of the start, every batch and the end; with one,
+    every step counts its output rows (docs/dashboard.md)."""
     configure_for_query(spark, config)
     layout = CheckpointLayout(checkpoint)
     bounded_sources = [n for n in graph.sources if n.source.bounded]
@@ -88,8 +91,10 @@ def run_job(
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         end_of_input_marker=layout.end_of_input if bounded else None,
-        stop_marker=layout.stop_marker,
+        stop_marker=layout.stop_marker, count_rows=listener is not None,
     )
+    if listener is not None:
+        job.on_branch_counts = listener.branch_counts
     write_json(layout.operators, {"key_types": job.compilation.key_types})
     job.prepare_sinks()
     writer = (
@@ -101,7 +106,9 @@ def run_job(
     )
     # Spark's own count of late rows is the job's only when Ember does not count them itself
     # (translators/windows.py); then it counts aggregated rows, not records.
-    follower = ProgressFollower(progress, name, clock, spark_late_rows=not job.compilation.plan.late_rows_against_current_watermark)
+    follower = ProgressFollower(progress, name, clock, spark_late_rows=not job.compilation.plan.late_rows_against_current_watermark,
+                                listener=listener)
+    follower.counted_late = lambda: _counted(job, "late_dropped")
     start = clock.monotonic()
     conditions: list[StopCondition] = []
     if idle_s is not None:
@@ -127,9 +134,17 @@ def run_job(
         except BaseException as failure:
             os.remove(layout.running)
             refused = _refused_output_mode(failure, job.compilation.graph)
+            if listener is not None:
+                listener.job_ended("failed to start", str(refused or failure).strip().splitlines()[0])
             if refused is not None:
                 raise refused from None
             raise
+        if listener is not None:
+            listener.job_started({
+                "job": name, "checkpoint": checkpoint, "max_events_per_batch": config.max_events_per_batch,
+                "trigger_interval_ms": config.trigger_interval_ms, "spark_ui": spark.sparkContext.uiWebUrl,
+                "master": config.master, "stateful_steps": [n.name for n in graph.nodes if isinstance(n, STATEFUL)],
+            })
         reason = "running"
         try:
             reason = _follow(query, follower, conditions, clock, start)
@@ -152,6 +167,8 @@ def run_job(
     for sink in job.sinks:
         sink.sink.forget_after(counted)
     exc = query.exception()
+    if listener is not None:
+        listener.job_ended(reason, None if exc is None else _cause(exc))
     if exc is not None:
         raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
     return JobResult(

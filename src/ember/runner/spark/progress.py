@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Any, Callable
 
+from ember.job import RunListener
 from ember.time.clock import Clock
 
 LATE_METRIC_PREFIX = "ember_late_records:"  # an observed metric: one native window step's late records
@@ -27,11 +28,13 @@ class ProgressFollower:
     """Collects progress reports (each batch once) and shows progress."""
 
     def __init__(self, progress: Callable[[dict[str, Any]], None] | bool, name: str, clock: Clock, *,
-                 spark_late_rows: bool = True) -> None:
+                 spark_late_rows: bool = True, listener: RunListener | None = None) -> None:
         """``spark_late_rows``: count the late rows Spark's stateful operators report
         (``numRowsDroppedByWatermark``) besides the late records Ember's native windows
         count themselves (observed metrics named ``ember_late_records:<step>``)."""
         self.callback = progress if callable(progress) else None
+        self.listener = listener
+        self.counted_late: Callable[[], int] = lambda: 0  # late records Ember's operators count themselves (accumulators)
         self.verbose = progress is True
         self.name = name
         self.clock = clock
@@ -96,6 +99,9 @@ class ProgressFollower:
             self.eos_batch = bid
         if self.callback:
             self.callback(report)
+        if self.listener is not None:
+            report["lateRecordsTotal"] = self.late_dropped + self.counted_late()
+            self.listener.batch_reported(report)
         return True
 
     def _print(self) -> None:
