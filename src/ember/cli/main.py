@@ -62,10 +62,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     name = args.name or os.path.splitext(os.path.basename(args.target.partition(":")[0]))[0].replace(".", "-")
     result = env.execute(
         name, duration_s=args.duration, max_events=args.max_events, stop_when_idle_s=args.stop_when_idle,
-        from_savepoint=args.from_savepoint,
+        from_savepoint=args.from_savepoint, ui=args.ui_port if args.ui else False, ui_host=args.ui_host,
+        ui_linger_s=args.ui_linger,
     )
     print(result.summary())
     return 0
+
+
+def ui_options(parser: argparse.ArgumentParser) -> None:
+    """``--ui``, ``--ui-port``, ``--ui-host``: the live dashboard (docs/dashboard.md)."""
+    parser.add_argument("--ui", action="store_true", help="serve a live dashboard of the job (default http://127.0.0.1:8081/)")
+    parser.add_argument("--ui-port", type=int, default=8081, metavar="PORT", help="--ui: port (default 8081; 0 = any free port)")
+    parser.add_argument("--ui-host", metavar="ADDR",
+                        help="--ui: address to serve on (default 127.0.0.1; another one serves the page without authentication)")
 
 
 def _checkpoint_of(job: str, checkpoint_dir: str | None) -> str:
@@ -228,7 +237,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     cfg = ChaosConfig(
         args.workload, kills=args.kills, duration_s=args.duration, rate=args.rate, partitions=args.partitions,
         batch=args.batch, master=args.master, cluster=args.cluster, seed=args.seed, keep=args.keep,
-        verbose=not args.json,
+        verbose=not args.json, ui_port=args.ui_port if args.ui else None, ui_host=args.ui_host,
     )
     report = run_chaos(cfg)
     if args.json:
@@ -280,6 +289,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="job name (checkpoint subdirectory); default: the file name")
     run.add_argument("--from-savepoint", metavar="PATH",
                      help="start from a savepoint (a new job name: its checkpoint must be new); with --parallelism, rescale")
+    ui_options(run)
+    run.add_argument("--ui-linger", type=float, default=0.0, metavar="S",
+                     help="--ui: keep serving the final state S seconds after the job ended (default 0; Ctrl-C ends it)")
     run.set_defaults(func=_cmd_run)
 
     save = sub.add_parser("savepoint", help="create, list, inspect or delete savepoints (docs/savepoints.md)")
@@ -361,6 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     chaos.add_argument("--seed", type=int, help="seed of the kill schedule (default random)")
     chaos.add_argument("--keep", action="store_true", help="keep the work directory (checkpoint, logs)")
     chaos.add_argument("--json", action="store_true", help="print one JSON object")
+    ui_options(chaos)
     chaos.set_defaults(func=_cmd_chaos)
 
     cl = sub.add_parser("cluster", help="run a Spark standalone master and workers on loopback until Ctrl-C")

@@ -53,6 +53,8 @@ class ChaosConfig:
     seed: int | None = None  # kill schedule; None: random
     keep: bool = False  # keep the work directory (checkpoint, logs)
     verbose: bool = True
+    ui_port: int | None = None  # serve each run's dashboard on this port (restarts show in its history)
+    ui_host: str | None = None
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
@@ -115,6 +117,8 @@ class ChaosRun:
             # the streams and stops by itself.
             "--stop-when-idle", str(IDLE_S),
         ]
+        if self.cfg.ui_port is not None:  # every run serves on the same port: the page reconnects after a kill
+            cmd += ["--ui", "--ui-port", str(self.cfg.ui_port)] + (["--ui-host", self.cfg.ui_host] if self.cfg.ui_host else [])
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return _Child(proc, time.monotonic(), log)
@@ -169,6 +173,8 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
     )
     if cluster is not None:
         run.say(f"standalone cluster {cluster.url}: master + {len(cluster.worker_names())} workers")
+    if cfg.ui_port is not None:
+        run.say(f"every run's dashboard at http://{cfg.ui_host or '127.0.0.1'}:{cfg.ui_port}/ (restarts in its Runs table)")
     # Production goes on at the rate until the duration passed and the job recovered from
     # every kill (a restarted job always finds input), then stops.
     produced = ProduceConfig(

@@ -140,27 +140,31 @@ class Compilation:
         except Exception as exc:  # Spark's analysis errors: unknown column, type mismatch...
             raise PipelineError(_spark_message(exc), node.name) from exc
         if self.side_types.get(id(node)):
+            if self.count_rows:  # counted on the combined rows (main and side outputs), whichever a sink reads
+                frame = self._counted(node, frame, main_of_combined=True)
             self.tagged[id(node)] = frame
             frame = main_output(frame)
-        if self.count_rows:
+        elif self.count_rows:
             frame = self._counted(node, frame)
         self.frames[id(node)] = frame
         return frame
 
-    def _counted(self, node: Node, frame: Frame) -> Frame:
-        """``frame`` counting its rows per micro-batch; a source's also its largest event time."""
+    def _counted(self, node: Node, frame: Frame, main_of_combined: bool = False) -> Frame:
+        """``frame`` counting its rows per micro-batch (``main_of_combined``: the main output's
+        rows of a step's combined main and side outputs); a source's also its largest event time."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
         from pyspark.sql.types import TimestampNTZType, TimestampType
 
-        metrics = [F.count(F.lit(1)).alias("rows")]
+        rows = F.count_if(F.col(TAG).isNull()) if main_of_combined else F.count(F.lit(1))
+        metrics = [rows.alias("rows")]
         field = frame.time.timestamp_field if frame.time is not None and isinstance(node, SourceNode) else None
         if field is not None and field in frame.df.columns:
             column = F.col(field)
             if isinstance(frame.df.schema[field].dataType, (TimestampType, TimestampNTZType)):
                 column = F.unix_millis(column.cast("timestamp"))
             metrics.append(F.max(column.cast("long")).alias("max_event_time_ms"))
-        if self.observations is None:
+        if self.observations is None or frame.df.isStreaming:  # (a branch on streaming rows: a schema check, never run)
             return Frame(frame.df.observe(ROWS_METRIC + node.name, *metrics), frame.time)
         observation = Observation(ROWS_METRIC + node.name)
         self.observations[node.name] = observation

@@ -20,7 +20,7 @@ function num(n) {
   if (a >= 1e9) return (n / 1e9).toFixed(2) + " G";
   if (a >= 1e6) return (n / 1e6).toFixed(2) + " M";
   if (a >= 1e4) return (n / 1e3).toFixed(1) + " k";
-  return Number.isInteger(n) ? String(n) : n.toFixed(1);
+  return Number.isInteger(n) || a >= 100 ? String(Math.round(n)) : n.toFixed(1);
 }
 function bytes(n) {
   if (n === null || n === undefined) return "—";
