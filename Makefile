@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-all lint bench chaos venv clean
+.PHONY: demo test test-all lint bench chaos venv clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,16 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/yahoo_campaigns.py
 
-test: $(STAMP) lint
+test: $(STAMP) lint browser
 	$(PY) -m pytest -q --durations=15
+
+# Debian's chromium and chromium-driver for the dashboard's browser test (installed once, with apt).
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  echo "installing Debian's chromium and chromium-driver (the dashboard's browser test)"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
 
 # Style and types of src/ (ruff, mypy: configured in pyproject.toml); part of `make test`.
 lint: $(STAMP)

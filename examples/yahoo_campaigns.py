@@ -6,8 +6,8 @@ counts views per campaign in 10 s event-time tumbling windows. After about a
 minute it prints throughput, window latency percentiles (emission time minus
 window end) and checks every emitted count against the generator.
 
-    python examples/yahoo_campaigns.py [--seconds 60] [--rate 300000]
-    ember run examples/yahoo_campaigns.py:build --duration 30
+    python examples/yahoo_campaigns.py [--seconds 60] [--rate 300000] [--ui]
+    ember run examples/yahoo_campaigns.py:build --duration 30 [--ui]   # --ui: watch it at http://127.0.0.1:8081/
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="how long to run (default 60)")
     parser.add_argument("--rate", type=float, default=300_000, help="generator rate, events/s (default 300k)")
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--ui", action="store_true", help="serve the live dashboard on http://127.0.0.1:8081/ (docs/dashboard.md)")
     args = parser.parse_args(argv)
 
     checkpoint = tempfile.mkdtemp(prefix="ember-yahoo-")
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Ember demo: Yahoo ad-campaign pipeline at {args.rate:,.0f} events/s for {args.seconds:g} s", flush=True)
         sink = build(env, source)
         print(env.explain(spark_plan=False), flush=True)
-        result = env.execute("yahoo-campaigns", duration_s=args.seconds)
+        result = env.execute("yahoo-campaigns", duration_s=args.seconds, ui=args.ui)
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
 

@@ -11,8 +11,13 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 import uuid
 
 import psycopg
@@ -38,7 +43,15 @@ def _assert_exact(report: dict) -> None:
 def test_chaos_smoke_a_driver_kill_exact_alerts():
     """One SIGKILL of the driver mid-run (each recovery costs ~30 s of CI time); repeated kills of
     the driver, executors and workers are `make chaos` (24 kills, BENCHMARKS.md)."""
-    report = run_chaos(ChaosConfig(kills=1, duration_s=8, rate=5_000, batch=20_000, seed=7, verbose=False))
+    report = run_chaos(ChaosConfig(kills=1, duration_s=8, rate=5_000, batch=20_000, seed=7, verbose=False,
+                                   ui_port=_free_port(), keep=True))
+    try:  # every run served its dashboard on the same port; the restart is in the runs it shows
+        with open(os.path.join(report["work_dir"], "checkpoints", "chaos", "ember", "dashboard-runs.json")) as f:
+            runs = json.load(f)
+    finally:
+        shutil.rmtree(report["work_dir"], ignore_errors=True)
+    assert [r["attempt"] for r in runs] == [1, 2], runs
+    assert "without stopping" in runs[0]["ended"] and runs[1]["ended"].startswith("stopped:"), runs
     assert report["kills"] == 1 and report["killed"] == {"driver": 1}
     assert "unrecovered_kills" not in report
     _assert_exact(report)
@@ -64,13 +77,36 @@ def test_chaos_pipeline_of_three_stateful_steps_a_driver_kill_exact_alerts():
         assert got["alerts"] + report["pending_alerts"][sink] == report["expected_alerts"], report
 
 
-def _run_job(master: str, workdir: str, prefix: str, table: str, alerts: str) -> None:
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _run_job(master: str, workdir: str, prefix: str, table: str, alerts: str) -> list[dict]:
+    """Runs the job with its dashboard on; the snapshots its /api/job served while it ran."""
     env = dict(os.environ, EMBER_CHAOS_PREFIX=prefix, EMBER_CHAOS_PARTITIONS="2", EMBER_CHAOS_TABLE=table,
                EMBER_CHAOS_ALERTS=alerts, EMBER_CHAOS_BATCH="20000", PYSPARK_PYTHON=sys.executable)
+    port = _free_port()
     cmd = [sys.executable, "-m", "ember.cli", "run", "ember.tools.chaos_jobs:statemachine", "--master", master,
-           "--checkpoint-dir", workdir, "--name", "sm", "--stop-when-idle", "3"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+           "--checkpoint-dir", workdir, "--name", "sm", "--stop-when-idle", "3", "--ui", "--ui-port", str(port)]
+    snapshots = []
+    with tempfile.TemporaryFile("w+") as out:
+        job = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 600
+        while job.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/job", timeout=5) as page:
+                    snapshots.append(json.load(page))
+            except OSError:
+                pass  # not serving yet, or already stopped
+            time.sleep(0.5)
+        if job.poll() is None:
+            job.kill()
+        job.wait()
+        out.seek(0)
+        assert job.returncode == 0, out.read()[-6000:]
+    return snapshots
 
 
 def test_state_machine_on_a_standalone_cluster_gives_exactly_the_expected_alerts(tmp_path):
@@ -84,7 +120,10 @@ def test_state_machine_on_a_standalone_cluster_gives_exactly_the_expected_alerts
     try:
         with LocalCluster(workers=2, cores=1) as cluster:
             assert cluster.alive_workers() == 2
-            _run_job(cluster.url, str(tmp_path / "cluster"), prefix, f"ember_cl_{prefix[-8:]}_c", f"{prefix}:alerts:c")
+            seen = _run_job(cluster.url, str(tmp_path / "cluster"), prefix, f"ember_cl_{prefix[-8:]}_c", f"{prefix}:alerts:c")
+            # its dashboard served from the driver while the job ran on the cluster
+            assert seen and all(s["master"] in (None, cluster.url) for s in seen)
+            assert any(s["status"] == "running" and s["events_total"] > 0 for s in seen), seen[-1:]
             apps = cluster.status().get("completedapps", []) + cluster.status().get("activeapps", [])
             assert apps, "the job did not run as an application of the cluster"
         # The same job in local mode gives the same alerts: the chaos smoke above checks them

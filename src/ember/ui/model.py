@@ -22,10 +22,12 @@ from ember.graph.nodes import Node, SideOutputNode, SinkNode, SourceNode
 from ember.job import RunListener
 from ember.runner.spark.compilation import ROWS_METRIC
 
-__all__ = ["JobMonitor", "graph_spec", "BATCH_BUCKETS_S", "RATE_WINDOW_S"]
+__all__ = ["JobMonitor", "graph_spec", "BATCH_BUCKETS_S", "LATENCY_BUCKETS_S", "RATE_WINDOW_S"]
 
 RATE_WINDOW_S = 10.0  # rates are averaged over the batches of the last this many seconds
 BATCH_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)  # batch duration histogram bounds
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # measured end-to-end latency bounds
+LATENCY_SAMPLES = 20_000  # the latest samples the latency percentiles are computed over
 RECENT_BATCHES = 300  # batches kept for rates, percentiles and the charts
 CHECKPOINT_HISTORY = 100  # checkpoint rows kept
 SIZE_EVERY_S = 2.0  # the checkpoint directory is measured at most this often
@@ -88,6 +90,14 @@ class JobMonitor(RunListener):
         self.watermark_ms: int | None = None
         self._pending_branch: dict[int, dict[str, int]] = {}
         self._late_this_run = 0
+        # Sinks that measure end-to-end latency (CountSink(latency_field=...)): their samples,
+        # binned as batches are reported (all of them) and the latest kept for percentiles.
+        self._latency_sinks = {n.name: n.sink for n in graph.nodes
+                               if isinstance(n, SinkNode) and getattr(n.sink, "latency_field", None)}
+        self.latency: dict[str, dict[str, Any]] = {
+            name: {"counts": [0] * (len(LATENCY_BUCKETS_S) + 1), "sum_s": 0.0, "recent": deque(maxlen=LATENCY_SAMPLES)}
+            for name in self._latency_sinks}
+        self._binned_through = -1
 
     # -- RunListener --------------------------------------------------------------------
     def job_started(self, info: dict[str, Any]) -> None:
@@ -150,6 +160,16 @@ class JobMonitor(RunListener):
             "rows": rows, "lag": report.get("lag"), "late": late,
         })
         self._add_state(report, bid, duration_ms)
+        self._bin_latencies(bid)
+
+    def _bin_latencies(self, bid: int) -> None:
+        for name, sink in self._latency_sinks.items():
+            kept = self.latency[name]
+            for sample in sink.latencies_after(self._binned_through):  # the sink's batches up to this one
+                kept["counts"][_bucket(sample / 1000, LATENCY_BUCKETS_S)] += 1
+                kept["sum_s"] += sample / 1000
+                kept["recent"].append(sample)
+        self._binned_through = max(self._binned_through, bid)
 
     def _add_state(self, report: dict[str, Any], bid: int, duration_ms: int) -> None:
         operators = report.get("stateOperators") or []
@@ -239,7 +259,17 @@ class JobMonitor(RunListener):
                 "late_records_total": self.late_total,
                 "dead_letters": {s["dead_letters"]: self.rows_total.get(s["name"], 0) for s in self.steps if "dead_letters" in s},
                 "last_error": self.last_error, "runs": list(self.runs),
+                "latency": {name: self._latency_view(name) for name in self._latency_sinks},
             }
+
+    def _latency_view(self, name: str) -> dict[str, Any]:
+        kept = self.latency[name]
+        ordered = sorted(kept["recent"])
+        return {
+            "field": self._latency_sinks[name].latency_field, "samples": sum(kept["counts"]),
+            "ms": {p: _percentile(ordered, q) for p, q in (("p50", 50), ("p90", 90), ("p99", 99), ("max", 100))},
+            "histogram": {"bounds_s": list(LATENCY_BUCKETS_S), "counts": list(kept["counts"]), "sum_s": kept["sum_s"]},
+        }
 
     def _sources_view(self, recent: list[dict[str, Any]], span_s: float | None, now_ms: int) -> dict[str, Any]:
         bound = self.info.get("max_events_per_batch")
@@ -357,11 +387,11 @@ def _sum_known(values: list[Any]) -> Any:
     return sum(known) if known and len(known) == len(values) else None
 
 
-def _bucket(seconds: float) -> int:
-    for i, bound in enumerate(BATCH_BUCKETS_S):
+def _bucket(seconds: float, bounds: tuple[float, ...] = BATCH_BUCKETS_S) -> int:
+    for i, bound in enumerate(bounds):
         if seconds <= bound:
             return i
-    return len(BATCH_BUCKETS_S)
+    return len(bounds)
 
 
 def _percentile(ordered: list[int], q: float) -> int | None:

@@ -67,13 +67,14 @@ class _JobCollector(Collector):
         yield from (events, late, dead)
 
         hist = snap["batches"]["histogram"]
-        cumulative, buckets = 0, []
-        for bound, count in zip([*hist["bounds_s"], float("inf")], hist["counts"]):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
         duration = HistogramMetricFamily("ember_batch_duration_seconds", "Micro-batch durations", labels=["job"])
-        duration.add_metric([job], buckets, sum_value=hist["sum_s"])
+        duration.add_metric([job], _buckets(hist), sum_value=hist["sum_s"])
         yield duration
+        latency = HistogramMetricFamily("ember_latency_seconds", "End-to-end latency a sink measured (arrival - the record's field)",
+                                        labels=["job", "sink"])
+        for sink, measured in snap["latency"].items():
+            latency.add_metric([job, sink], _buckets(measured["histogram"]), sum_value=measured["histogram"]["sum_s"])
+        yield latency
         size = snap["checkpoints"]["size_bytes"]
         if size is not None:
             ckpt = GaugeMetricFamily("ember_checkpoint_bytes", "The job's checkpoint directory on disk", labels=["job"])
@@ -82,6 +83,15 @@ class _JobCollector(Collector):
         runs = CounterMetricFamily("ember_job_starts", "Times the job started on its checkpoint (restarts + 1)", labels=["job"])
         runs.add_metric([job], len(snap["runs"]))
         yield runs
+
+
+def _buckets(hist: dict[str, Any]) -> list[tuple[str, float]]:
+    """Cumulative (upper bound, count) pairs of a histogram kept per bucket."""
+    cumulative, buckets = 0, []
+    for bound, count in zip([*hist["bounds_s"], float("inf")], hist["counts"]):
+        cumulative += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+    return buckets
 
 
 def registry_for(monitor: JobMonitor) -> CollectorRegistry:

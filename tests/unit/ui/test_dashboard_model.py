@@ -206,3 +206,29 @@ def test_unmeasured_numbers_are_absent_not_zero():
     assert all(s["records_out_total"] is None for s in snap["steps"].values())
     fams = _families(monitor)
     assert fams["ember_records_out"] == [] and fams["ember_source_lag_records"] == []
+
+
+def test_latency_where_a_sink_measures_it():
+    from ember import CountSink
+
+    env = StreamEnvironment()
+    sink = CountSink(latency_field="t")
+    env.from_collection([(1,)], "t long").sink_to(sink, name="timed")
+    monitor = JobMonitor(env.graph(), "timed", clock=Clock(100.0))
+    monitor.job_started({"job": "timed", "checkpoint": None, "max_events_per_batch": 10})
+    samples = {0: [5, 30, 30, 700], 1: [12_000, 80], 2: []}
+    for bid, batch in samples.items():
+        sink.accept_batch(bid, len(batch), batch)  # as the sink's writer does inside the batch
+        monitor.batch_reported({"batchId": bid, "timestamp": "2026-11-25T00:00:0%dZ" % bid, "numInputRows": len(batch),
+                                "durationMs": {"triggerExecution": 100}})
+    everything = sorted(x for b in samples.values() for x in b)
+    lat = monitor.snapshot()["latency"]["timed"]
+    assert lat["field"] == "t" and lat["samples"] == len(everything)
+    assert lat["ms"]["max"] == 12_000 and lat["ms"]["p50"] == 30
+    # 5 <= 10 ms, 30 30 <= 50 ms, 80 <= 100 ms, 700 <= 1 s, 12 s above the last bound
+    assert lat["histogram"]["counts"] == [1, 0, 2, 1, 0, 0, 1, 0, 0, 0, 1]
+    fams = _families(monitor)
+    by_le = {s.labels["le"]: s.value for s in fams["ember_latency_seconds"] if s.name.endswith("_bucket")}
+    assert by_le["0.05"] == 3 and by_le["1.0"] == 5 and by_le["+Inf"] == 6
+    total = [s.value for s in fams["ember_latency_seconds"] if s.name.endswith("_sum")]
+    assert total == [pytest.approx(sum(everything) / 1000)]

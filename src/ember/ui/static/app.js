@@ -150,6 +150,15 @@ function render(snap) {
   bars("batch-chart", recent.map(b => b.duration_ms), recent.map(b => `batch ${b.batch_id}: ${b.duration_ms} ms, ${b.events} events`));
   const hist = snap.batches.histogram;
   bars("batch-hist", hist.counts, hist.counts.map((c, i) => `≤ ${hist.bounds_s[i] ?? "∞"} s: ${c} batches`));
+  const measured = Object.entries(snap.latency || {});
+  document.getElementById("latency-panel").hidden = measured.length === 0;
+  if (measured.length) {
+    const [sink, lat] = measured[0];
+    text("latency-summary", `${sink} (arrival − ${lat.field}), ${lat.samples.toLocaleString("en-US")} samples: ` +
+      (lat.ms.p50 !== null ? `p50 ${lat.ms.p50} ms · p90 ${lat.ms.p90} · p99 ${lat.ms.p99} · max ${lat.ms.max} ms` : "none yet"));
+    const h = lat.histogram;
+    bars("latency-hist", h.counts, h.counts.map((c, i) => `≤ ${h.bounds_s[i] ?? "∞"} s: ${c} samples`));
+  }
   fillTable("checkpoints", snap.checkpoints.history.slice().reverse().slice(0, 12).map(c => [
     String(c.batch_id), String(c.duration_ms), String(c.batch_ms), bytes(c.size_bytes), num(c.state_rows),
     (c.state_rows_growth >= 0 ? "+" : "") + num(c.state_rows_growth)]));
