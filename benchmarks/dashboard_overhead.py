@@ -1,6 +1,7 @@
 """What watching a job costs (issue 20, docs/dashboard.md): the same jobs with and without
 ``ui=`` (every step's rows counted as observed metrics, the page served and polled), rounds
-alternating in one process, medians of events/s:
+alternating in one process after a discarded warm-up, medians of events/s over the batches
+after the first two:
 
 - ``yahoo``: the demo's pipeline (filter, projection, lookup join, native 10 s window) at
   unbounded rate;
@@ -85,6 +86,7 @@ def main() -> None:
     spark = bench_session("local[*]")
     out = {}
     for job in args.jobs:
+        run(spark, job, False, min(args.duration, 10.0))  # warm-up (JIT, Python workers), discarded
         rates: dict[str, list[float]] = {"off": [], "on": []}
         for i in range(args.rounds):
             for side in (("off", "on") if i % 2 == 0 else ("on", "off")):

@@ -138,8 +138,12 @@ class JobMonitor(RunListener):
         rows.update(self._pending_branch.pop(bid, {}))
         events = int(report.get("numInputRows") or 0)
         unobserved = [s for s in self._sources if s not in rows]
-        if len(self._sources) == 1 and unobserved:  # a source fused into the next step: Spark's count, corrected
-            rows[self._sources[0]] = events
+        if len(self._sources) == 1 and unobserved:  # not counted in the query (one source; or fused): Spark's count, corrected
+            only = self._sources[0]
+            rows[only] = events
+            latest = _ms((report.get("eventTime") or {}).get("max"))  # the query's event time is the source's
+            if latest is not None and "out_of_orderness_ms" in self._by_name[only]:
+                self.max_event_time[only] = max(self.max_event_time.get(only, latest), latest)
         for step, n in rows.items():
             self.rows_total[step] = self.rows_total.get(step, 0) + n
         total_late = int(report.get("lateRecordsTotal") or 0)  # the runner's count (progress.py), this run

@@ -232,3 +232,15 @@ def test_latency_where_a_sink_measures_it():
     assert by_le["0.05"] == 3 and by_le["1.0"] == 5 and by_le["+Inf"] == 6
     total = [s.value for s in fams["ember_latency_seconds"] if s.name.endswith("_sum")]
     assert total == [pytest.approx(sum(everything) / 1000)]
+
+
+def test_a_single_source_not_counted_in_the_query_takes_sparks_numbers():
+    log = copy.deepcopy(LOG)
+    for event in log:
+        if event[0] == "batch":
+            event[1]["observedMetrics"].pop("ember_rows:ad-events")
+    snap = _replay(log).snapshot()
+    assert snap["steps"]["ad-events"]["records_out_total"] == sum(int(r["numInputRows"]) for r in REPORTS)
+    latest = max(_ms(r["eventTime"]["max"]) for r in REPORTS if r.get("eventTime", {}).get("max"))
+    assert snap["sources"]["ad-events"]["max_event_time_ms"] == latest
+    assert snap["sources"]["ad-events"]["watermark_ms"] == latest - 1000
