@@ -2,6 +2,7 @@
 State Processor API (read, write) and damaged savepoints — each against the
 output of the same pipeline run without interruption."""
 
+import json
 import os
 import threading
 import time
@@ -90,7 +91,10 @@ def test_stop_with_savepoint_then_restore_equals_an_uninterrupted_run(spark, tmp
     assert 0 < len(first) < len(uninterrupted), "the job must stop mid-way for this test to mean anything"
     assert point.manifest["stopped"] is True and point.batch_id >= 2
     assert not os.path.exists(root / "orders" / "ember" / "running")
+    taken = json.loads((root / "orders" / "ember" / "savepoints-taken.json").read_text())  # the dashboard lists it
+    assert [(t["batch_id"], t["path"], t["stopped"]) for t in taken] == [(point.batch_id, os.path.abspath(point.path), True)]
     rest = _run(spark, root, "orders-v2", BATCHES, from_savepoint=point.path)
+    assert not (root / "orders-v2" / "ember" / "savepoints-taken.json").exists()  # the original's, not the new job's
     # Nothing lost, nothing twice: together exactly the uninterrupted output.
     assert Counter(first + rest) == Counter(uninterrupted)
     assert len(first) + len(rest) == len(uninterrupted)

@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from typing import Any, Callable
 
 import pandas as pd
@@ -145,6 +146,10 @@ def create_savepoint(
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
         dest = os.path.join(root, f"{meta['job']}-b{batch}-{stamp}")
     cut_checkpoint(checkpoint, dest, meta, batch)
+    layout = CheckpointLayout(checkpoint)
+    taken = read_json(layout.savepoints_taken) or []
+    taken.append({"path": os.path.abspath(dest), "batch_id": batch, "at_ms": int(time.time() * 1000), "stopped": meta["stopped"]})
+    write_json(layout.savepoints_taken, taken[-100:])  # the job's dashboard lists them
     progress(f"savepoint of '{meta['job']}' at batch {batch}: {os.path.abspath(dest)}")
     return Savepoint(dest)
 
@@ -195,6 +200,9 @@ def restore_savepoint(
     _clear_checkpoint(checkpoint)
     copy_into_checkpoint(path, checkpoint)
     layout = CheckpointLayout(checkpoint)
+    for inherited in (layout.savepoints_taken, layout.run_history):  # the original job's history, not this one's
+        if os.path.exists(inherited):
+            os.remove(inherited)
     if os.path.exists(layout.job_id):
         os.remove(layout.job_id)  # a new identity: its sinks fence apart from the original job's
     write_json(layout.restored_from, {"savepoint": os.path.abspath(path), "batch_id": manifest["batch_id"]})

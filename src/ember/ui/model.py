@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import Node, SideOutputNode, SinkNode, SourceNode
 from ember.job import RunListener
+from ember.runner.spark.checkpoint import CheckpointLayout, read_json
 from ember.runner.spark.compilation import ROWS_METRIC
 
 __all__ = ["JobMonitor", "graph_spec", "BATCH_BUCKETS_S", "LATENCY_BUCKETS_S", "RATE_WINDOW_S"]
@@ -32,7 +33,6 @@ RECENT_BATCHES = 300  # batches kept for rates, percentiles and the charts
 CHECKPOINT_HISTORY = 100  # checkpoint rows kept
 SIZE_EVERY_S = 2.0  # the checkpoint directory is measured at most this often
 PASS_THROUGH = ("keyby",)  # steps that emit exactly the records they receive
-RUNS_FILE = "dashboard-runs.json"  # under the checkpoint's ember/ directory: each start of the job
 
 
 def graph_spec(graph: Graph) -> list[dict[str, Any]]:
@@ -86,6 +86,8 @@ class JobMonitor(RunListener):
         self.checkpoint_bytes: int | None = None
         self._sized_at = -1e18
         self.last_error: dict[str, Any] | None = None
+        self.savepoints: list[dict[str, Any]] = []  # taken of this job (savepoints/ notes them in the checkpoint)
+        self.restored_from: dict[str, Any] | None = None  # the savepoint the job started from
         self.runs: list[dict[str, Any]] = []
         self.watermark_ms: int | None = None
         self._pending_branch: dict[int, dict[str, int]] = {}
@@ -212,10 +214,14 @@ class JobMonitor(RunListener):
             return
         self._sized_at = now
         size = _du(path)
+        layout = CheckpointLayout(path)
+        taken, restored = _read(layout.savepoints_taken), _read(layout.restored_from)
         with self._lock:
             self.checkpoint_bytes = size
             if self.checkpoints:
                 self.checkpoints[-1]["size_bytes"] = size
+            self.savepoints = [t for t in taken if isinstance(t, dict)] if isinstance(taken, list) else []
+            self.restored_from = restored if isinstance(restored, dict) else None
 
     # -- reading ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -258,7 +264,8 @@ class JobMonitor(RunListener):
                 "events_per_s": sum(b["events"] for b in recent) / span_s if span_s else None,
                 "watermark_ms": self.watermark_ms, "watermark_lag_s": _lag_s(now_ms, self.watermark_ms),
                 "batches": self._batches_view(),
-                "checkpoints": {"size_bytes": self.checkpoint_bytes, "history": list(self.checkpoints)[-30:]},
+                "checkpoints": {"size_bytes": self.checkpoint_bytes, "history": list(self.checkpoints)[-30:],
+                                "savepoints": list(self.savepoints)[-10:], "restored_from": self.restored_from},
                 "other_state": {k: v for k, v in self.state.items() if not v["step_named"]},
                 "late_records_total": self.late_total,
                 "dead_letters": {s["dead_letters"]: self.rows_total.get(s["name"], 0) for s in self.steps if "dead_letters" in s},
@@ -341,7 +348,7 @@ def _end_run(checkpoint: str | None, runs: list[dict[str, Any]], now: float, sta
 
 
 def _runs_path(checkpoint: str | None) -> str | None:
-    return os.path.join(checkpoint, "ember", RUNS_FILE) if checkpoint else None
+    return CheckpointLayout(checkpoint).run_history if checkpoint else None
 
 
 def _write_runs(path: str | None, runs: list[dict[str, Any]]) -> None:
@@ -352,6 +359,13 @@ def _write_runs(path: str | None, runs: list[dict[str, Any]]) -> None:
     with open(tmp, "w") as f:
         json.dump(runs[-200:], f)
     os.replace(tmp, path)
+
+
+def _read(path: str) -> Any:
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return None  # being replaced, or not JSON: read again next time
 
 
 def _step_named(message: str, steps: dict[str, Any]) -> str | None:

@@ -244,3 +244,16 @@ def test_a_single_source_not_counted_in_the_query_takes_sparks_numbers():
     latest = max(_ms(r["eventTime"]["max"]) for r in REPORTS if r.get("eventTime", {}).get("max"))
     assert snap["sources"]["ad-events"]["max_event_time_ms"] == latest
     assert snap["sources"]["ad-events"]["watermark_ms"] == latest - 1000
+
+
+def test_savepoints_taken_and_the_one_restored_from_are_shown(tmp_path):
+    from ember.runner.spark.checkpoint import CheckpointLayout, write_json
+
+    layout = CheckpointLayout(str(tmp_path))
+    write_json(layout.savepoints_taken, [{"path": "/sp/a", "batch_id": 3, "at_ms": 5, "stopped": False}])
+    write_json(layout.restored_from, {"savepoint": "/sp/old", "batch_id": 9})
+    monitor = _replay(checkpoint=str(tmp_path))
+    points = monitor.snapshot()["checkpoints"]
+    assert points["savepoints"] == [{"path": "/sp/a", "batch_id": 3, "at_ms": 5, "stopped": False}]
+    assert points["restored_from"] == {"savepoint": "/sp/old", "batch_id": 9}
+    assert points["size_bytes"] > 0  # the checkpoint directory measured: these files and the run history

@@ -91,6 +91,16 @@ class CheckpointLayout:
         return self._file(RUNNING)
 
     @property
+    def savepoints_taken(self) -> str:
+        """The savepoints taken of this job (savepoints/: path, batch, time), for the dashboard."""
+        return self._file("savepoints-taken.json")
+
+    @property
+    def run_history(self) -> str:
+        """Every start of the job while watched (ember.ui: attempt, start, end)."""
+        return self._file("dashboard-runs.json")
+
+    @property
     def stop_marker(self) -> str:
         return self._file(STOP)
 

@@ -162,6 +162,14 @@ function render(snap) {
   fillTable("checkpoints", snap.checkpoints.history.slice().reverse().slice(0, 12).map(c => [
     String(c.batch_id), String(c.duration_ms), String(c.batch_ms), bytes(c.size_bytes), num(c.state_rows),
     (c.state_rows_growth >= 0 ? "+" : "") + num(c.state_rows_growth)]));
+  const points = snap.checkpoints.savepoints.slice().reverse().map(p =>
+    `batch ${p.batch_id} at ${stamp(p.at_ms)}${p.stopped ? " (job stopped)" : ""}: ${p.path}`);
+  const from = snap.checkpoints.restored_from;
+  if (from) points.push(`this job started from ${from.savepoint} (batch ${from.batch_id})`);
+  const list = document.getElementById("savepoints");
+  list.replaceChildren(...(points.length ? points : ["none taken"]).map(line => {
+    const li = document.createElement("li"); li.textContent = line; return li;
+  }));
   const dead = Object.entries(snap.dead_letters);
   text("dead-letters", dead.length ? dead.map(([t, n]) => `${t}: ${n.toLocaleString("en-US")}`).join(", ") : "none declared");
   const err = document.getElementById("last-error");
