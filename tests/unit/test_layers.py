@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ember.savepoints",),
     ("ember.ui",),  # the dashboard: listens to the runner, read by the user API's execute
     ("ember.api",),
+    ("ember.cep",),  # complex event processing: patterns, their matcher, a keyed step through the API
     ("ember",),  # the package root re-exports the user-facing names
     ("ember.cli", "ember.tools", "ember.bench"),
 ]

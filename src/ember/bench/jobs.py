@@ -21,7 +21,7 @@ from ember.state.descriptors import MapStateDescriptor, StateTtlConfig, ValueSta
 
 __all__ = [
     "StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate", "KeyedCount", "KEYED_COUNT_SCHEMA",
-    "Dedupe", "AlertsInWindow", "ALERT_WINDOW_SCHEMA", "RuledStateMachine", "RULES", "UNRULED",
+    "Dedupe", "AlertsInWindow", "ALERT_WINDOW_SCHEMA", "RuledStateMachine", "RULES", "UNRULED", "FlowByHand",
 ]
 
 TERMINAL = 5
@@ -211,3 +211,28 @@ class KeyedCount(VectorizedKeyedFunction):
         new_keys = int(prior.isna().sum())
         updates = pd.DataFrame({"count": prior.fillna(0).to_numpy(np.int64) + counts}, index=unique)
         return pd.DataFrame({"events": [len(keys)], "new_keys": [new_keys]}), updates
+
+
+class FlowByHand(KeyedProcessFunction):
+    """``ember bench cep``'s baseline, written by hand: per address, a flow opened by a or c
+    and closed by g within ``window_ms`` (the first open since the last close; an open
+    older than the window is replaced) — what the benchmark's pattern matches."""
+
+    OPENS, CLOSE = (1, 3), 7
+
+    def __init__(self, window_ms: int) -> None:
+        self.window_ms = window_ms
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.opened = ctx.get_state(ValueStateDescriptor("opened"))
+
+    def process_element(self, event: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+        kind, ts = event["type"], event["ts"]
+        opened = self.opened.value()
+        if kind in self.OPENS:
+            if opened is None or ts - opened >= self.window_ms:
+                self.opened.update(ts)
+        elif kind == self.CLOSE and opened is not None:
+            self.opened.clear()
+            if ts - opened < self.window_ms:
+                yield {"address": event["address"], "opened": opened, "closed": ts}

@@ -1,0 +1,280 @@
+"""The matcher: a pattern compiled to an NFA over one key's events, run event by event.
+
+A *partial match* holds the events taken so far and what it waits for:
+
+- ``LOOP``: more events of its current (looping) stage;
+- ``NEXT``: the first event of a later stage ``target`` (optional stages in between skipped),
+  with the negative stages it crosses;
+- ``TRAIL``: the end of the window, with no event of a trailing ``not_followed_by`` stage.
+
+Taking an event into a stage spawns one partial per way on (loop, each reachable next stage,
+or the end: a match). A waiting partial survives an event it does not take only as its
+contiguity allows: never for strict, when the event does not match for relaxed, always for
+"any". The semantics, with examples, are in docs/cep.md; ``tests/cep_model.py`` holds an
+independent reference (matches enumerated from the definitions) that tests compare with.
+
+Events are given in order (event time: by timestamp, then arrival) with a sequence number;
+``advance(t)`` tells the matcher that no event before ``t`` will come (it times out partial
+matches and completes trailing negative stages).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from ember.cep.pattern import Contiguity, Pattern
+
+__all__ = ["Matcher", "MatchContext", "compile_pattern", "Plan", "LOOP", "NEXT", "TRAIL"]
+
+LOOP, NEXT, TRAIL = 0, 1, 2
+END = -1
+
+
+class MatchContext:
+    """What an iterative condition sees: ``ctx[name]`` the events a partial match took for
+    stage ``name`` so far (a list, empty if none)."""
+
+    __slots__ = ("_events", "_names")
+
+    def __init__(self, events: tuple, names: list[str]) -> None:
+        self._events, self._names = events, names
+
+    def __getitem__(self, name: str) -> list[dict[str, Any]]:
+        if name not in self._names:
+            raise KeyError(f"no stage named {name!r} (stages: {', '.join(self._names)})")
+        index = self._names.index(name)
+        return [e[3] for e in self._events if e[0] == index]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        found = self[name] if name in self._names else []
+        return found if found else default
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """One stage, ready to evaluate."""
+
+    index: int
+    name: str
+    test: Callable[[dict[str, Any], tuple, list[str]], bool]
+    min: int
+    max: int
+    inner: str
+    contiguity: str
+    until: Callable[[dict[str, Any], tuple, list[str]], bool] | None
+    negative: bool
+
+
+def _predicate(cond: Any, sql_columns: dict[str, str]) -> Callable[[dict[str, Any], tuple, list[str]], bool]:
+    if isinstance(cond, str):  # a SQL condition: evaluated by Spark before the step, read from its column
+        column = sql_columns[cond]
+        return lambda e, events, names: bool(e.get(column))
+    try:
+        params = [p for p in inspect.signature(cond).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+        takes_ctx = len(params) == 2
+    except (TypeError, ValueError):
+        takes_ctx = False
+    if takes_ctx:
+        return lambda e, events, names: bool(cond(e, MatchContext(events, names)))
+    return lambda e, events, names: bool(cond(e))
+
+
+def _test(alternatives: tuple[tuple[Any, ...], ...], sql_columns: dict[str, str]) -> Callable[[dict[str, Any], tuple, list[str]], bool]:
+    compiled = [[_predicate(c, sql_columns) for c in conj] for conj in alternatives]
+    if compiled == [[]]:
+        return lambda e, events, names: True
+    if len(compiled) == 1 and len(compiled[0]) == 1:
+        return compiled[0][0]
+    return lambda e, events, names: any(all(p(e, events, names) for p in conj) for conj in compiled)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated pattern compiled: its stages and, per positive stage, where it may go on."""
+
+    stages: tuple[_Compiled, ...]
+    names: list[str]
+    entries: tuple[tuple[int, tuple[int, ...]], ...]  # stages a match may begin with
+    successors: dict[int, tuple[tuple[int, tuple[int, ...]], ...]]  # stage -> ((target or END, negatives crossed), ...)
+    window_ms: int | None
+    skip: str
+    skip_stage: int | None
+
+
+def compile_pattern(pattern: Pattern, sql_columns: dict[str, str] | None = None) -> Plan:
+    pattern.validate()
+    sql_columns = sql_columns or {}
+    stages = tuple(
+        _Compiled(i, s.name, _test(s.conditions, sql_columns), s.min, s.max, s.inner, s.contiguity,
+                  _test(((s.until,),), sql_columns) if s.until is not None else None, s.negative)
+        for i, s in enumerate(pattern.stages)
+    )
+
+    def ways_on(after: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        out, negatives = [], []
+        for stage in stages[after + 1:]:
+            if stage.negative:
+                negatives.append(stage.index)
+                continue
+            out.append((stage.index, tuple(negatives)))
+            if stage.min > 0:
+                return tuple(out)
+        out.append((END, tuple(negatives)))
+        return tuple(out)
+
+    entries = tuple((t, n) for t, n in ways_on(-1) if t != END)
+    successors = {s.index: ways_on(s.index) for s in stages if not s.negative}
+    skip_stage = pattern.names.index(pattern.skip.stage) if pattern.skip.stage else None
+    return Plan(stages, pattern.names, entries, successors, pattern.window_ms, pattern.skip.kind, skip_stage)
+
+
+# A partial match: (mode, stage, count, events, target, negatives, fresh)
+#   events: a tuple of (stage index, seq, timestamp, event) in order; the first is the start
+#   mode LOOP: waits for more events of ``stage`` (``count`` taken so far)
+#   mode NEXT: waits for ``target``'s first event; ``negatives``: negative stages crossed;
+#              ``fresh``: no event has passed since the last one taken (for not_next)
+#   mode TRAIL: waits for the window's end; ``negatives``: the trailing not_followed_by
+Partial = tuple
+
+
+class Matcher:
+    """Runs a :class:`Plan` for one key at a time; the caller keeps each key's partial
+    matches (a list of plain tuples, picklable) and hands them in."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.stages = plan.stages
+        self.names = plan.names
+
+    # -- time ---------------------------------------------------------------------------
+    def advance(self, partials: list[Partial], now: int) -> tuple[list[Partial], list[tuple], list[tuple]]:
+        """No event before ``now`` will come: (partials left, matches completed, timed out)."""
+        window = self.plan.window_ms
+        if window is None:
+            return partials, [], []
+        kept, done, expired = [], [], []
+        for p in partials:
+            if now - p[3][0][2] >= window:
+                if p[0] == TRAIL:
+                    done.append(p[3])
+                else:
+                    expired.append(p[3])
+            else:
+                kept.append(p)
+        if done:
+            kept, done = self._skip(kept, done)
+        completed = {tuple(x[1] for x in m) for m in done}
+        return kept, done, [m for m in _unique(expired) if tuple(x[1] for x in m) not in completed]
+
+    # -- one event ----------------------------------------------------------------------
+    def event(self, partials: list[Partial], seq: int, ts: int, e: dict[str, Any]) -> tuple[list[Partial], list[tuple], list[tuple]]:
+        """Event ``e`` (sequence number ``seq``, time ``ts``): (partials, matches, timed out)."""
+        partials, done, expired = self.advance(partials, ts)
+        stages, names = self.stages, self.names
+        out: list[Partial] = []
+        matches: list[tuple] = []
+        for p in partials:
+            mode, s, count, events, target, negatives, fresh = p
+            if mode == LOOP:
+                stage = stages[s]
+                if stage.until is not None and stage.until(e, events, names):
+                    continue  # the loop stops here; its NEXT partials go on
+                took = stage.test(e, events, names)
+                if took:
+                    self._take(events, s, count + 1, (s, seq, ts, e), out, matches)
+                if stage.inner == Contiguity.ANY or (stage.inner == Contiguity.RELAXED and not took):
+                    out.append(p)
+            elif mode == NEXT:
+                if fresh and any(stages[n].contiguity == Contiguity.NOT_NEXT and stages[n].test(e, events, names)
+                                 for n in negatives):
+                    continue  # the very next event matches a not_next stage: no match through here
+                between = any(stages[n].contiguity == Contiguity.NOT_FOLLOWED_BY and stages[n].test(e, events, names)
+                              for n in negatives)
+                stage = stages[target]
+                matched = stage.test(e, events, names)
+                if matched and (stage.until is None or not stage.until(e, events, names)):
+                    self._take(events, target, 1, (target, seq, ts, e), out, matches)
+                if between:
+                    continue  # a not_followed_by event: no later event of ``target`` may follow it here
+                if stage.contiguity == Contiguity.ANY or (stage.contiguity == Contiguity.RELAXED and not matched):
+                    out.append((mode, s, count, events, target, negatives, False) if fresh else p)
+            else:  # TRAIL
+                if not any(stages[n].test(e, events, names) for n in negatives):
+                    out.append(p)
+        for target, _negatives in self.plan.entries:  # a match may begin with this event (no negative comes first)
+            first = stages[target]
+            if first.test(e, (), names) and (first.until is None or not first.until(e, (), names)):
+                self._take((), target, 1, (target, seq, ts, e), out, matches)
+        if matches:
+            out, matches = self._skip(out, matches)
+        return out, done + matches, expired
+
+    def _take(self, events: tuple, s: int, count: int, item: tuple, out: list[Partial], matches: list[tuple]) -> None:
+        """``item`` taken into stage ``s`` (its ``count``-th event): every way on from here."""
+        events = (*events, item)
+        stage = self.stages[s]
+        if count < stage.max:
+            out.append((LOOP, s, count, events, None, (), True))
+        if count >= stage.min:
+            for target, negatives in self.plan.successors[s]:
+                if target != END:
+                    out.append((NEXT, s, count, events, target, negatives, True))
+                elif negatives:
+                    out.append((TRAIL, s, count, events, None, negatives, True))
+                else:
+                    matches.append(events)
+
+    # -- after a match ------------------------------------------------------------------
+    def _skip(self, partials: list[Partial], matches: list[tuple]) -> tuple[list[Partial], list[tuple]]:
+        """Emit ``matches`` (earliest start first) under the skip strategy: each emitted match
+        discards the partial matches and the not yet emitted matches its strategy names."""
+        matches = sorted(matches, key=lambda m: tuple(x[1] for x in m))
+        kind = self.plan.skip
+        if kind == "no_skip":
+            return partials, matches
+        emitted: list[tuple] = []
+        for m in matches:
+            if any(_in(m[0][1], r) for r in map(self._range, emitted)):
+                continue
+            emitted.append(m)
+        ranges = [self._range(m) for m in emitted]
+        kept = [p for p in partials if not any(_in(p[3][0][1], r) for r in ranges)]
+        return kept, emitted
+
+    def _range(self, m: tuple) -> tuple[int, int]:
+        """The start sequence numbers (from, until exclusive) an emitted match discards."""
+        start = m[0][1]
+        kind = self.plan.skip
+        if kind == "skip_to_next":
+            return start, start + 1
+        if kind == "skip_past_last_event":
+            return start, m[-1][1] + 1
+        named = [x[1] for x in m if x[0] == self.plan.skip_stage]
+        if not named:
+            return start, start  # the stage took no event (optional): nothing to skip to
+        return start, (named[0] if kind == "skip_to_first" else named[-1])
+
+    def as_dict(self, events: Iterable[tuple]) -> dict[str, list[dict[str, Any]]]:
+        """A match (or partial match) as {stage name: [events]}, in pattern order."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for s, _seq, _ts, e in events:
+            out.setdefault(self.names[s], []).append(e)
+        return {n: out[n] for n in self.names if n in out}
+
+
+def _in(seq: int, span: tuple[int, int]) -> bool:
+    return span[0] <= seq < span[1]
+
+
+def _unique(matches: list[tuple]) -> list[tuple]:
+    seen, out = set(), []
+    for m in matches:
+        key = tuple(x[1] for x in m)
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return sorted(out, key=lambda m: tuple(x[1] for x in m))
+

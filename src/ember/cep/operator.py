@@ -1,0 +1,164 @@
+"""The CEP step: a :class:`~ember.functions.KeyedProcessFunction` running a pattern's
+matcher per key on Ember's keyed runtime — so its partial matches are keyed state:
+checkpointed, exactly once, in savepoints, restart-checked like any process step.
+
+Event time (Flink's CEP operator): each key's events wait in keyed state until the watermark
+passes them, then go to the matcher in timestamp order (arrival order on ties), and time
+advances to the watermark (timing out partial matches, completing trailing negative
+stages). An event at or behind the watermark when it arrives is late: dropped and counted in
+``late_dropped``. Processing time: events go to the matcher as they arrive.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Iterable
+
+from ember.cep.nfa import Matcher, compile_pattern
+from ember.cep.pattern import Pattern
+from ember.errors import UserFunctionError
+from ember.functions import Context, KeyedProcessFunction, RuntimeContext
+from ember.state.descriptors import ValueStateDescriptor
+
+__all__ = ["PatternProcessFunction", "CepFunction", "SelectFunction", "SQL_PREFIX"]
+
+SQL_PREFIX = "__cep_"  # columns holding a SQL condition's value, computed by Spark before the step
+LATE = "late_dropped"
+
+
+class PatternProcessFunction:
+    """Receives each match as ``{stage name: [events]}`` (stages that took no event are
+    absent) and yields output records in the step's output schema; with ``timed_out=tag``,
+    :meth:`process_timed_out_match` receives the partial matches ``within`` cut short and
+    yields records for that side output."""
+
+    def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first match."""
+
+    def process_match(self, match: dict[str, list[dict[str, Any]]], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_timed_out_match(self, match: dict[str, list[dict[str, Any]]], ctx: Context) -> Iterable[Any] | None:
+        """A partial match that timed out (``within``); records for the ``timed_out`` side output."""
+        return None
+
+
+class SelectFunction(PatternProcessFunction):
+    """``select(fn)``: one output record per match, ``fn(match)``."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def process_match(self, match: dict[str, list[dict[str, Any]]], ctx: Context) -> Iterable[Any]:
+        return (self.fn(match),)
+
+
+class CepFunction(KeyedProcessFunction):
+    """Matches ``pattern`` per key and hands matches to ``handler``."""
+
+    def __init__(self, pattern: Pattern, handler: PatternProcessFunction, step: str, timed_out: Any = None,
+                 sql_columns: dict[str, str] | None = None) -> None:
+        self.pattern, self.handler, self.step = pattern, handler, step
+        self.timed_out, self.sql_columns = timed_out, dict(sql_columns or {})
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.matcher = Matcher(compile_pattern(self.pattern, self.sql_columns))
+        # per key: [partial matches, buffered events (ts, seq, event) as a heap, next seq]
+        self.cep = ctx.get_state(ValueStateDescriptor("cep-nfa"))
+        self.handler.open(ctx)
+
+    def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        st = self.cep.value() or [[], [], 0]
+        seq = st[2]
+        st[2] = seq + 1
+        ts = ctx.timestamp
+        watermark = ctx.current_watermark
+        if ts is not None and getattr(ctx, "event_time", False):
+            if watermark is not None and ts <= watermark:
+                count = getattr(ctx, "count", None)
+                if count is not None:
+                    count(LATE)
+                self.cep.update(st)
+                return None
+            if not st[1] or ts < st[1][0][0]:
+                ctx.register_event_time_timer(ts)  # the earliest waiting event's time: due when the watermark reaches it
+            heapq.heappush(st[1], (ts, seq, value))
+            self.cep.update(st)
+            return None
+        now = ctx.current_processing_time
+        out: list[Any] = []
+        st[0] = self._feed(st[0], seq, now, value, ctx, out)
+        self._arm(st, ctx, processing=True)
+        self.cep.update(st)
+        return out
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        st = self.cep.value()
+        if st is None:
+            return None
+        out: list[Any] = []
+        event_time = getattr(ctx, "time_domain", "event_time") == "event_time" and getattr(ctx, "event_time", False)
+        now = ctx.current_watermark if event_time else ctx.current_processing_time
+        if now is None:
+            return None
+        buffered = st[1]
+        while buffered and buffered[0][0] <= now:
+            ts, seq, event = heapq.heappop(buffered)
+            st[0] = self._feed(st[0], seq, ts, event, ctx, out)
+        st[0], done, expired = self.matcher.advance(st[0], now)
+        self._emit(done, expired, ctx, out)
+        if event_time and buffered:
+            ctx.register_event_time_timer(buffered[0][0])
+        self._arm(st, ctx, processing=not event_time)
+        if st[0] or st[1]:
+            self.cep.update(st)
+        else:
+            self.cep.clear()
+        return out
+
+    def _feed(self, partials: list, seq: int, ts: int, event: dict[str, Any], ctx: Context, out: list[Any]) -> list:
+        try:
+            partials, done, expired = self.matcher.event(partials, seq, ts, event)
+        except Exception as exc:
+            raise UserFunctionError(
+                f"step '{self.step}': a pattern condition raised {type(exc).__name__}: {exc} on event {event!r}") from exc
+        if self.sql_columns:  # the SQL conditions' columns are Ember's, not the user's
+            done, expired = _visible(done), _visible(expired)
+        self._emit(done, expired, ctx, out)
+        return partials
+
+    def _emit(self, done: list, expired: list, ctx: Context, out: list[Any]) -> None:
+        handler = self.handler
+        for m in done:
+            result = self._call(handler.process_match, m, ctx)
+            if result is not None:
+                out.extend(result)
+        if self.timed_out is not None:
+            for m in expired:
+                result = self._call(handler.process_timed_out_match, m, ctx)
+                for record in result or ():
+                    ctx.output(self.timed_out, record)
+
+    def _call(self, method: Any, m: tuple, ctx: Context) -> Any:
+        match = self.matcher.as_dict(m)
+        try:
+            return method(match, ctx)
+        except Exception as exc:
+            raise UserFunctionError(
+                f"step '{self.step}': {type(self.handler).__name__}.{method.__name__} raised {type(exc).__name__}: {exc} "
+                f"on match {match!r}") from exc
+
+    def _arm(self, st: list, ctx: Context, processing: bool) -> None:
+        """A timer at the earliest partial match's window end (timeouts, trailing negatives)."""
+        window = self.pattern.window_ms
+        if window is None or not st[0]:
+            return
+        due = min(p[3][0][2] for p in st[0]) + window
+        if processing:
+            ctx.register_processing_time_timer(due)
+        else:
+            ctx.register_event_time_timer(due)
+
+
+def _visible(matches: list) -> list:
+    return [tuple((s, q, t, {k: v for k, v in e.items() if not k.startswith(SQL_PREFIX)}) for s, q, t, e in m) for m in matches]

@@ -1,0 +1,72 @@
+"""``CEP.pattern(keyed_stream, pattern)`` -> :class:`PatternStream` -> ``.process(...)`` /
+``.select(...)``: the pattern as one keyed step of the job (Flink's ``CEP.pattern``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ember.api.datastream import DataStream, KeyedStream
+from ember.cep.operator import SQL_PREFIX, CepFunction, PatternProcessFunction, SelectFunction
+from ember.cep.pattern import Pattern
+from ember.errors import PipelineError
+
+__all__ = ["CEP", "PatternStream"]
+
+
+class CEP:
+    """Flink's entry point: ``CEP.pattern(events.key_by("user"), pattern)``."""
+
+    @staticmethod
+    def pattern(stream: KeyedStream, pattern: Pattern) -> "PatternStream":
+        if not isinstance(stream, KeyedStream):
+            raise PipelineError(f"CEP.pattern takes a keyed stream (stream.key_by(...)), got {stream!r}", "pattern")
+        if not isinstance(pattern, Pattern):
+            raise PipelineError(f"CEP.pattern takes a Pattern (Pattern.begin(...)...), got {pattern!r}", "pattern")
+        return PatternStream(stream, pattern.validate())
+
+
+class PatternStream:
+    """A pattern over a keyed stream; ``process`` or ``select`` makes it a step."""
+
+    def __init__(self, stream: KeyedStream, pattern: Pattern) -> None:
+        self.stream, self.pattern = stream, pattern
+
+    def process(self, fn: PatternProcessFunction, output_schema: Any, *, timed_out: Any = None,
+                name: str | None = None) -> DataStream:
+        """``fn.process_match(match, ctx)`` per match, yielding records of ``output_schema``;
+        with ``timed_out=OutputTag(name, schema)``, ``fn.process_timed_out_match`` per partial
+        match cut short by ``within`` (read it with ``get_side_output(tag)``)."""
+        step = name or "pattern"
+        if not isinstance(fn, PatternProcessFunction):
+            raise PipelineError(f"process takes a PatternProcessFunction instance, got {fn!r}", step)
+        if timed_out is not None and (getattr(timed_out, "name", None) is None or getattr(timed_out, "schema", None) is None):
+            raise PipelineError("timed_out takes an OutputTag with a schema, e.g. OutputTag('partial', 'user string')", step)
+        if timed_out is not None and self.pattern.window_ms is None:
+            raise PipelineError("timed_out needs a pattern with within(...): without a window nothing times out", step)
+        keyed, sql_columns = self._with_sql_conditions()
+        function = CepFunction(self.pattern, fn, step, timed_out, sql_columns)
+        return keyed.process(function, output_schema, name=name)
+
+    def select(self, fn: Callable[[dict[str, list[dict[str, Any]]]], Any], output_schema: Any, *,
+               name: str | None = None) -> DataStream:
+        """One record per match: ``fn(match)`` (a dict or tuple of ``output_schema``)."""
+        if not callable(fn):
+            raise PipelineError(f"select takes a function of the match, got {fn!r}", name or "pattern")
+        return self.process(SelectFunction(fn), output_schema, name=name)
+
+    def _with_sql_conditions(self) -> tuple[KeyedStream, dict[str, str]]:
+        """SQL conditions become columns Spark computes before the step (vectorised); the
+        matcher reads them. The stream is re-keyed on the same keys after that projection."""
+        expressions = []
+        for stage in self.pattern.stages:
+            for conj in stage.conditions:
+                expressions += [c for c in conj if isinstance(c, str)]
+            if isinstance(stage.until, str):
+                expressions.append(stage.until)
+        if not expressions:
+            return self.stream, {}
+        columns = {expr: f"{SQL_PREFIX}{i}" for i, expr in enumerate(dict.fromkeys(expressions))}
+        upstream = DataStream(self.stream._env, self.stream._node.inputs[0])
+        projected = upstream.select("*", *[f"({expr}) AS {col}" for expr, col in columns.items()])
+        return projected.key_by(*self.stream.keys), columns
+
