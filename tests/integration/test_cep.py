@@ -74,13 +74,16 @@ def run(env, data, p: Pattern, *, strategy=BOUND, name="cep") -> list[tuple]:
     return sorted((r["user"], r["start"], r["bs"], r["finish"]) for r in sink.rows())
 
 
-def test_matches_equal_the_reference_whatever_the_batching(env):
+def test_matches_equal_the_reference_whatever_the_batching(spark, tmp_path):
+    def env():
+        return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark)
+
     data = batches(5)
     want = expected(data, pattern(sql=False))
     assert len(want) >= 3, "the data must produce matches for this test to mean anything"
-    assert run(env, data, pattern(sql=True), name="cep-batched") == want  # SQL condition for 'c', vectorised by Spark
+    assert run(env(), data, pattern(sql=True), name="cep-batched") == want  # SQL condition for 'c', vectorised by Spark
     whole = [[row for batch in data for row in batch]]
-    assert run(env, whole, pattern(sql=False), name="cep-one-batch") == want
+    assert run(env(), whole, pattern(sql=False), name="cep-one-batch") == want
 
 
 def test_late_events_are_dropped_and_counted(env):

@@ -65,6 +65,7 @@ class _Compiled:
     contiguity: str
     until: Callable[[dict[str, Any], tuple, list[str]], bool] | None
     negative: bool
+    simple: Callable[[dict[str, Any]], Any] | None = None  # the one condition, when it takes the event only (fast path)
 
 
 def _predicate(cond: Any, sql_columns: dict[str, str]) -> Callable[[dict[str, Any], tuple, list[str]], bool]:
@@ -80,6 +81,19 @@ def _predicate(cond: Any, sql_columns: dict[str, str]) -> Callable[[dict[str, An
     if takes_ctx:
         return lambda e, events, names: bool(cond(e, MatchContext(events, names)))
     return lambda e, events, names: bool(cond(e))
+
+
+def _simple(alternatives: tuple[tuple[Any, ...], ...]) -> Callable[[dict[str, Any]], Any] | None:
+    """The stage's condition itself when it is one Python callable of the event alone."""
+    if len(alternatives) != 1 or len(alternatives[0]) != 1 or isinstance(alternatives[0][0], str):
+        return None
+    cond = alternatives[0][0]
+    try:
+        params = [p for p in inspect.signature(cond).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    except (TypeError, ValueError):
+        return None
+    return cond if len(params) == 1 else None
 
 
 def _test(alternatives: tuple[tuple[Any, ...], ...], sql_columns: dict[str, str]) -> Callable[[dict[str, Any], tuple, list[str]], bool]:
@@ -109,7 +123,7 @@ def compile_pattern(pattern: Pattern, sql_columns: dict[str, str] | None = None)
     sql_columns = sql_columns or {}
     stages = tuple(
         _Compiled(i, s.name, _test(s.conditions, sql_columns), s.min, s.max, s.inner, s.contiguity,
-                  _test(((s.until,),), sql_columns) if s.until is not None else None, s.negative)
+                  _test(((s.until,),), sql_columns) if s.until is not None else None, s.negative, _simple(s.conditions))
         for i, s in enumerate(pattern.stages)
     )
 
@@ -172,7 +186,14 @@ class Matcher:
     # -- one event ----------------------------------------------------------------------
     def event(self, partials: list[Partial], seq: int, ts: int, e: dict[str, Any]) -> tuple[list[Partial], list[tuple], list[tuple]]:
         """Event ``e`` (sequence number ``seq``, time ``ts``): (partials, matches, timed out)."""
-        partials, done, expired = self.advance(partials, ts)
+        window = self.plan.window_ms
+        done: list[tuple] = []
+        expired: list[tuple] = []
+        if window is not None:
+            for p in partials:
+                if ts - p[3][0][2] >= window:
+                    partials, done, expired = self.advance(partials, ts)
+                    break
         stages, names = self.stages, self.names
         out: list[Partial] = []
         matches: list[tuple] = []
@@ -182,19 +203,21 @@ class Matcher:
                 stage = stages[s]
                 if stage.until is not None and stage.until(e, events, names):
                     continue  # the loop stops here; its NEXT partials go on
-                took = stage.test(e, events, names)
+                took = stage.simple(e) if stage.simple is not None else stage.test(e, events, names)
                 if took:
                     self._take(events, s, count + 1, (s, seq, ts, e), out, matches)
                 if stage.inner == Contiguity.ANY or (stage.inner == Contiguity.RELAXED and not took):
                     out.append(p)
             elif mode == NEXT:
-                if fresh and any(stages[n].contiguity == Contiguity.NOT_NEXT and stages[n].test(e, events, names)
-                                 for n in negatives):
-                    continue  # the very next event matches a not_next stage: no match through here
-                between = any(stages[n].contiguity == Contiguity.NOT_FOLLOWED_BY and stages[n].test(e, events, names)
-                              for n in negatives)
+                between = False
+                if negatives:
+                    if fresh and any(stages[n].contiguity == Contiguity.NOT_NEXT and stages[n].test(e, events, names)
+                                     for n in negatives):
+                        continue  # the very next event matches a not_next stage: no match through here
+                    between = any(stages[n].contiguity == Contiguity.NOT_FOLLOWED_BY and stages[n].test(e, events, names)
+                                  for n in negatives)
                 stage = stages[target]
-                matched = stage.test(e, events, names)
+                matched = stage.simple(e) if stage.simple is not None else stage.test(e, events, names)
                 if matched and (stage.until is None or not stage.until(e, events, names)):
                     self._take(events, target, 1, (target, seq, ts, e), out, matches)
                 if between:
@@ -206,7 +229,7 @@ class Matcher:
                     out.append(p)
         for target, _negatives in self.plan.entries:  # a match may begin with this event (no negative comes first)
             first = stages[target]
-            if first.test(e, (), names) and (first.until is None or not first.until(e, (), names)):
+            if (first.simple(e) if first.simple is not None else first.test(e, (), names)) and (first.until is None or not first.until(e, (), names)):
                 self._take((), target, 1, (target, seq, ts, e), out, matches)
         if matches:
             out, matches = self._skip(out, matches)
