@@ -138,3 +138,10 @@ def test_processing_time_matches_in_arrival_order_and_survive_a_restart(spark, t
     assert len(want) >= 2
     assert sorted(first + rest) == want
     assert any(m not in expected(data[:3], p, event_time=False) for m in rest)  # a match spanning the restart
+
+
+def test_login_attacks_example(spark, load_example, capsys):
+    example = load_example("login_attacks")
+    assert example.main(["--users", "150"]) == 0
+    out = capsys.readouterr().out
+    assert "check: every alert exact" in out and "logins timed out before the pattern completed" in out
