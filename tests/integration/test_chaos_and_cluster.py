@@ -124,7 +124,11 @@ def test_state_machine_on_a_standalone_cluster_gives_exactly_the_expected_alerts
             # its dashboard served from the driver while the job ran on the cluster
             assert seen and all(s["master"] in (None, cluster.url) for s in seen)
             assert any(s["status"] == "running" and s["events_total"] > 0 for s in seen), seen[-1:]
-            apps = cluster.status().get("completedapps", []) + cluster.status().get("activeapps", [])
+            apps, deadline = [], time.monotonic() + 20
+            while not apps and time.monotonic() < deadline:  # the master lists a finished app a moment later
+                status = cluster.status()
+                apps = status.get("completedapps", []) + status.get("activeapps", [])
+                time.sleep(0 if apps else 0.5)
             assert apps, "the job did not run as an application of the cluster"
         # The same job in local mode gives the same alerts: the chaos smoke above checks them
         # against the generator too, so the cluster run is checked against the generator only.

@@ -25,20 +25,28 @@ _INSTALLED_ROOTS = tuple(
 )
 
 
-def ship_by_value(obj: Any, _depth: int = 3) -> None:
+def ship_by_value(obj: Any, _depth: int = 6) -> None:
     """Register the modules defining ``obj`` (a function, a class or an instance) and its
     class for pickling by value, unless they are installed (site-packages, the standard
     library), Ember's or PySpark's own, or ``__main__`` (cloudpickle ships that anyway).
-    Ember's own objects are searched for user objects they hold (a window's trigger,
-    aggregate function, a purging trigger's inner trigger...)."""
+    Ember's own objects, and the tuples, lists and dicts they hold, are searched for user
+    objects (a window's trigger, aggregate function, a purging trigger's inner trigger, a
+    CEP pattern's conditions...)."""
     from pyspark import cloudpickle
 
-    if obj is None:
+    if obj is None or isinstance(obj, str | int | float | bool | bytes):
+        return
+    if _depth and isinstance(obj, tuple | list | frozenset | set):
+        for value in obj:
+            ship_by_value(value, _depth - 1)
+        return
+    if _depth and isinstance(obj, dict):
+        for value in obj.values():
+            ship_by_value(value, _depth - 1)
         return
     if _depth and type(obj).__module__.split(".")[0] == "ember":
         for value in getattr(obj, "__dict__", {}).values():
-            if not isinstance(value, str | int | float | bool | bytes):
-                ship_by_value(value, _depth - 1)
+            ship_by_value(value, _depth - 1)
     for name in {getattr(obj, "__module__", None), type(obj).__module__}:
         if not name or name == "__main__" or name.split(".")[0] in ("ember", "builtins", "pyspark"):
             continue

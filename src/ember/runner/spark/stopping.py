@@ -108,16 +108,21 @@ class EndOfInput(StopCondition):
     the open windows when the job has any (``marker`` lets the end-of-input row pass) —
     or when the sources have been idle for ``idle_limit_s`` with nothing waiting."""
 
-    def __init__(self, sources: int, marker: str, needs_flush: bool, idle_limit_s: float, now: float) -> None:
+    def __init__(self, sources: int, marker: str, needs_flush: bool, idle_limit_s: float, now: float,
+                 replayed: int | None = None) -> None:
         self.sources, self.marker, self.needs_flush = sources, marker, needs_flush
         self.idle_limit_s, self.report_since = idle_limit_s, now
         self.flushing = False  # end of input marked; waiting for the batch after the end-of-input row
+        # A batch planned by an earlier run and replayed now carries that run's offsets: its
+        # "done" may predate input added since (a restarted job must read that first).
+        self.replayed = replayed
 
     def check(self, run: RunView) -> str | None:
         follower = run.follower
         if run.new_batch:
             self.report_since = run.now
-        if not self.flushing and follower.sources_done(self.sources):
+        fresh = self.replayed is None or follower.last_batch > self.replayed
+        if not self.flushing and fresh and follower.sources_done(self.sources):
             if not self.needs_flush:
                 return "sources ended"
             open(self.marker, "a").close()
