@@ -63,9 +63,51 @@ class CepFunction(KeyedProcessFunction):
 
     def open(self, ctx: RuntimeContext) -> None:
         self.matcher = Matcher(compile_pattern(self.pattern, self.sql_columns))
-        # per key: [partial matches, buffered events (ts, seq, event) as a heap, next seq]
+        # per key: [partial matches, waiting events (ts, seq, values) as a heap, next seq, the values' field names]
         self.cep = ctx.get_state(ValueStateDescriptor("cep-nfa"))
+        self._fields: tuple[str, ...] = ()  # the records' field names (waiting events keep their values only)
         self.handler.open(ctx)
+
+    def process_batch(self, rt: Any, build: Any, keys: list[Any], columns: list[list[Any]], times: list[int] | None,
+                      out: list[Any]) -> bool:
+        """Event time, a whole bucket's micro-batch at once (the keyed runtime's batch path):
+        each record's values are queued under its key without building a record dict; the
+        matcher runs when the watermark passes them (``on_timer``). Processing time: False
+        (one ``process_element`` per record)."""
+        if times is None or not getattr(rt, "event_time", False):
+            return False
+        if not self._fields and keys:
+            self._fields = tuple(build([[c[0]] for c in columns])[0])
+        fields, watermark, cell = self._fields, rt.watermark, self.cep
+        rows = list(zip(*columns))
+        positions: dict[Any, list[int]] = {}
+        for i, key in enumerate(keys):
+            found = positions.get(key)
+            if found is None:
+                positions[key] = [i]
+            else:
+                found.append(i)
+        late = 0
+        for key, indices in positions.items():
+            slot = rt.enter(key)
+            st = cell.value() or [[], [], 0, fields]
+            buffered, seq = st[1], st[2]
+            earliest = buffered[0][0] if buffered else None
+            for i in indices:
+                ts = times[i]
+                if watermark is not None and ts <= watermark:
+                    late += 1
+                    continue
+                heapq.heappush(buffered, (ts, seq, rows[i]))
+                seq += 1
+            st[2] = seq
+            if buffered and (earliest is None or buffered[0][0] < earliest):
+                rt.register_event_time_timer(buffered[0][0])  # due when the watermark reaches the earliest waiting event
+            cell.update(st)
+            rt.leave(key, slot)
+        if late:
+            rt.count(LATE, late)
+        return True
 
     def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
         st = self.cep.value() or [[], [], 0]
@@ -82,7 +124,12 @@ class CepFunction(KeyedProcessFunction):
                 return None
             if not st[1] or ts < st[1][0][0]:
                 ctx.register_event_time_timer(ts)  # the earliest waiting event's time: due when the watermark reaches it
-            heapq.heappush(st[1], (ts, seq, value))
+            fields = tuple(value)
+            if fields != self._fields:  # the same for every record of the step: one object, pickled once per bucket
+                self._fields = fields
+            if len(st) < 4 or st[3] is not self._fields:
+                st[3:] = [self._fields]
+            heapq.heappush(st[1], (ts, seq, tuple(value.values())))
             self.cep.update(st)
             return None
         now = ctx.current_processing_time
@@ -101,10 +148,10 @@ class CepFunction(KeyedProcessFunction):
         now = ctx.current_watermark if event_time else ctx.current_processing_time
         if now is None:
             return None
-        buffered = st[1]
+        buffered, fields = st[1], (st[3] if len(st) > 3 else ())
         while buffered and buffered[0][0] <= now:
-            ts, seq, event = heapq.heappop(buffered)
-            st[0] = self._feed(st[0], seq, ts, event, ctx, out)
+            ts, seq, values = heapq.heappop(buffered)
+            st[0] = self._feed(st[0], seq, ts, dict(zip(fields, values)), ctx, out)
         st[0], done, expired = self.matcher.advance(st[0], now)
         self._emit(done, expired, ctx, out)
         if event_time and buffered:
