@@ -162,16 +162,24 @@ def _statemachine_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
     return RunOutcome(events, seconds, eps, verified=verified, detail={"baseline_events_per_batch": per_batch, "baseline_verified": verified})
 
 
-def _run_statemachine(spark: Any, cfg: BenchConfig, ckpt: str, name: str, keyed_step: Callable[[Any], Any]) -> RunOutcome:
-    """E4: state-machine events -> key_by(address) -> ``keyed_step`` -> alerts, verified
-    against the invalid events the generator injected."""
+def _keyed_e4(spark: Any, cfg: BenchConfig, ckpt: str, name: str, src: StateMachineSource,
+              keyed_step: Callable[[Any], Any]) -> tuple[Any, int, float, float, list[dict[str, Any]]]:
+    """E4 events (event time) -> key_by(address) -> ``keyed_step`` -> collected:
+    ``(result, events, seconds, events/s, rows)``."""
     env = _env(spark, cfg, ckpt)
-    src = _statemachine_source(spark, cfg)
     sink = CollectSink()
     keyed = env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events").key_by("address")
     keyed_step(keyed).sink_to(sink)
     result, events, seconds, eps = _execute(env, name, cfg)
-    got = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
+    return result, events, seconds, eps, sink.rows()
+
+
+def _run_statemachine(spark: Any, cfg: BenchConfig, ckpt: str, name: str, keyed_step: Callable[[Any], Any]) -> RunOutcome:
+    """E4: state-machine events -> key_by(address) -> ``keyed_step`` -> alerts, verified
+    against the invalid events the generator injected."""
+    src = _statemachine_source(spark, cfg)
+    result, events, seconds, eps, rows = _keyed_e4(spark, cfg, ckpt, name, src, keyed_step)
+    got = sorted((r["address"], r["state"], r["type"]) for r in rows)
     expected = src.expected_alerts(result.events)
     return RunOutcome(
         events, seconds, eps, progress=result.progress, verified=bool(result.events) and got == expected,
@@ -726,13 +734,9 @@ def _expected_flows(src: StateMachineSource, read: int) -> list[tuple[int, int, 
 
 
 def _run_flows(spark: Any, cfg: BenchConfig, ckpt: str, name: str, step: Callable[[Any], Any]) -> RunOutcome:
-    env = _env(spark, cfg, ckpt)
     src = _cep_source(spark, cfg)
-    sink = CollectSink()
-    keyed = env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events").key_by("address")
-    step(keyed).sink_to(sink)
-    result, events, seconds, eps = _execute(env, name, cfg)
-    got = sorted((r["address"], r["opened"], r["closed"]) for r in sink.rows())
+    result, events, seconds, eps, rows = _keyed_e4(spark, cfg, ckpt, name, src, step)
+    got = sorted((r["address"], r["opened"], r["closed"]) for r in rows)
     expected = _expected_flows(src, result.events)
     # The last batch's flows may still wait for the watermark (event time): every flow
     # emitted must be expected, and every expected flow closed a batch before the end emitted.
