@@ -98,6 +98,22 @@ def test_late_events_are_dropped_and_counted(env):
     assert result.late_dropped == 1
 
 
+def test_late_events_go_to_a_side_output_when_asked(spark, tmp_path):
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark)
+    data = [[(5_000, "u1", "a", 1), (9_000, "u1", "x", 0)], [(2_000, "u1", "a", 7), (9_500, "u1", "b", 1), (9_600, "u1", "c", 1)]]
+    late = OutputTag("late", SCHEMA)
+    keyed = env.from_source(ScriptedSource(data, SCHEMA), BOUND).key_by("user")
+    p = Pattern.begin("a").where("t = 'a'").followed_by("b").where(lambda e: e["t"] == "b")
+    matches = CEP.pattern(keyed, p).select(lambda m: {"start": m["a"][0]["ts"]}, "start bigint", late=late)
+    main, side = CollectSink(), CollectSink()
+    matches.sink_to(main)
+    matches.get_side_output(late).sink_to(side)
+    result = env.execute("cep-late-side", progress=False)
+    assert [r["start"] for r in main.rows()] == [5_000]
+    assert side.rows() == [{"ts": 2_000, "user": "u1", "t": "a", "v": 7}]  # as it came, without the SQL condition's column
+    assert result.late_dropped == 0  # kept, not dropped
+
+
 class Report(PatternProcessFunction):
     def process_match(self, match, ctx):
         yield {"user": match["a"][0]["user"], "kind": "match", "n": sum(len(v) for v in match.values())}

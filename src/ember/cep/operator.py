@@ -6,7 +6,8 @@ Event time (Flink's CEP operator): each key's events wait in keyed state until t
 passes them, then go to the matcher in timestamp order (arrival order on ties), and time
 advances to the watermark (timing out partial matches, completing trailing negative
 stages). An event at or behind the watermark when it arrives is late: dropped and counted in
-``late_dropped``. Processing time: events go to the matcher as they arrive.
+``late_dropped``, or sent to the ``late`` side output when one is given (Flink's
+``sideOutputLateData``). Processing time: events go to the matcher as they arrive.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ class CepFunction(KeyedProcessFunction):
     """Matches ``pattern`` per key and hands matches to ``handler``."""
 
     def __init__(self, pattern: Pattern, handler: PatternProcessFunction, step: str, timed_out: Any = None,
-                 sql_columns: dict[str, str] | None = None) -> None:
+                 sql_columns: dict[str, str] | None = None, late: Any = None) -> None:
         self.pattern, self.handler, self.step = pattern, handler, step
-        self.timed_out, self.sql_columns = timed_out, dict(sql_columns or {})
+        self.timed_out, self.sql_columns, self.late = timed_out, dict(sql_columns or {}), late
 
     def open(self, ctx: RuntimeContext) -> None:
         self.matcher = Matcher(compile_pattern(self.pattern, self.sql_columns))
@@ -97,6 +98,8 @@ class CepFunction(KeyedProcessFunction):
                 ts = times[i]
                 if watermark is not None and ts <= watermark:
                     late += 1
+                    if self.late is not None:
+                        rt.output(self.late, self._visible_record(dict(zip(fields, rows[i]))))
                     continue
                 heapq.heappush(buffered, (ts, seq, rows[i]))
                 seq += 1
@@ -105,7 +108,7 @@ class CepFunction(KeyedProcessFunction):
                 rt.register_event_time_timer(buffered[0][0])  # due when the watermark reaches the earliest waiting event
             cell.update(st)
             rt.leave(key, slot)
-        if late:
+        if late and self.late is None:
             rt.count(LATE, late)
         return True
 
@@ -117,9 +120,10 @@ class CepFunction(KeyedProcessFunction):
         watermark = ctx.current_watermark
         if ts is not None and getattr(ctx, "event_time", False):
             if watermark is not None and ts <= watermark:
-                count = getattr(ctx, "count", None)
-                if count is not None:
-                    count(LATE)
+                if self.late is not None:
+                    ctx.output(self.late, self._visible_record(value))
+                elif getattr(ctx, "count", None) is not None:
+                    ctx.count(LATE)  # type: ignore[attr-defined]
                 self.cep.update(st)
                 return None
             if not st[1] or ts < st[1][0][0]:
@@ -173,6 +177,11 @@ class CepFunction(KeyedProcessFunction):
             done, expired = _visible(done), _visible(expired)
         self._emit(done, expired, ctx, out)
         return partials
+
+    def _visible_record(self, event: dict[str, Any]) -> dict[str, Any]:
+        if not self.sql_columns:
+            return event
+        return {k: v for k, v in event.items() if not k.startswith(SQL_PREFIX)}
 
     def _emit(self, done: list, expired: list, ctx: Context, out: list[Any]) -> None:
         handler = self.handler

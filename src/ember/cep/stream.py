@@ -31,28 +31,33 @@ class PatternStream:
     def __init__(self, stream: KeyedStream, pattern: Pattern) -> None:
         self.stream, self.pattern = stream, pattern
 
-    def process(self, fn: PatternProcessFunction, output_schema: Any, *, timed_out: Any = None,
+    def process(self, fn: PatternProcessFunction, output_schema: Any, *, timed_out: Any = None, late: Any = None,
                 name: str | None = None) -> DataStream:
         """``fn.process_match(match, ctx)`` per match, yielding records of ``output_schema``;
         with ``timed_out=OutputTag(name, schema)``, ``fn.process_timed_out_match`` per partial
-        match cut short by ``within`` (read it with ``get_side_output(tag)``)."""
+        match cut short by ``within``; with ``late=OutputTag(name, schema)`` (event time), the
+        events that came behind the watermark, as they are (read either with
+        ``get_side_output(tag)``; without ``late`` they are dropped and counted)."""
         step = name or "pattern"
         if not isinstance(fn, PatternProcessFunction):
             raise PipelineError(f"process takes a PatternProcessFunction instance, got {fn!r}", step)
         if timed_out is not None and (getattr(timed_out, "name", None) is None or getattr(timed_out, "schema", None) is None):
             raise PipelineError("timed_out takes an OutputTag with a schema, e.g. OutputTag('partial', 'user string')", step)
+        if late is not None and (getattr(late, "name", None) is None or getattr(late, "schema", None) is None):
+            raise PipelineError("late takes an OutputTag with the stream's schema, e.g. OutputTag('late', 'ts bigint, user string')",
+                                step)
         if timed_out is not None and self.pattern.window_ms is None:
             raise PipelineError("timed_out needs a pattern with within(...): without a window nothing times out", step)
         keyed, sql_columns = self._with_sql_conditions()
-        function = CepFunction(self.pattern, fn, step, timed_out, sql_columns)
+        function = CepFunction(self.pattern, fn, step, timed_out, sql_columns, late)
         return keyed.process(function, output_schema, name=name)
 
     def select(self, fn: Callable[[dict[str, list[dict[str, Any]]]], Any], output_schema: Any, *,
-               name: str | None = None) -> DataStream:
+               late: Any = None, name: str | None = None) -> DataStream:
         """One record per match: ``fn(match)`` (a dict or tuple of ``output_schema``)."""
         if not callable(fn):
             raise PipelineError(f"select takes a function of the match, got {fn!r}", name or "pattern")
-        return self.process(SelectFunction(fn), output_schema, name=name)
+        return self.process(SelectFunction(fn), output_schema, late=late, name=name)
 
     def _with_sql_conditions(self) -> tuple[KeyedStream, dict[str, str]]:
         """SQL conditions become columns Spark computes before the step (vectorised); the
