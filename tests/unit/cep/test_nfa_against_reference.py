@@ -4,6 +4,7 @@ seeded random sequences, for every contiguity, quantifier and skip strategy."""
 from __future__ import annotations
 
 import random
+import zlib
 
 import cep_model
 import pytest
@@ -80,7 +81,7 @@ COMBINATIONS = [(n, k) for n in sorted(PATTERNS) for k in sorted(SKIPS) if SKIPS
 def test_matches_equal_the_references(name, skip):
     pattern = PATTERNS[name].skip_strategy(SKIPS[skip])
     checked = 0
-    for events, times in sequences(hash((name, skip)) % 10_000, 60, 9):
+    for events, times in sequences(zlib.crc32(f"{name}/{skip}".encode()), 80, 9):  # a fixed seed per case
         expected = cep_model.emitted(pattern, events, times)
         assert run_matcher(pattern, events, times) == expected, (events, times)
         checked += bool(expected)
