@@ -20,11 +20,10 @@ matches and completes trailing negative stages).
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ember.cep.pattern import Contiguity, Pattern
+from ember.cep.pattern import Contiguity, Pattern, positional_arity
 
 __all__ = ["Matcher", "MatchContext", "compile_pattern", "Plan", "LOOP", "NEXT", "TRAIL"]
 
@@ -72,13 +71,7 @@ def _predicate(cond: Any, sql_columns: dict[str, str]) -> Callable[[dict[str, An
     if isinstance(cond, str):  # a SQL condition: evaluated by Spark before the step, read from its column
         column = sql_columns[cond]
         return lambda e, events, names: bool(e.get(column))
-    try:
-        params = [p for p in inspect.signature(cond).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-        takes_ctx = len(params) == 2
-    except (TypeError, ValueError):
-        takes_ctx = False
-    if takes_ctx:
+    if positional_arity(cond) == 2:
         return lambda e, events, names: bool(cond(e, MatchContext(events, names)))
     return lambda e, events, names: bool(cond(e))
 
@@ -88,12 +81,7 @@ def _simple(alternatives: tuple[tuple[Any, ...], ...]) -> Callable[[dict[str, An
     if len(alternatives) != 1 or len(alternatives[0]) != 1 or isinstance(alternatives[0][0], str):
         return None
     cond = alternatives[0][0]
-    try:
-        params = [p for p in inspect.signature(cond).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    except (TypeError, ValueError):
-        return None
-    return cond if len(params) == 1 else None
+    return cond if positional_arity(cond) == 1 else None
 
 
 def _test(alternatives: tuple[tuple[Any, ...], ...], sql_columns: dict[str, str]) -> Callable[[dict[str, Any], tuple, list[str]], bool]:

@@ -99,7 +99,7 @@ class CepFunction(KeyedProcessFunction):
                 if watermark is not None and ts <= watermark:
                     late += 1
                     if self.late is not None:
-                        rt.output(self.late, self._visible_record(dict(zip(fields, rows[i]))))
+                        rt.output(self.late, _without_sql(dict(zip(fields, rows[i]))))
                     continue
                 heapq.heappush(buffered, (ts, seq, rows[i]))
                 seq += 1
@@ -121,7 +121,7 @@ class CepFunction(KeyedProcessFunction):
         if ts is not None and getattr(ctx, "event_time", False):
             if watermark is not None and ts <= watermark:
                 if self.late is not None:
-                    ctx.output(self.late, self._visible_record(value))
+                    ctx.output(self.late, _without_sql(value))
                 elif getattr(ctx, "count", None) is not None:
                     ctx.count(LATE)  # type: ignore[attr-defined]
                 self.cep.update(st)
@@ -178,11 +178,6 @@ class CepFunction(KeyedProcessFunction):
         self._emit(done, expired, ctx, out)
         return partials
 
-    def _visible_record(self, event: dict[str, Any]) -> dict[str, Any]:
-        if not self.sql_columns:
-            return event
-        return {k: v for k, v in event.items() if not k.startswith(SQL_PREFIX)}
-
     def _emit(self, done: list, expired: list, ctx: Context, out: list[Any]) -> None:
         handler = self.handler
         for m in done:
@@ -216,5 +211,10 @@ class CepFunction(KeyedProcessFunction):
             ctx.register_event_time_timer(due)
 
 
+def _without_sql(event: dict[str, Any]) -> dict[str, Any]:
+    """The event as the user's stream has it: without the SQL conditions' columns."""
+    return {k: v for k, v in event.items() if not k.startswith(SQL_PREFIX)}
+
+
 def _visible(matches: list) -> list:
-    return [tuple((s, q, t, {k: v for k, v in e.items() if not k.startswith(SQL_PREFIX)}) for s, q, t, e in m) for m in matches]
+    return [tuple((s, q, t, _without_sql(e)) for s, q, t, e in m) for m in matches]

@@ -277,11 +277,16 @@ def _condition(condition: Any, stage: str) -> Any:
         return condition
     if not callable(condition):
         raise PipelineError(f"a condition is a callable or a SQL expression string, got {condition!r}", stage)
-    try:
-        params = [p for p in inspect.signature(condition).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    except (TypeError, ValueError):
-        params = []
-    if len(params) > 2:
-        raise PipelineError(f"a condition takes (event) or (event, ctx), got a function of {len(params)} arguments", stage)
+    arity = positional_arity(condition)
+    if arity is not None and arity > 2:
+        raise PipelineError(f"a condition takes (event) or (event, ctx), got a function of {arity} arguments", stage)
     return condition
+
+
+def positional_arity(fn: Any) -> int | None:
+    """How many positional arguments without a default ``fn`` takes (None: not inspectable)."""
+    try:
+        return len([p for p in inspect.signature(fn).parameters.values()
+                    if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty])
+    except (TypeError, ValueError):
+        return None

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import Node, SideOutputNode, SinkNode, SourceNode
 from ember.job import RunListener
-from ember.runner.spark.checkpoint import CheckpointLayout, read_json
+from ember.runner.spark.checkpoint import CheckpointLayout, read_json, write_json
 from ember.runner.spark.compilation import ROWS_METRIC
 
 __all__ = ["JobMonitor", "graph_spec", "BATCH_BUCKETS_S", "LATENCY_BUCKETS_S", "RATE_WINDOW_S"]
@@ -323,15 +323,9 @@ class JobMonitor(RunListener):
 def _record_run(checkpoint: str | None, now: float) -> list[dict[str, Any]]:
     """Append this start to the checkpoint's run history (a restart after a kill shows
     the previous run as ended without stopping); the history."""
-    runs: list[dict[str, Any]] = []
     path = _runs_path(checkpoint)
-    if path and os.path.exists(path):
-        try:
-            with open(path) as f:
-                loaded = json.load(f)
-            runs = [r for r in loaded if isinstance(r, dict)] if isinstance(loaded, list) else []
-        except (OSError, ValueError):
-            runs = []
+    loaded = _read(path) if path else None
+    runs = [r for r in loaded if isinstance(r, dict)] if isinstance(loaded, list) else []
     for run in runs:
         if run.get("ended_ms") is None:
             run["ended"] = "ended without stopping (killed, or its driver died)"
@@ -352,13 +346,8 @@ def _runs_path(checkpoint: str | None) -> str | None:
 
 
 def _write_runs(path: str | None, runs: list[dict[str, Any]]) -> None:
-    if not path:
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(runs[-200:], f)
-    os.replace(tmp, path)
+    if path:
+        write_json(path, runs[-200:])
 
 
 def _read(path: str) -> Any:

@@ -180,7 +180,7 @@ def run_job(
         processing_seconds=follower.processing_ms / 1000,
         progress=follower.progress,
         stopped_because=reason,
-        late_dropped=follower.late_dropped + _counted(job, "late_dropped"),
+        late_dropped=follower.late_dropped + follower.counted_late(),
         start_ms=source_origins(checkpoint, graph),
     )
 
