@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["EnvironmentConfig", "JobResult", "RunListener"]
+__all__ = ["EnvironmentConfig", "JobResult", "RunListener", "spark_time_ms"]
+
+
+def spark_time_ms(stamp: Any) -> int | None:
+    """A time in Spark's progress reports ("2026-11-25T00:09:38.397Z") as epoch ms; None if it is not one."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class JobResult:
         for report in reversed(self.progress):
             wm = report.get("eventTime", {}).get("watermark")
             if wm:
-                return int(datetime.fromisoformat(wm.replace("Z", "+00:00")).timestamp() * 1000)
+                return spark_time_ms(wm)
         return None
 
     @property

@@ -31,6 +31,7 @@ from ember.connectors.external import RedisSink, redis_url, yahoo_window_writer
 from ember.connectors.generators import AdClickSource, GrepSource, GroupingSource, RuleSource, StateMachineSource, YahooSource
 from ember.connectors.sinks import CollectSink, CountSink, NoopSink
 from ember.functions import OutputTag
+from ember.job import spark_time_ms
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.execution import source_origins
 from ember.time.watermarks import WatermarkStrategy
@@ -472,12 +473,9 @@ YAHOO_REDIS_RATE = 100_000  # events/s when --rate is not given: yahoo-redis mea
 
 def _batch_start_ms(progress: list[dict[str, Any]], index: int) -> int:
     """When batch ``index`` of a run started (epoch ms; the last one's if the run had fewer)."""
-    import datetime as dt
-
     if not progress:
         return 0
-    stamp = progress[min(index, len(progress) - 1)]["timestamp"]
-    return int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    return spark_time_ms(progress[min(index, len(progress) - 1)]["timestamp"]) or 0
 
 
 def _redis_windows(client: Any, prefix: str) -> dict[tuple[str, int], tuple[int, int]]:

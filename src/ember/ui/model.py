@@ -14,12 +14,11 @@ import os
 import threading
 import time
 from collections import deque
-from datetime import datetime
 from typing import Any, Callable
 
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import Node, SideOutputNode, SinkNode, SourceNode
-from ember.job import RunListener
+from ember.job import RunListener, spark_time_ms
 from ember.runner.spark.checkpoint import CheckpointLayout, read_json, write_json
 from ember.runner.spark.compilation import ROWS_METRIC
 
@@ -143,7 +142,7 @@ class JobMonitor(RunListener):
         if len(self._sources) == 1 and unobserved:  # not counted in the query (one source; or fused): Spark's count, corrected
             only = self._sources[0]
             rows[only] = events
-            latest = _ms((report.get("eventTime") or {}).get("max"))  # the query's event time is the source's
+            latest = spark_time_ms((report.get("eventTime") or {}).get("max"))  # the query's event time is the source's
             if latest is not None and "out_of_orderness_ms" in self._by_name[only]:
                 self.max_event_time[only] = max(self.max_event_time.get(only, latest), latest)
         for step, n in rows.items():
@@ -157,10 +156,10 @@ class JobMonitor(RunListener):
         duration_ms = int((report.get("durationMs") or {}).get("triggerExecution") or 0)
         self.duration_sum_s += duration_ms / 1000
         self.histogram[_bucket(duration_ms / 1000)] += 1
-        watermark = _ms((report.get("eventTime") or {}).get("watermark"))
+        watermark = spark_time_ms((report.get("eventTime") or {}).get("watermark"))
         if watermark is not None and watermark > 0:
             self.watermark_ms = watermark
-        started = _ms(report.get("timestamp")) or int(self.clock() * 1000)
+        started = spark_time_ms(report.get("timestamp")) or int(self.clock() * 1000)
         self.batches.append({
             "batch_id": bid, "started_ms": started, "duration_ms": duration_ms, "events": events,
             "rows": rows, "lag": report.get("lag"), "late": late,
@@ -406,15 +405,6 @@ def _percentile(ordered: list[int], q: float) -> int | None:
         return None
     index = min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))
     return ordered[index]
-
-
-def _ms(stamp: Any) -> int | None:
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
-    except ValueError:
-        return None
 
 
 def _lag_s(now_ms: int, watermark_ms: int | None) -> float | None:
