@@ -11,7 +11,6 @@ goes first, so a drift during the run favours neither.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ember.bench.memory import RssSampler
+from ember.runner.spark.checkpoint import disk_bytes
 
 __all__ = ["BenchConfig", "RunOutcome", "WORKLOADS", "bench_session", "run_once", "throughput"]
 
@@ -98,8 +98,6 @@ def log(cfg: BenchConfig, msg: str) -> None:
         print(f"[ember bench] {msg}", file=sys.stderr, flush=True)
 
 
-def _disk_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
 def bench_session(master: str) -> Any:
@@ -119,7 +117,7 @@ def run_once(run: Callable[[Any, BenchConfig, str], RunOutcome], spark: Any, cfg
         with RssSampler() as rss:
             out = run(spark, cfg, ckpt)
         out.peak_rss_bytes = rss.peak_any
-        out.checkpoint_bytes = _disk_bytes(ckpt)
+        out.checkpoint_bytes = disk_bytes(ckpt)
         return out
     finally:
         shutil.rmtree(ckpt, ignore_errors=True)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import Node, SideOutputNode, SinkNode, SourceNode
 from ember.job import RunListener, spark_time_ms
-from ember.runner.spark.checkpoint import CheckpointLayout, read_json, write_json
+from ember.runner.spark.checkpoint import CheckpointLayout, disk_bytes, read_json, write_json
 from ember.runner.spark.compilation import ROWS_METRIC
 
 __all__ = ["JobMonitor", "graph_spec", "BATCH_BUCKETS_S", "LATENCY_BUCKETS_S", "RATE_WINDOW_S"]
@@ -212,7 +212,7 @@ class JobMonitor(RunListener):
         if not path or now - self._sized_at < SIZE_EVERY_S:
             return
         self._sized_at = now
-        size = _du(path)
+        size = disk_bytes(path)
         layout = CheckpointLayout(path)
         taken, restored = _read(layout.savepoints_taken), _read(layout.restored_from)
         with self._lock:
@@ -360,17 +360,6 @@ def _step_named(message: str, steps: dict[str, Any]) -> str | None:
     """The step an error message names ('step' 'x' or "'x'"), if any."""
     named = [name for name in steps if f"'{name}'" in message]
     return max(named, key=len) if named else None
-
-
-def _du(path: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass  # removed by Spark's maintenance while we walked
-    return total
 
 
 def _recent(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -187,6 +187,19 @@ def write_json(path: str, value: Any, *, indent: int | None = None) -> None:
     os.replace(tmp, path)
 
 
+def disk_bytes(path: str) -> int:
+    """The bytes of every file under ``path`` (files removed while walking, e.g. by Spark's
+    state maintenance, are skipped)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
 def read_json(path: str) -> Any:
     """The JSON value at ``path`` (None when there is no such file)."""
     try:
