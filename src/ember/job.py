@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["EnvironmentConfig", "JobResult", "RunListener", "spark_time_ms"]
+__all__ = ["EnvironmentConfig", "JobResult", "RunListener", "spark_time_ms", "DASHBOARD_PORT"]
+
+DASHBOARD_PORT = 8081  # a watched job's dashboard (ember.ui), as Flink's web UI
 
 
 def spark_time_ms(stamp: Any) -> int | None:

@@ -14,7 +14,7 @@ from ember.connectors.spark_sources import ScriptedSource
 from ember.errors import ConfigError, PipelineError
 from ember.graph.graph import Graph
 from ember.graph.nodes import SinkNode, SourceNode, SqlNode
-from ember.job import EnvironmentConfig, JobResult
+from ember.job import DASHBOARD_PORT, EnvironmentConfig, JobResult
 from ember.runner.spark.planner import physical_notes, plan
 from ember.time.clock import Clock, SystemClock
 from ember.time.durations import seconds_of, to_ms
@@ -30,7 +30,6 @@ __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|yarn|k8s://.+)$")
 _STATE_BACKENDS = ("rocksdb", "hdfs")
 KEYED_OPERATORS = ("auto", "transform_with_state")
-DEFAULT_UI_PORT = 8081  # the dashboard's (ember.ui), as Flink's web UI
 
 
 class StreamEnvironment:
@@ -255,7 +254,7 @@ class StreamEnvironment:
         if max_events is not None and (not isinstance(max_events, int) or max_events <= 0):
             raise ConfigError(f"max_events must be a positive int, got {max_events!r}")
         if isinstance(ui, bool) or ui is None:
-            port = DEFAULT_UI_PORT if ui else None
+            port = DASHBOARD_PORT if ui else None
         elif isinstance(ui, int):
             port = ui
         else:

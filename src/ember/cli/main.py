@@ -12,6 +12,7 @@ import sys
 from typing import Any, Callable
 
 from ember.errors import EmberError
+from ember.job import DASHBOARD_PORT
 
 __all__ = ["main", "load_job"]
 
@@ -71,8 +72,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def ui_options(parser: argparse.ArgumentParser) -> None:
     """``--ui``, ``--ui-port``, ``--ui-host``: the live dashboard (docs/dashboard.md)."""
-    parser.add_argument("--ui", action="store_true", help="serve a live dashboard of the job (default http://127.0.0.1:8081/)")
-    parser.add_argument("--ui-port", type=int, default=8081, metavar="PORT", help="--ui: port (default 8081; 0 = any free port)")
+    parser.add_argument("--ui", action="store_true", help=f"serve a live dashboard of the job (default http://127.0.0.1:{DASHBOARD_PORT}/)")
+    parser.add_argument("--ui-port", type=int, default=DASHBOARD_PORT, metavar="PORT",
+                        help=f"--ui: port (default {DASHBOARD_PORT}; 0 = any free port)")
     parser.add_argument("--ui-host", metavar="ADDR",
                         help="--ui: address to serve on (default 127.0.0.1; another one serves the page without authentication)")
 

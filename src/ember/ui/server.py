@@ -18,12 +18,13 @@ import threading
 from typing import Any
 
 from ember.errors import ConfigError
+from ember.job import DASHBOARD_PORT
 from ember.ui.model import JobMonitor
 from ember.ui.prometheus import CONTENT_TYPE, metrics_text, registry_for
 
 __all__ = ["Dashboard", "DEFAULT_PORT", "DEFAULT_HOST", "is_loopback"]
 
-DEFAULT_PORT = 8081  # Flink's web UI port
+DEFAULT_PORT = DASHBOARD_PORT
 DEFAULT_HOST = "127.0.0.1"
 STATIC = os.path.join(os.path.dirname(__file__), "static")
 
