@@ -21,6 +21,11 @@ Plain Python, no Ember code: the reference Ember's windows and timers are checke
 - **Count windows** count a key's records (in timestamp order within a batch) and fire in
   the batch of the record that completes them; they do not fire at the end of input.
 - At the end of input the watermark moves to the end of time: everything still open fires.
+- **In-batch watermark** (``in_batch=True``; Ember's keyed runtime when its step's watermark
+  is the query's only one): after a batch's records the step advances to the watermark those
+  records make (Flink's periodic watermark) and fires what that makes due in the *same*
+  batch, after the records; without it (Spark's native operators) that happens first thing
+  in the next batch. Either way the results are the same; only the batch differs.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from dataclasses import dataclass, field
 END = "end"  # the batch label of what fires at the end of input
 
 
-def flink_watermarks(batches: list[list[tuple]], bound_ms: int) -> list[int | None]:
-    """The watermark before each micro-batch (None: none yet)."""
+def flink_watermarks(batches: list[list[tuple]], bound_ms: int, *, after_last: bool = False) -> list[int | None]:
+    """The watermark before each micro-batch (None: none yet); ``after_last``: and the one
+    after the last batch."""
     out: list[int | None] = []
     wm: int | None = None
     for batch in batches:
@@ -41,7 +47,14 @@ def flink_watermarks(batches: list[list[tuple]], bound_ms: int) -> list[int | No
             candidate = max(r[0] for r in batch) - bound_ms - 1
             if candidate >= 0 and (wm is None or candidate > wm):  # Spark's never goes below 0 (Flink's -1)
                 wm = candidate
-    return out
+    return out + [wm] if after_last else out
+
+
+def _firing_watermarks(batches: list[list[tuple]], bound_ms: int, in_batch: bool) -> list[tuple[int | None, int | None]]:
+    """Per batch: the watermark its records are judged by, and the one that fires what is due
+    after them (the same, or with ``in_batch`` the one the batch's records make)."""
+    marks = flink_watermarks(batches, bound_ms, after_last=True)
+    return [(marks[k], marks[k + 1] if in_batch else marks[k]) for k in range(len(batches))]
 
 
 @dataclass
@@ -52,16 +65,21 @@ class Windowed:
     late: int = 0
 
 
-def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, slide: int | None = None) -> Windowed:
+def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, slide: int | None = None, *,
+            in_batch: bool = False) -> Windowed:
     """Count and sum per key and window. ``kind``: tumbling (``size``), sliding (``size``,
     ``slide``) or session (``size`` = the gap)."""
     result = Windowed()
     open_: dict[tuple, list[int]] = {}  # (key, start, end) -> [count, sum]
-    for k, (batch, wm) in enumerate(zip(batches, flink_watermarks(batches, bound_ms))):
+
+    def fire(k: int, wm: int | None) -> None:
         if wm is not None:
             for w in sorted(w for w in open_ if w[2] - 1 <= wm):
                 n, total = open_.pop(w)
                 result.fired[w] = (n, total, k)
+
+    for k, (batch, (wm, after)) in enumerate(zip(batches, _firing_watermarks(batches, bound_ms, in_batch))):
+        fire(k, wm)
         for ts, key, value in batch:
             if kind == "session":
                 _add_to_session(open_, result, key, ts, value, size, wm)
@@ -76,6 +94,7 @@ def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, sli
                 acc = open_.setdefault(w, [0, 0])
                 acc[0] += 1
                 acc[1] += value
+        fire(k, after)
     for w in sorted(open_):
         n, total = open_[w]
         result.fired[w] = (n, total, END)
@@ -83,7 +102,7 @@ def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, sli
 
 
 def windows_with_lateness(batches: list[list[tuple]], bound_ms: int, size: int, slide: int | None,
-                          lateness_ms: int) -> tuple[list[tuple], int]:
+                          lateness_ms: int, *, in_batch: bool = False) -> tuple[list[tuple], int]:
     """Tumbling/sliding windows with allowed lateness: every firing ``(key, start, end, count,
     sum, batch)`` and the late count. A window fires when the watermark reaches its last
     timestamp; until the watermark reaches ``last timestamp + lateness`` (its cleanup) each
@@ -94,7 +113,8 @@ def windows_with_lateness(batches: list[list[tuple]], bound_ms: int, size: int, 
     open_: dict[tuple, list[int]] = {}  # (key, start, end) -> [count, sum]
     fired: set[tuple] = set()
     step = slide or size
-    for k, (batch, wm) in enumerate(zip(batches, flink_watermarks(batches, bound_ms))):
+
+    def fire(k: int, wm: int | None) -> None:
         if wm is not None:
             for w in sorted(open_):
                 if w[2] - 1 <= wm and w not in fired:
@@ -103,6 +123,9 @@ def windows_with_lateness(batches: list[list[tuple]], bound_ms: int, size: int, 
             for w in [w for w in open_ if w[2] - 1 + lateness_ms <= wm]:  # cleanup
                 del open_[w]
                 fired.discard(w)
+
+    for k, (batch, (wm, after)) in enumerate(zip(batches, _firing_watermarks(batches, bound_ms, in_batch))):
+        fire(k, wm)
         for ts, key, value in sorted(batch, key=lambda r: (r[1], r[0])):
             last_start = ts - (ts % step)
             starts = [s for s in range(last_start, ts - size, -step) if s <= ts < s + size]
@@ -116,6 +139,7 @@ def windows_with_lateness(batches: list[list[tuple]], bound_ms: int, size: int, 
                 if wm is not None and w[2] - 1 <= wm:  # a late firing
                     fired.add(w)
                     rows.append((*w, *acc, k))
+        fire(k, after)
     for w in sorted(open_):
         if w not in fired:
             rows.append((*w, *open_[w], END))
@@ -154,13 +178,15 @@ def _add_to_session(open_: dict[tuple, list[int]], result: Windowed, key: str, t
     open_[(key, start, end)] = [n, total]
 
 
-def timer_firings(batches: list[list[tuple]], bound_ms: int, delay_ms: int) -> list[tuple[str, int, int | str]]:
+def timer_firings(batches: list[list[tuple]], bound_ms: int, delay_ms: int, *,
+                  in_batch: bool = False) -> list[tuple[str, int, int | str]]:
     """A timer ``delay_ms`` after every record: ``(key, timer, batch it fires in)``, sorted
     (a key's timers at one timestamp fire once)."""
     pending: set[tuple[str, int]] = set()
     fired = []
-    for k, (batch, wm) in enumerate(zip(batches, flink_watermarks(batches, bound_ms))):
+    for k, (batch, (before, after)) in enumerate(zip(batches, _firing_watermarks(batches, bound_ms, in_batch))):
         for before_records in (True, False):  # the watermark fires timers before the batch's records ...
+            wm = before if before_records else after
             if not before_records:  # ... which may register timers behind it: those fire in the batch too
                 pending |= {(key, ts + delay_ms) for ts, key, _ in batch}
             for key, timer in sorted(t for t in pending if wm is not None and t[1] <= wm):

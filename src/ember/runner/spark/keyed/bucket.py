@@ -64,6 +64,7 @@ class BucketFunction:
         emit_time: bool = False,
         previous_watermark: Callable[[], int] | None = None,
         tie_break: str | None = None,
+        advance_ms: int | None = None,
     ) -> None:
         self.fn, self.step, self.keys, self.fields = fn, step, keys, fields
         self.out_fields, self.time_column, self.event_time = out_fields, time_column, event_time
@@ -74,6 +75,11 @@ class BucketFunction:
         # (PRE) come first, under the previous batch's watermark (``previous_watermark``).
         # Read by one: each output row's event time (TIME) and PRE flag, for the next step.
         self.emit_time, self.previous_watermark = emit_time, previous_watermark
+        # The out-of-orderness bound when the step advances its watermark within the batch
+        # (Flink's periodic watermark: after the batch's records, before Spark's end of batch),
+        # so what the batch's records make due fires in the same batch; None: Spark's watermark
+        # only. Set only where no other watermark holds Spark's back (translators/keyed.py).
+        self.advance_ms = advance_ms
         # An operator may take whole batches (contracts.BatchHandler); process_batch = None opts out.
         self.batches: BatchHandler | None = fn if callable(getattr(fn, "process_batch", None)) else None  # type: ignore[assignment]
         self.build_records = records_builder(fields)
@@ -83,6 +89,7 @@ class BucketFunction:
         if emit_time:
             self.columns_out += [TIME_OUT, PRE]
         self._rt: KeyedRuntime | None = None
+        self.touched = False  # whether the current call changed the bucket's state (or may have)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_rt": None}  # a runtime belongs to one task, never shipped
@@ -93,9 +100,14 @@ class BucketFunction:
             self.fn.open(self._rt)
         return self._rt
 
-    def __call__(self, bucket: Any, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+    def __call__(self, bucket: Any, frames: Iterator[pd.DataFrame], state: GroupState,
+                 latest: int | None = None) -> Iterator[pd.DataFrame]:
+        """``latest``: the latest event time among the batch's records, as the packing step
+        saw it (every partition tells every bucket, packing.py), when the step advances its
+        watermark within the batch; else the bucket's own records tell it."""
         rt = self.runtime()
         rt.side, rt.counts = [], {}
+        self.touched = False
         rt.blob = pickle.loads(state.get[0]) if state.exists else empty_bucket_state()
         spark_watermark = state.getCurrentWatermarkMs() if self.event_time else 0
         watermark = ember_watermark(spark_watermark) if self.event_time else None
@@ -110,14 +122,21 @@ class BucketFunction:
                 rt.watermark = ember_watermark(self.previous_watermark()) if self.event_time else None
                 for pdf in late_frames:
                     self._process(rt, pdf, out)
+                self.touched = True
                 rt.watermark = watermark
         self._fire_due(rt, out)
         ahead = len(out)  # the rows emitted before this step's watermark reached the batch's
         for pdf in batches:
-            self._process(rt, pdf, out)
+            seen = self._process(rt, pdf, out)
+            self.touched = True
+            if seen is not None and (latest is None or seen > latest):
+                latest = seen
+        if self.advance_ms is not None and latest is not None:
+            rt.watermark = self.advanced(spark_watermark, latest)
         self._fire_due(rt, out)
-        rt.expire(rt.blob["keys"])
-        state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
+        if self.touched:  # else nothing changed: a bucket told only of the batch's time
+            rt.expire(rt.blob["keys"])
+            state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
         # Spark calls a bucket back once its clock passes the timeout (Spark's watermark >
         # timeout, batch time > timeout), whether or not other keys of the bucket have records
         # then. An event-time timer is due when Ember's watermark (Spark's - 1) reaches it, i.e.
@@ -135,8 +154,19 @@ class BucketFunction:
         yield from self._frames_out(rt, out, ahead)
         rt.out = rt.marks = None
 
-    def _process(self, rt: KeyedRuntime, pdf: pd.DataFrame, out: list[Any]) -> None:
-        """One frame of the bucket's records: to the operator's batch path, else one call per record."""
+    def advanced(self, spark_watermark: int, latest: int) -> int | None:
+        """Ember's watermark once the batch's records (the latest at ``latest`` ms) are in:
+        what Spark will compute at the end of the batch from the same records — its rule
+        (``max(watermark, max event time - bound)``) — one ms behind, as ember_watermark.
+        Spark's watermark operator sees every record of the batch and this call only its
+        bucket's, so this is never ahead of Spark's next watermark: a timer it fires would
+        have fired first thing in the next batch, before any of that batch's records."""
+        assert self.advance_ms is not None
+        return ember_watermark(max(spark_watermark, latest - self.advance_ms))
+
+    def _process(self, rt: KeyedRuntime, pdf: pd.DataFrame, out: list[Any]) -> int | None:
+        """One frame of the bucket's records: to the operator's batch path, else one call per
+        record. Returns the frame's latest event time (None without event time or rows)."""
         times = None
         tie = pdf[self.tie_break].to_numpy() if self.tie_break is not None else None
         if self.time_column is not None:  # a timestamp whatever the field's type: sort and report as epoch ms
@@ -148,10 +178,11 @@ class BucketFunction:
         columns = [pdf[f].tolist() for f in self.fields]
         key_cols = [pdf[k].tolist() for k in self.keys]
         single = len(self.keys) == 1
+        latest = times[-1] if times else None
         if self.batches is not None:  # the operator may handle the whole batch itself
             key_list = key_cols[0] if single else list(zip(*key_cols))
             if self.batches.process_batch(rt, self.build_records, key_list, columns, times, out):
-                return
+                return latest
         fn, step, marks = self.fn, self.step, rt.marks
         table, process, append = rt.blob["keys"], fn.process_element, out.extend
         # The hot loop: one user call per record and nothing else per record.
@@ -178,6 +209,7 @@ class BucketFunction:
                     table[key] = slot
             elif found is not None:
                 del table[key]
+        return latest
 
     def _fire_due(self, rt: KeyedRuntime, out: list[Any]) -> None:
         self._fire(rt, EVENT_TIMERS, rt.watermark, out)
@@ -187,6 +219,7 @@ class BucketFunction:
         queue = rt.blob[kind]
         while until is not None and queue and queue[0][0] <= until:
             ts, _, key = heapq.heappop(queue)
+            self.touched = True
             found = rt.enter(key)
             rt.time_domain = "event_time" if kind == EVENT_TIMERS else "processing_time"
             timers = rt.current.get(kind)

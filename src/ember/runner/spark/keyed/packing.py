@@ -20,12 +20,14 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ember.connectors.hashing import spark_xxhash64
 
-__all__ = ["PACKED_ROWS", "PackSpec", "packer", "pack_at_source", "unpacking"]
+__all__ = ["PACKED_ROWS", "LATEST", "PackSpec", "packer", "pack_at_source", "unpacking"]
 
 PACKED_ROWS = "__ember_rows"
+LATEST = "__ember_latest"  # on a packed row: the latest event time (ms) among its partition's records
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class PackSpec:
     bucket_column: str
     time_field: str | None = None
     time_column: str | None = None
+    every_bucket: bool = False  # a row for every bucket (the step's in-batch watermark, bucket.py)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -52,12 +55,18 @@ class PackSpec:
         return cls(**kwargs)
 
 
-def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str,
-            time_field: str | None = None) -> Iterator[pa.RecordBatch]:
-    """One ``(bucket, Arrow IPC stream[, max of time_field])`` row per bucket of the
-    ``(records, their buckets)`` in ``batches``; row order within a bucket is kept."""
+def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, time_field: str | None = None,
+            latest: str | None = None, every_bucket: int | None = None) -> Iterator[pa.RecordBatch]:
+    """One ``(bucket, Arrow IPC stream)`` row per bucket of the ``(records, their buckets)``
+    in ``batches``; row order within a bucket is kept.
+
+    ``time_field``: the records' event time (ms); then every row also carries, as
+    ``latest``, the latest event time of the partition's records (for Spark's watermark and
+    the step's in-batch watermark, bucket.py). ``every_bucket``: the number of state
+    buckets, when every one of them must hear of that time — buckets without records then
+    get a row with an empty stream, so each bucket's call sees the batch's latest time."""
     parts: dict[int, list[pa.RecordBatch]] = {}
-    latest: dict[int, int] = {}
+    newest: int | None = None
     schema = None
     for batch, b in batches:
         if batch.num_rows == 0:
@@ -69,9 +78,9 @@ def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str,
         starts = np.r_[0, np.flatnonzero(np.diff(sorted_b)) + 1]
         ends = np.r_[starts[1:], len(order)]
         if time_field is not None:
-            maxima = np.maximum.reduceat(data.column(time_field).to_numpy(), starts)
-            for key, value in zip(sorted_b[starts].tolist(), maxima.tolist()):
-                latest[key] = max(latest.get(key, value), value)
+            top = pc.max(data.column(time_field)).as_py()
+            if top is not None and (newest is None or top > newest):
+                newest = top
         for key, start, end in zip(sorted_b[starts].tolist(), starts.tolist(), ends.tolist()):
             parts.setdefault(key, []).append(data.slice(start, end - start))
     if not parts:
@@ -83,24 +92,31 @@ def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str,
             for s in slices:
                 writer.write_batch(s)
         blobs.append(sink.getvalue().to_pybytes())
-    columns = [pa.array(list(parts), pa.int32()), pa.array(blobs, pa.binary())]
+    ids = list(parts)
+    if every_bucket is not None and newest is not None:
+        ids += [b for b in range(every_bucket) if b not in parts]
+        blobs += [b""] * (len(ids) - len(blobs))
+    columns = [pa.array(ids, pa.int32()), pa.array(blobs, pa.binary())]
     names = [bucket, PACKED_ROWS]
-    if time_field is not None:
-        columns.append(pa.array([latest[k] for k in parts], pa.int64()))
-        names.append(time_field)
+    if time_field is not None and latest is not None:
+        columns.append(pa.array([newest] * len(ids), pa.int64()))
+        names.append(latest)
     yield pa.RecordBatch.from_arrays(columns, names=names)
 
 
-def packer(bucket: str, drop: tuple[str, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def packer(bucket: str, drop: tuple[str, ...], time_column: str | None = None,
+           every_bucket: int | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: a partition's rows -> ``(bucket, Arrow IPC stream)``
-    per bucket, without the ``bucket`` and ``drop`` columns."""
+    per bucket, without the ``bucket`` and ``drop`` columns. With ``time_column`` (event
+    time in ms) each row also carries the partition's latest as ``LATEST``, and with
+    ``every_bucket`` every bucket gets a row (see :func:`_packed`)."""
 
     def split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
         records = batch.drop_columns([bucket, *[c for c in drop if c in batch.schema.names]])
         return records, batch.column(bucket).to_numpy(zero_copy_only=False)
 
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _packed((split(b) for b in batches), bucket)
+        yield from _packed((split(b) for b in batches), bucket, time_column, LATEST if time_column else None, every_bucket)
 
     return pack
 
@@ -109,7 +125,8 @@ def pack_at_source(batches: Iterator[pa.RecordBatch], spec: PackSpec) -> Iterato
     """A Python source's own record batches packed per state bucket, the bucket
     computed as Spark's ``pmod(xxhash64(keys), buckets)`` would; each record gets
     ``spec.time_column`` (its event time in ms), each packed row the latest event
-    time of its records under the name of ``spec.time_field`` (for the watermark)."""
+    time of the partition's records under the name of ``spec.time_field`` (for the
+    watermark)."""
 
     def split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
         keys = [batch.column(k).to_numpy(zero_copy_only=False) for k in spec.keys]
@@ -118,20 +135,26 @@ def pack_at_source(batches: Iterator[pa.RecordBatch], spec: PackSpec) -> Iterato
             batch = batch.append_column(spec.time_column, batch.column(spec.time_field).cast(pa.int64()))
         return batch, buckets
 
-    yield from _packed((split(b) for b in batches), spec.bucket_column, spec.time_field)
+    yield from _packed((split(b) for b in batches), spec.bucket_column, spec.time_column, spec.time_field,
+                       spec.buckets if spec.every_bucket else None)
 
 
 BucketFunction = Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]
 
 
-def unpacking(run: BucketFunction) -> BucketFunction:
-    """Wrap a bucket function so it receives the unpacked rows as one DataFrame."""
+def unpacking(run: BucketFunction, latest: str | None = None) -> BucketFunction:
+    """Wrap a bucket function so it receives the unpacked rows as one DataFrame (and, with
+    ``latest``, the packed rows' latest event time as a fourth argument)."""
 
     def unpacked(key: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
-        tables = [pa.ipc.open_stream(blob).read_all() for pdf in frames for blob in pdf[PACKED_ROWS]]
+        packs = list(frames)
+        tables = [pa.ipc.open_stream(blob).read_all() for pdf in packs for blob in pdf[PACKED_ROWS] if blob]
         # An integer column with nulls stays Python ints and None (not floats and NaN): a
         # nullable field, or a two-input step's fields of the other input (translators/coprocess.py).
         rows = iter([pa.concat_tables(tables).to_pandas(integer_object_nulls=True)]) if tables else iter([])
-        return run(key, rows, state)
+        if latest is None:
+            return run(key, rows, state)
+        times = [int(t) for pdf in packs for t in pdf[latest] if t is not None and t == t]
+        return run(key, rows, state, max(times) if times else None)  # type: ignore[call-arg]
 
     return unpacked

@@ -27,12 +27,13 @@ from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.keyed.bucket import BucketFunction
-from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec, packer, unpacking
+from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
     LATE_COUNTER,
+    MARKER,
     PARTIAL_ACC,
     PARTIAL_COUNT,
     PARTIAL_START,
@@ -110,12 +111,14 @@ def keyed_operator(
     each row's state bucket. ``tie_break``: a column ordering a key's rows of equal event
     time (or, without event time, all of a bucket's rows)."""
     fields = _fields(up)
+    emit_time = event_time and comp.plan.read_by_step(node)
+    advance_ms = _advance_ms(comp, node, up, event_time, timed or emit_time)
     partials = None
     if combiner is not None:
-        combine, partial_type = combiner(fields)
+        combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None)
         partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
-        fields = [f.name for f in partial_type.fields if f.name != TIME]
+        fields = [f.name for f in partial_type.fields if f.name not in (TIME, MARKER)]
     sides = _side_outputs(comp, node, late)
     schema = T.StructType(list(out.fields))
     if sides:
@@ -125,7 +128,6 @@ def keyed_operator(
                 schema = schema.add(side_column(tag, f.name), f.dataType)
     comp.side_types[id(node)] = sides
     counters = {LATE_COUNTER: comp.counter(LATE_COUNTER)}
-    emit_time = event_time and comp.plan.read_by_step(node)
     if emit_time:
         schema = schema.add(TIME, T.LongType()).add(PRE, T.BooleanType())
     ship_by_value(fn)
@@ -133,6 +135,7 @@ def keyed_operator(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
         emit_time=emit_time, previous_watermark=_previous_watermark(comp, node, event_time), tie_break=tie_break,
+        advance_ms=advance_ms,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
@@ -144,6 +147,22 @@ def _visible(df: Any) -> Any:
     """``df`` without the columns only a next keyed step reads."""
     hidden = [c for c in df.columns if c in HIDDEN]
     return df.drop(*hidden) if hidden else df
+
+
+def _advance_ms(comp: Compilation, node: Node, up: Frame, event_time: bool, linked: bool) -> int | None:
+    """The bound with which the step advances its watermark within a batch (bucket.py:
+    windows and timers fire in the batch whose records close them), or None.
+
+    Only where the step's input watermark is the query's only one: Spark's global
+    watermark is the least of its watermark operators', which one step's records cannot
+    tell, and a step linked to another keyed step (reading or read by it, or two
+    connected inputs each with its own watermark) follows the rules of
+    docs/design/dataflow.md instead."""
+    if not event_time or linked or _chained(comp, node, event_time) or len(node.inputs) != 1:
+        return None
+    if not comp.plan.late_rows_against_current_watermark:  # another stateful operator in the query
+        return None
+    return up.time.max_out_of_orderness_ms
 
 
 def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> PreviousWatermark | None:
@@ -190,18 +209,26 @@ def _buckets(
     window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
     comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if partials is not None:
+        if MARKER in partials.columns:  # the combiner's rows telling each bucket the batch's latest time
+            return partials.withColumn(BUCKET, F.coalesce(F.col(MARKER), bucket_of(keys))).drop(MARKER).groupBy(BUCKET), bucket_fn
         return partials.withColumn(BUCKET, bucket_of(keys)).groupBy(BUCKET), bucket_fn
-    fused = None if timed else _fused_source(comp, node, up, keys, event_time)
+    # A step advancing its watermark within the batch hears the batch's latest event time
+    # in every bucket: every partition's packing tells every bucket (keyed/packing.py).
+    advancing = getattr(bucket_fn, "advance_ms", None) is not None
+    fused = None if timed else _fused_source(comp, node, up, keys, event_time, advancing)
     if fused is not None:
-        return fused.groupBy(BUCKET), unpacking(bucket_fn)
+        return fused.groupBy(BUCKET), unpacking(bucket_fn, up.time.timestamp_field if advancing else None)
     bucketed = _timed(comp, node, up, event_time, timed)
     if BUCKET not in bucketed.columns:  # else chosen upstream
         bucketed = bucketed.withColumn(BUCKET, bucket_of(keys))
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
-    rows = bucketed.mapInArrow(packer(BUCKET, (ANCHOR,)), schema)
+    if advancing:
+        schema = schema.add(LATEST, T.LongType())
+    pack = packer(BUCKET, (ANCHOR,), TIME if advancing else None, STATE_BUCKETS if advancing else None)
+    rows = bucketed.mapInArrow(pack, schema)
     if event_time:
         rows = restore_anchor(rows)
-    return rows.groupBy(BUCKET), unpacking(bucket_fn)
+    return rows.groupBy(BUCKET), unpacking(bucket_fn, LATEST if advancing else None)
 
 
 def bucket_of(keys: tuple[str, ...]) -> Any:
@@ -209,7 +236,8 @@ def bucket_of(keys: tuple[str, ...]) -> Any:
     return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int")
 
 
-def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool) -> Any | None:
+def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool,
+                  every_bucket: bool = False) -> Any | None:
     """The keyed step's input packed per state bucket by its source itself, when
     the step reads a Python source directly (``source.key_by(...).process(...)``)
     whose key fields (and event-time field) are integers, nothing else reads that
@@ -228,7 +256,7 @@ def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...
     time_field = up.time.timestamp_field if event_time else None
     if any(k not in INT_KINDS for k in kinds) or (time_field and schema[time_field].dataType.simpleString() not in ("int", "bigint")):
         return None
-    spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None)
+    spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None, every_bucket)
     df = packed_source(comp, source, spec)
     return None if df is None else _timed(comp, node, Frame(df, up.time), event_time)
 
@@ -307,13 +335,14 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
     if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time):
         ship_by_value(spec)  # the aggregate function travels with the combiner
         partial_type = T.StructType(
-            [input_type[k] for k in node.keys]
+            [T.StructField(k, input_type[k].dataType) for k in node.keys]  # nullable: the combiner's markers have no key
             + [T.StructField(PARTIAL_START, T.LongType()), T.StructField(PARTIAL_ACC, T.BinaryType()),
                T.StructField(PARTIAL_COUNT, T.LongType()), T.StructField(TIME, T.TimestampType())]
         )
 
-        def combiner(fields: list[str]) -> tuple[Any, T.StructType]:
-            return make_combiner(spec, fields, node.keys, TIME), partial_type
+        def combiner(fields: list[str], every_bucket: int | None) -> tuple[Any, T.StructType]:
+            struct = partial_type.add(MARKER, T.IntegerType()) if every_bucket else partial_type
+            return make_combiner(spec, fields, node.keys, TIME, every_bucket), struct
 
         spec = replace(spec, combined=True)
     return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late, combiner)

@@ -6,6 +6,7 @@ from ember.runner.spark.keyed.windows.batch import make_combiner
 from ember.runner.spark.keyed.windows.operator import WindowOperator
 from ember.runner.spark.keyed.windows.spec import (
     LATE_COUNTER,
+    MARKER,
     PARTIAL_ACC,
     PARTIAL_COUNT,
     PARTIAL_START,
@@ -15,5 +16,5 @@ from ember.runner.spark.keyed.windows.spec import (
 
 __all__ = [
     "WindowOperator", "WindowSpec", "WindowPath", "make_combiner",
-    "LATE_COUNTER", "PARTIAL_START", "PARTIAL_ACC", "PARTIAL_COUNT",
+    "LATE_COUNTER", "PARTIAL_START", "PARTIAL_ACC", "PARTIAL_COUNT", "MARKER",
 ]

@@ -23,6 +23,7 @@ from ember.runner.spark.keyed.runtime import KeyedRuntime, records_builder
 from ember.runner.spark.keyed.windows.contexts import WindowTriggerContext
 from ember.runner.spark.keyed.windows.spec import (
     LATE_COUNTER,
+    MARKER,
     PARTIAL_ACC,
     PARTIAL_COUNT,
     PARTIAL_START,
@@ -263,6 +264,8 @@ class PartialsPath(BatchPath):
         size, agg = spec.assigner.size_ms, spec.aggregate  # type: ignore[attr-defined]
         assert agg is not None  # only an AggregateFunction's windows are combined (WindowSpec.combinable)
         for key, partial in zip(keys, build(columns)):
+            if partial[PARTIAL_ACC] is None:
+                continue  # a marker: only the batch's latest time, which the runtime read
             start = partial[PARTIAL_START]
             window = TimeWindow(start, start + size)
             if op.is_late(window, rt):
@@ -283,10 +286,14 @@ class PartialsPath(BatchPath):
         return True
 
 
-def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], time_column: str) -> Callable[[Iterator[Any]], Iterator[Any]]:
+def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], time_column: str,
+                  every_bucket: int | None = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function that pre-aggregates a partition's records per
     (key, window) with the user's ``add``; the window step ``merge`` s the partials
-    (:class:`PartialsPath`). Records of a (key, window) are added in timestamp order."""
+    (:class:`PartialsPath`). Records of a (key, window) are added in timestamp order.
+    With ``every_bucket`` (the number of state buckets) the output also has one marker row
+    per bucket (``MARKER`` = the bucket, no partial) with the partition's latest event time,
+    so every bucket's call learns it (the step's in-batch watermark, bucket.py)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -312,6 +319,7 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
             rec, starts = window_starts(spec.assigner, ts)
             order = np.lexsort((ts[rec], starts, codes[rec]))
             rec, starts = rec[order], starts[order]
+            rec_ts = ts[rec].tolist()  # ascending within each group
             # running count of pairs that are their record's last window: a group's share is a difference
             ends_here = np.concatenate(([0], np.cumsum(starts == last_window_start(spec.assigner, ts)[rec]))).tolist()
             group_codes = codes[rec]
@@ -329,20 +337,38 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
                         acc = add(record, acc)
                 except Exception as exc:
                     raise UserFunctionError(f"step '{spec.step}': add raised {type(exc).__name__}: {exc}") from exc
-                partials[slot_key] = [acc, (slot[1] if slot else 0) + ends_here[b] - ends_here[a]]
+                latest = rec_ts[b - 1] if slot is None else max(slot[2], rec_ts[b - 1])
+                partials[slot_key] = [acc, (slot[1] if slot else 0) + ends_here[b] - ends_here[a], latest]
         if not partials:
             return
         columns: list[list[Any]] = [[] for _ in keys]
-        starts_out, accs, counts = [], [], []
-        for (key, start), (acc, n) in partials.items():
+        starts_out: list[Any] = []
+        accs: list[Any] = []
+        counts: list[int] = []
+        latest_out: list[int] = []
+        for (key, start), (acc, n, latest) in partials.items():
             for col, part in zip(columns, key if len(keys) > 1 else (key,)):
                 col.append(part)
             starts_out.append(start)
             accs.append(pickle.dumps(acc, protocol=pickle.HIGHEST_PROTOCOL))
             counts.append(n)
+            latest_out.append(latest)
+        # A partial's time: its latest record's, so the window step's in-batch watermark
+        # (bucket.py) advances as far as the records would have moved it.
         names = [*keys, PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT, time_column]
-        times = pc.multiply(pa.array(starts_out, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
-        arrays = [*columns, starts_out, accs, counts, times]
+        markers: list[Any] = []
+        if every_bucket is not None:
+            names.append(MARKER)
+            n, markers = len(starts_out), list(range(every_bucket))
+            newest = max(latest_out)
+            columns = [c + [None] * every_bucket for c in columns]
+            starts_out += [None] * every_bucket
+            accs += [None] * every_bucket
+            counts += [0] * every_bucket
+            latest_out += [newest] * every_bucket
+            markers = [None] * n + markers
+        times = pc.multiply(pa.array(latest_out, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
+        arrays = [*columns, starts_out, accs, counts, times] + ([pa.array(markers, pa.int32())] if every_bucket is not None else [])
         yield pa.RecordBatch.from_pydict(dict(zip(names, arrays)))
 
     return combine

@@ -14,7 +14,7 @@ from ember.windowing.triggers import EventTimeTrigger, Trigger, count_window_siz
 
 __all__ = [
     "WindowSpec", "WindowPath", "WINDOWS", "TRIGGER_STATE", "WINDOW_EVENT_TIMERS", "WINDOW_PROC_TIMERS",
-    "LATE_COUNTER", "PARTIAL_START", "PARTIAL_ACC", "PARTIAL_COUNT",
+    "LATE_COUNTER", "PARTIAL_START", "PARTIAL_ACC", "PARTIAL_COUNT", "MARKER",
 ]
 
 # Reserved slot entries of a key: window contents, trigger state, which windows wait for which timer.
@@ -24,6 +24,9 @@ LATE_COUNTER = "late_dropped"
 # Columns of a partial aggregate (with the key fields) sent from the combiner to the window step.
 # A combiner's partial: the window start, the accumulator, the records whose last window it is.
 PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT = "__ember_window_start", "__ember_acc", "__ember_records"
+# On a combiner's row that carries no partial, only the partition's latest event time: the
+# state bucket it is for (each bucket gets one, for the step's in-batch watermark, bucket.py).
+MARKER = "__ember_marker_bucket"
 
 
 class WindowPath(enum.Enum):
