@@ -327,15 +327,16 @@ class FireAfter500(KeyedProcessFunction):
 
 def test_a_timer_fires_when_the_watermark_reaches_it_whatever_other_keys_do(env):
     """Issue 16, finding 5, on Spark. a's timer (1500) is due once Ember's watermark (Flink's:
-    max - bound - 1) is 1500, i.e. after the batch of (1600, b). Its bucket has no record then,
-    so only Spark's timeout calls it — in that batch, not later, and not earlier when another
-    key happens to share its bucket (test_timer_calls checks both with and without one)."""
+    max - bound - 1) is 1500, i.e. after the records of the batch of (1600, b). Its bucket has
+    no record then; the batch's packing tells every bucket the batch's latest time, so it fires
+    in that batch (issue 19: the step advances its watermark after the batch's records), not
+    later, and not earlier."""
     batches = [[(1_000, "a")], [(1_500, "b")], [(1_600, "b")], [(3_000, "c")]]
     src = env.from_source(ScriptedSource(batches, SCHEMA), MONOTONOUS, name="events")
     sink = CollectSink()
     src.key_by("k").process(FireAfter500(), "k string, ts bigint, wm bigint", name="timers").sink_to(sink)
     env.execute("timer-at-watermark", progress=False)
     fired = sorted((r["k"], r["ts"], r["wm"], b.batch_id) for b in sink.batches for r in b.rows if r["k"] != "c")
-    # Watermarks per batch (bound 0): none, 999, 1499, 1599; b's timers (2_000, 2_100) are
-    # reached by no watermark before the batch after (3_000, c): 2_999.
-    assert fired == [("a", 1_500, 1_599, 3), ("b", 2_000, 2_999, 4), ("b", 2_100, 2_999, 4)]
+    # Watermarks after each batch's records (bound 0): 999, 1499, 1599, 2999; b's timers (2_000,
+    # 2_100) are reached by the one (3_000, c) makes, in its batch.
+    assert fired == [("a", 1_500, 1_599, 2), ("b", 2_000, 2_999, 3), ("b", 2_100, 2_999, 3)]

@@ -16,6 +16,7 @@ class FakeGroupState:
     def __init__(self, blob: bytes | None, watermark: int | None, now: int) -> None:
         self._blob, self._wm, self._now = blob, watermark, now
         self.timeout_at: int | None = None
+        self.updates = 0
 
     @property
     def exists(self) -> bool:
@@ -27,6 +28,7 @@ class FakeGroupState:
 
     def update(self, value: tuple[bytes]) -> None:
         self._blob = value[0]
+        self.updates += 1
 
     def getCurrentWatermarkMs(self) -> int:  # noqa: N802 - Spark's name
         return self._wm if self._wm is not None else 0
@@ -46,7 +48,7 @@ class BucketDriver:
 
     def __init__(self, fn: Any, fields: list[str], out_fields: list[str], *, keys: tuple[str, ...] = ("k",),
                  event_time: bool = True, time_field: str = "ts", side_outputs: dict[str, list[str]] | None = None,
-                 counters: dict[str, Any] | None = None, every_batch: bool = False) -> None:
+                 counters: dict[str, Any] | None = None, every_batch: bool = False, advance_ms: int | None = None) -> None:
         """``every_batch``: call the bucket in every batch, as Spark does when other keys of
         the bucket have records in each; by default only when Spark would call it."""
         self.fields, self.time_field, self.event_time = fields, time_field, event_time
@@ -55,21 +57,25 @@ class BucketDriver:
         self.out_fields = out_fields
         self.fn = BucketFunction(
             fn, "test", list(keys), fields, out_fields, "__time" if event_time else None, event_time,
-            side_outputs=self.side_outputs, counters=counters,
+            side_outputs=self.side_outputs, counters=counters, advance_ms=advance_ms,
         )
         self.blob: bytes | None = None
         self.timeout_at: int | None = None
+        self.updates = 0  # state writes of the last call
 
-    def batch(self, rows: list[tuple], *, watermark: int | None = None, now: int = 0) -> tuple[list[dict], dict[str, list[dict]]]:
+    def batch(self, rows: list[tuple], *, watermark: int | None = None, now: int = 0,
+              latest: int | None = None) -> tuple[list[dict], dict[str, list[dict]]]:
         """As Spark does: the bucket is called when it has records, or when its clock (Spark's
         watermark with event time, else the batch time) is past the timeout it asked for.
 
         ``watermark`` is Ember's (Flink's) watermark, the one the operator's rules read; Spark
-        hands the bucket its own, one ms ahead (``watermark + 1``; 0 for None: no watermark yet)."""
+        hands the bucket its own, one ms ahead (``watermark + 1``; 0 for None: no watermark yet).
+        ``latest``: the batch's latest event time as the packing step tells every bucket (a
+        bucket is then called even without records, as Spark does for its packed rows)."""
         spark_watermark = 0 if watermark is None else watermark + 1
         clock = spark_watermark if self.event_time else now
         due = self.timeout_at is not None and clock > self.timeout_at
-        if not rows and not due and not self.every_batch:
+        if not rows and not due and not self.every_batch and latest is None:
             return [], {t: [] for t in self.side_outputs}
         state = FakeGroupState(self.blob, spark_watermark, now)
         frames = []
@@ -78,8 +84,10 @@ class BucketDriver:
             if self.event_time:
                 pdf["__time"] = pd.to_datetime(pdf[self.time_field], unit="ms")
             frames = [pdf]
-        out = list(self.fn((0,), iter(frames), state))
+        self.updates = 0
+        out = list(self.fn((0,), iter(frames), state, latest))
         self.blob, self.timeout_at = state._blob, state.timeout_at  # a call without a timeout set clears it
+        self.updates = state.updates
         main: list[dict] = []
         sides: dict[str, list[dict]] = {t: [] for t in self.side_outputs}
         for frame in out:
