@@ -62,6 +62,28 @@ def test_rolling_aggregation_per_record_equals_the_model(env, kind):
     assert _collected(sink) == sorted(model.rolling(data, kind))
 
 
+@pytest.mark.parametrize("kind", ["sum", "max_by"])
+def test_emit_batch_emits_each_keys_last_per_record_result_of_the_batch(env, kind):
+    """``emit="batch"``: per key and micro-batch, the model's last per-record output of that
+    batch (a key's records fold in timestamp order, so "last" is its latest record's)."""
+    data = batches(12)
+    sink = CollectSink()
+    keyed = env.from_source(ScriptedSource(data, SCHEMA), BOUND, name="events").key_by("k")
+    (keyed.sum("v", emit="batch") if kind == "sum" else keyed.max_by("v", emit="batch")).sink_to(sink)
+    env.execute(f"rolling-batch-{kind}", progress=False)
+    last: dict[tuple, tuple] = {}
+    for batch_id, key, ts, value in model.rolling(data, kind):  # in fold order per batch and key
+        last[(batch_id, key)] = (batch_id, key, ts, value)
+    assert any(sum(1 for r in b if r[1] == k) > 1 for b in data for k in "abc")  # batches fold several records of a key
+    assert _collected(sink) == sorted(last.values())
+
+
+def test_emit_must_be_record_or_batch(env):
+    keyed = env.from_source(ScriptedSource([[]], SCHEMA), BOUND, name="events").key_by("k")
+    with pytest.raises(PipelineError, match="emit must be one of 'record', 'batch'"):
+        keyed.sum("v", emit="window")
+
+
 @pytest.mark.slow  # the example test below chains a rolling step too
 def test_rolling_sum_feeds_a_window_downstream(env):
     """A rolling step chains with a window: the window sees every updated record with its

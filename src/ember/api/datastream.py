@@ -19,7 +19,7 @@ from ember.functions import DEAD_LETTER_SCHEMA, AggregateFunction, KeyedProcessF
 from ember.graph import nodes as n
 from ember.graph.graph import Graph
 from ember.graph.nodes import is_plain_window
-from ember.rolling import RollingField, RollingReduce
+from ember.rolling import EMIT_MODES, RollingField, RollingReduce
 from ember.runner.spark.planner import physical_notes
 from ember.time.durations import to_ms
 from ember.windowing.aggregates import Agg, Aggregate
@@ -379,33 +379,36 @@ class KeyedStream(DataStream):
         (ember.api.joins.IntervalJoin; docs/joins.md)."""
         return IntervalJoin(self, other, how, name, DataStream)
 
-    # -- rolling aggregations (no window: one output per record) --------------------
-    def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> DataStream:
+    # -- rolling aggregations (no window: one output per record, or per key and batch) ---------
+    # ``emit="record"`` (Flink's): one output per input record; ``emit="batch"``: one per key and
+    # micro-batch, the key's aggregate after the batch's records — the last of the per-record
+    # outputs (docs/windows.md, "Rolling aggregations").
+    def reduce(self, fn: Callable[[dict, dict], dict], *, emit: str = "record", name: str | None = None) -> DataStream:
         """Flink's rolling reduce: per record, ``fn(previous_result, record)`` (the key's
         first record as it is), emitted and kept in keyed state. The output has the
         input's fields (ember.rolling)."""
         _require_callable(fn, "reduce", name)
-        return self._rolling(RollingReduce(fn), name, "reduce")
+        return self._rolling(RollingReduce(fn, _emit(emit, name or "reduce")), name, "reduce")
 
-    def sum(self, field: str, *, name: str | None = None) -> DataStream:
+    def sum(self, field: str, *, emit: str = "record", name: str | None = None) -> DataStream:
         """Per record, the key's first record with ``field`` replaced by the running sum."""
-        return self._rolling(RollingField("sum", field), name, "sum", field)
+        return self._rolling(RollingField("sum", field, emit=_emit(emit, name or "sum")), name, "sum", field)
 
-    def min(self, field: str, *, name: str | None = None) -> DataStream:
+    def min(self, field: str, *, emit: str = "record", name: str | None = None) -> DataStream:
         """Per record, the key's first record with ``field`` replaced by the running minimum."""
-        return self._rolling(RollingField("min", field), name, "min", field)
+        return self._rolling(RollingField("min", field, emit=_emit(emit, name or "min")), name, "min", field)
 
-    def max(self, field: str, *, name: str | None = None) -> DataStream:
+    def max(self, field: str, *, emit: str = "record", name: str | None = None) -> DataStream:
         """Per record, the key's first record with ``field`` replaced by the running maximum."""
-        return self._rolling(RollingField("max", field), name, "max", field)
+        return self._rolling(RollingField("max", field, emit=_emit(emit, name or "max")), name, "max", field)
 
-    def min_by(self, field: str, *, name: str | None = None) -> DataStream:
+    def min_by(self, field: str, *, emit: str = "record", name: str | None = None) -> DataStream:
         """Per record, the record with the smallest ``field`` so far (the earlier on ties)."""
-        return self._rolling(RollingField("min", field, by=True), name, "min_by", field)
+        return self._rolling(RollingField("min", field, by=True, emit=_emit(emit, name or "min_by")), name, "min_by", field)
 
-    def max_by(self, field: str, *, name: str | None = None) -> DataStream:
+    def max_by(self, field: str, *, emit: str = "record", name: str | None = None) -> DataStream:
         """Per record, the record with the largest ``field`` so far (the earlier on ties)."""
-        return self._rolling(RollingField("max", field, by=True), name, "max_by", field)
+        return self._rolling(RollingField("max", field, by=True, emit=_emit(emit, name or "max_by")), name, "max_by", field)
 
     def _rolling(self, fn: KeyedProcessFunction, name: str | None, prefix: str, field: str | None = None) -> DataStream:
         step = name or prefix
@@ -415,6 +418,13 @@ class KeyedStream(DataStream):
             raise PipelineError(f"{prefix} needs key_by with field names (not Columns)", step)
         node = self._add(n.KeyedProcessNode, name, prefix, keys=self.keys, fn=fn, output_schema=None)
         return DataStream(self._env, node)
+
+
+def _emit(emit: Any, step: str) -> str:
+    """A rolling aggregation's emit mode, checked when declared."""
+    if emit not in EMIT_MODES:
+        raise PipelineError(f"emit must be one of {', '.join(map(repr, EMIT_MODES))}, got {emit!r}", step)
+    return str(emit)
 
 
 class WindowedStream:

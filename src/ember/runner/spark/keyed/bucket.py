@@ -181,7 +181,15 @@ class BucketFunction:
         latest = times[-1] if times else None
         if self.batches is not None:  # the operator may handle the whole batch itself
             key_list = key_cols[0] if single else list(zip(*key_cols))
-            if self.batches.process_batch(rt, self.build_records, key_list, columns, times, out):
+            try:
+                taken = self.batches.process_batch(rt, self.build_records, key_list, columns, times, out)
+            except UserFunctionError:
+                raise
+            except Exception as exc:
+                raise UserFunctionError(
+                    f"step '{self.step}': {type(self.fn).__name__} raised {type(exc).__name__}: {exc}"
+                ) from exc
+            if taken:
                 return latest
         fn, step, marks = self.fn, self.step, rt.marks
         table, process, append = rt.blob["keys"], fn.process_element, out.extend
