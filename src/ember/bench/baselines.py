@@ -96,6 +96,21 @@ def _sequence(spark: Any, per_batch: int, partitions: int) -> Any:
     )
 
 
+def running_count_baseline(spark: Any, partitions: int, per_batch: int, keys: int, duration_s: float) -> tuple[list[dict], dict[int, int]]:
+    """Plain PySpark keyed running count: ``groupBy(key).count()`` in update mode — each
+    batch emits every key it touched with its count so far; returns the reports and each
+    key's latest count."""
+    df = _sequence(spark, per_batch, partitions).select(F.pmod(F.col("value"), F.lit(keys)).cast("int").alias("host_id"))
+    latest: dict[int, int] = {}
+
+    def keep(batch: Any, batch_id: int) -> None:
+        for row in batch.collect():
+            latest[row["host_id"]] = max(latest.get(row["host_id"], 0), row["count"])
+
+    reports = run_plain_query(df.groupBy("host_id").count().writeStream.outputMode("update"), keep, duration_s)
+    return reports, latest
+
+
 def grep_baseline(spark: Any, sentences: list[str], partitions: int, per_batch: int, pattern: str, duration_s: float) -> tuple[list[dict], int]:
     """Plain PySpark grep: pick each record's sentence, ``rlike``, count matches."""
     n = len(sentences) // partitions

@@ -136,6 +136,46 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     )
 
 
+def _expected_counts(events: int, keys: int) -> dict[int, int]:
+    """Each key's count among sequence numbers 0 .. events-1 keyed by ``seq % keys``."""
+    return {k: events // keys + (1 if k < events % keys else 0) for k in range(min(keys, events))}
+
+
+def _running_count_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
+    """The same keyed running count hand-written in PySpark (``groupBy.count``, update mode)."""
+    keys = int(cfg.options.get("keys") or 1000)
+    reports, latest = baselines.running_count_baseline(
+        spark, spark.sparkContext.defaultParallelism, cfg.max_events_per_batch, keys, cfg.duration_s
+    )
+    events, seconds, eps = throughput(reports)
+    total = sum(int(r.get("numInputRows") or 0) for r in reports)
+    return RunOutcome(events, seconds, eps, verified=latest == _expected_counts(total, keys))
+
+
+@workload("rolling", baseline=_running_count_baseline)
+def rolling(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
+    """A keyed running count (Bytewax's and Flink's hello-world): records -> key_by(host_id)
+    -> ``sum("n", emit="batch")`` (each key's count so far, once per key and micro-batch),
+    ``--keys`` distinct keys (default 1,000); verified: every key's last count equals the
+    generator's. Baseline: the same in PySpark, ``groupBy(key).count()`` in update mode."""
+    env = _env(spark, cfg, ckpt)
+    keys = int(cfg.options.get("keys") or 1000)
+    src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys)
+    sink = CollectSink()
+    (env.from_source(src, name="records").select("host_id", "1 AS n", name="ones").key_by("host_id")
+     .sum("n", emit="batch", name="running-count").sink_to(sink))
+    result, events, seconds, eps = _execute(env, "bench-rolling", cfg)
+    latest: dict[int, int] = {}
+    for row in sink.rows():
+        latest[row["host_id"]] = max(latest.get(row["host_id"], 0), row["n"])
+    return RunOutcome(
+        events, seconds, eps, progress=result.progress,
+        verified=bool(result.events) and latest == _expected_counts(result.events, keys),
+        detail={"keys": keys, "keys_counted": len(latest), "source_events": result.events,
+                "output_rows": len(sink.rows())},
+    )
+
+
 TWS_EVENTS_PER_BATCH = 200_000
 
 

@@ -273,7 +273,31 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     if field is not None and field not in visible.names:
         raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
     out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
-    return keyed_operator(comp, node, up, node.keys, node.fn, out, _has_event_time(up))
+    event_time = _has_event_time(up)
+    return keyed_operator(comp, node, up, node.keys, node.fn, out, event_time,
+                          combiner=_rolling_combiner(comp, node, up, event_time))
+
+
+def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, event_time: bool) -> Any:
+    """For a rolling sum/min/max emitting once per key and batch: its combiner before the
+    shuffle (keyed/rolling.py) — unless another keyed step reads it or it reads one (their
+    rows carry per-row event time through) or ``combine_windows`` is off."""
+    fn = node.fn
+    if not isinstance(fn, RollingField) or fn.emit != "batch" or fn.by or not comp.config.combine_windows:
+        return None
+    if _chained(comp, node, event_time) or (event_time and comp.plan.read_by_step(node)):
+        return None
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ember.runner.spark.keyed.rolling import partial_schema, rolling_combiner
+
+    def combiner(fields: list[str], every_bucket: int | None) -> tuple[Any, T.StructType]:
+        time_column = TIME if event_time else None  # epoch ms (bigint) before a keyed step: eventtime.keep_late_rows
+        struct = partial_schema(fields, up.df.schema, time_column)
+        arrow = to_arrow_schema(struct)
+        return rolling_combiner(fn.kind, fn.field, node.keys, fields, arrow, time_column), struct
+
+    return combiner
 
 
 @translates(VectorizedProcessNode)
