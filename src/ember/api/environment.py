@@ -47,9 +47,10 @@ class StreamEnvironment:
       latency/throughput knob (Flink's buffer timeout).
     - ``state_backend``: ``"rocksdb"`` (default, with changelog checkpointing)
       or ``"hdfs"`` (Spark's in-memory store).
-    - ``combine_windows``: pre-aggregate a Python ``AggregateFunction``'s windows
-      before the shuffle where that cannot change results (docs/windows.md); off =
-      every record travels to its key's state partition.
+    - ``combine_windows``: pre-aggregate a Python ``AggregateFunction``'s windows, and
+      rolling ``sum``/``min``/``max`` with ``emit="batch"``, before the shuffle where that
+      cannot change results (docs/windows.md); off = every record travels to its key's
+      state partition.
     - ``fuse_sources``: a Python source (Ember's generators) right before a keyed
       step packs its records per state bucket itself, saving a pass of every
       record through the JVM (docs/design/keyed-state.md), and a JSON generator
