@@ -62,7 +62,7 @@ def test_rolling_aggregation_per_record_equals_the_model(env, kind):
     assert _collected(sink) == sorted(model.rolling(data, kind))
 
 
-@pytest.mark.parametrize("kind", ["sum", "max_by"])
+@pytest.mark.parametrize("kind", ["sum", pytest.param("max_by", marks=pytest.mark.slow)])  # max_by: the uncombined path
 def test_emit_batch_emits_each_keys_last_per_record_result_of_the_batch(env, kind):
     """``emit="batch"``: per key and micro-batch, the model's last per-record output of that
     batch (a key's records fold in timestamp order, so "last" is its latest record's)."""
