@@ -112,7 +112,7 @@ def keyed_operator(
     time (or, without event time, all of a bucket's rows)."""
     fields = _fields(up)
     emit_time = event_time and comp.plan.read_by_step(node)
-    advance_ms = _advance_ms(comp, node, up, event_time, timed or emit_time)
+    advance_ms = _advance_ms(comp, node, up, event_time)
     partials = None
     if combiner is not None:
         combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None)
@@ -149,18 +149,16 @@ def _visible(df: Any) -> Any:
     return df.drop(*hidden) if hidden else df
 
 
-def _advance_ms(comp: Compilation, node: Node, up: Frame, event_time: bool, linked: bool) -> int | None:
+def _advance_ms(comp: Compilation, node: Node, up: Frame, event_time: bool) -> int | None:
     """The bound with which the step advances its watermark within a batch (bucket.py:
     windows and timers fire in the batch whose records close them), or None.
 
-    Only where the step's input watermark is the query's only one: Spark's global
-    watermark is the least of its watermark operators', which one step's records cannot
-    tell, and a step linked to another keyed step (reading or read by it, or two
-    connected inputs each with its own watermark) follows the rules of
-    docs/design/dataflow.md instead."""
-    if not event_time or linked or _chained(comp, node, event_time) or len(node.inputs) != 1:
-        return None
-    if not comp.plan.late_rows_against_current_watermark:  # another stateful operator in the query
+    Only where the step's input watermark is the query's only one: a step with one input
+    and the job's only Spark stateful operator. Spark's global watermark is the least of
+    its watermark operators', which one step's records cannot tell; that also leaves out
+    steps linked to other keyed steps (docs/design/dataflow.md) and two-input steps (each
+    input its own watermark)."""
+    if not event_time or len(node.inputs) != 1 or not comp.plan.late_rows_against_current_watermark:
         return None
     return up.time.max_out_of_orderness_ms
 

@@ -357,18 +357,18 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
         # (bucket.py) advances as far as the records would have moved it.
         names = [*keys, PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT, time_column]
         markers: list[Any] = []
-        if every_bucket is not None:
-            names.append(MARKER)
-            n, markers = len(starts_out), list(range(every_bucket))
-            newest = max(latest_out)
+        if every_bucket is not None:  # one marker row per bucket: no key, no partial, the partition's latest time
+            markers = [None] * len(starts_out) + list(range(every_bucket))
             columns = [c + [None] * every_bucket for c in columns]
             starts_out += [None] * every_bucket
             accs += [None] * every_bucket
             counts += [0] * every_bucket
-            latest_out += [newest] * every_bucket
-            markers = [None] * n + markers
+            latest_out += [max(latest_out)] * every_bucket
         times = pc.multiply(pa.array(latest_out, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
-        arrays = [*columns, starts_out, accs, counts, times] + ([pa.array(markers, pa.int32())] if every_bucket is not None else [])
+        arrays = [*columns, starts_out, accs, counts, times]
+        if every_bucket is not None:
+            names.append(MARKER)
+            arrays.append(pa.array(markers, pa.int32()))
         yield pa.RecordBatch.from_pydict(dict(zip(names, arrays)))
 
     return combine
