@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from ember.functions import AggregateFunction
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.runtime import TAG, side_column
 
@@ -98,3 +99,19 @@ class BucketDriver:
                 else:
                     sides[tag].append({f: rec[side_column(tag, f)] for f in self.side_outputs[tag]})
         return main, sides
+
+
+class SumX(AggregateFunction):
+    """A window aggregate the operator tests share: the sum of the records' ``x``."""
+
+    def create_accumulator(self):
+        return 0
+
+    def add(self, value, acc):
+        return acc + value["x"]
+
+    def merge(self, a, b):
+        return a + b
+
+    def get_result(self, acc):
+        return acc

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pickle
 
 import pyarrow as pa
-from bucket_driver import BucketDriver
+from bucket_driver import BucketDriver, SumX
 
-from ember.functions import AggregateFunction, KeyedProcessFunction
+from ember.functions import KeyedProcessFunction
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, pack_at_source, packer, unpacking
 from ember.runner.spark.keyed.windows import MARKER, PARTIAL_ACC, PARTIAL_START, WindowOperator, WindowSpec, make_combiner
 from ember.windowing.assigners import TumblingEventTimeWindows
@@ -19,20 +19,6 @@ from ember.windowing.triggers import EventTimeTrigger
 
 FIELDS = ["ts", "k", "x"]
 OUT = ["k", "window_start", "window_end", "total"]
-
-
-class SumX(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + value["x"]
-
-    def merge(self, a, b):
-        return a + b
-
-    def get_result(self, acc):
-        return acc
 
 
 def _spec(**kwargs):

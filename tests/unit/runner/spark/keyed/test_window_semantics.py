@@ -6,10 +6,10 @@ Expected results are computed independently from the scripted events.
 from __future__ import annotations
 
 import pytest
-from bucket_driver import BucketDriver
+from bucket_driver import BucketDriver, SumX
 
 from ember.errors import UserFunctionError
-from ember.functions import AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction
+from ember.functions import KeyedProcessFunction, OutputTag, ProcessWindowFunction
 from ember.runner.spark.keyed.windows import WindowOperator, WindowSpec
 from ember.windowing.assigners import (
     EventTimeSessionWindows,
@@ -33,20 +33,6 @@ from ember.windowing.triggers import (
 FIELDS = ["ts", "k", "x"]
 OUT = ["k", "window_start", "window_end", "total"]
 LATE = OutputTag("late")
-
-
-class SumX(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + value["x"]
-
-    def merge(self, a, b):
-        return a + b
-
-    def get_result(self, acc):
-        return acc
 
 
 class Elements(ProcessWindowFunction):
