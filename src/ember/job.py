@@ -42,6 +42,7 @@ class EnvironmentConfig:
     combine_windows: bool = True
     fuse_sources: bool = True
     keyed_operator: str = "auto"  # Spark's operator under keyed steps: auto, or always transformWithState
+    state_layout: str = "blob"  # keyed state per bucket: one blob (design A) or a delta log (design B, keyed/delta.py)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class JobResult:
     stopped_because: str
     late_dropped: int = 0  # late records every window dropped (Flink's rule; records, not aggregated rows; reported, never silent)
     start_ms: dict[str, int] = field(default_factory=dict)  # each source's event-time origin
+    counters: dict[str, int] = field(default_factory=dict)  # Ember's job-wide counters (late records, state written, ...)
 
     @property
     def final_watermark_ms(self) -> int | None:

@@ -30,6 +30,7 @@ __all__ = ["StreamEnvironment", "JobResult", "EnvironmentConfig"]
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\-]+:\d+)*|yarn|k8s://.+)$")
 _STATE_BACKENDS = ("rocksdb", "hdfs")
 KEYED_OPERATORS = ("auto", "transform_with_state")
+STATE_LAYOUTS = ("blob", "delta")
 
 
 class StreamEnvironment:
@@ -62,6 +63,13 @@ class StreamEnvironment:
       several (Spark runs one of the former per query). ``"transform_with_state"``:
       always the latter — a job that may gain a second keyed step later keeps its
       state layout. Fixed by a job's first run (docs/design/dataflow.md).
+    - ``state_layout``: how a keyed step keeps its state buckets. ``"blob"`` (default): each
+      bucket's table is one value in Spark's state store, rewritten when a batch changes it.
+      ``"delta"``: each bucket keeps a log of changed rows in Spark's state store and its
+      table on the executor's disk, so checkpoint bytes per batch follow the keys a batch
+      changed, not the state's size (docs/design/keyed-state-at-scale.md). Today for
+      ``process_batches`` steps with one integer key and numeric state; other steps keep
+      the blob layout. Needs ``state_backend="rocksdb"``; fixed by a job's first run.
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -78,6 +86,7 @@ class StreamEnvironment:
         combine_windows: bool = True,
         fuse_sources: bool = True,
         keyed_operator: str = "auto",
+        state_layout: str = "blob",
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,
@@ -92,6 +101,10 @@ class StreamEnvironment:
             raise ConfigError(f"max_events_per_batch must be a positive int, got {max_events_per_batch!r}")
         if keyed_operator not in KEYED_OPERATORS:
             raise ConfigError(f"keyed_operator must be one of {', '.join(KEYED_OPERATORS)}, got {keyed_operator!r}")
+        if state_layout not in STATE_LAYOUTS:
+            raise ConfigError(f"state_layout must be one of {', '.join(STATE_LAYOUTS)}, got {state_layout!r}")
+        if state_layout == "delta" and state_backend != "rocksdb":
+            raise ConfigError("state_layout='delta' needs state_backend='rocksdb' (it runs on Spark's transformWithStateInPandas)")
         if state_backend not in _STATE_BACKENDS:
             raise ConfigError(f"state_backend must be one of {', '.join(_STATE_BACKENDS)}, got {state_backend!r}")
         if keyed_operator == "transform_with_state" and state_backend != "rocksdb":
@@ -109,6 +122,7 @@ class StreamEnvironment:
             combine_windows=bool(combine_windows),
             fuse_sources=bool(fuse_sources),
             keyed_operator=keyed_operator,
+            state_layout=state_layout,
         )
         self._spark = spark
         self.clock = clock or SystemClock()
@@ -279,7 +293,8 @@ class StreamEnvironment:
         try:
             if from_savepoint is not None:
                 restore_savepoint(
-                    self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism, self.config.keyed_operator
+                    self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism, self.config.keyed_operator,
+                    self.config.state_layout,
                 )
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=ckpt,

@@ -189,14 +189,14 @@ class StateMachineVectorized(VectorizedKeyedFunction):
         return alerts, updates
 
 
-KEYED_COUNT_SCHEMA = "events bigint, new_keys bigint"
+KEYED_COUNT_SCHEMA = "events bigint, new_keys bigint, keys bigint"
 
 
 class KeyedCount(VectorizedKeyedFunction):
     """A running count per key (E2 with a keyed state step), vectorised. Per call it
-    outputs how many events it counted and how many of their keys had no state yet,
-    so a run can be checked: the events sum to the input, the new keys to the
-    number of distinct keys."""
+    outputs how many events it counted, how many of their keys had no state yet (so a
+    run can be checked: the events sum to the input, the new keys to the number of
+    distinct keys) and how many keys it changed."""
 
     state_schema = "count bigint"
 
@@ -210,7 +210,7 @@ class KeyedCount(VectorizedKeyedFunction):
         prior = state["count"].reindex(unique) if len(state) else pd.Series(np.nan, index=unique)
         new_keys = int(prior.isna().sum())
         updates = pd.DataFrame({"count": prior.fillna(0).to_numpy(np.int64) + counts}, index=unique)
-        return pd.DataFrame({"events": [len(keys)], "new_keys": [new_keys]}), updates
+        return pd.DataFrame({"events": [len(keys)], "new_keys": [new_keys], "keys": [len(unique)]}), updates
 
 
 class FlowByHand(KeyedProcessFunction):

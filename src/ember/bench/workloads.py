@@ -45,7 +45,7 @@ def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
     return StreamEnvironment(
         master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=cfg.max_events_per_batch,
         fuse_sources=cfg.options.get("fuse_sources", True), trigger_interval=cfg.options.get("trigger_interval_ms", 0),
-        keyed_operator=cfg.options.get("keyed_operator", "auto"),
+        keyed_operator=cfg.options.get("keyed_operator", "auto"), state_layout=cfg.options.get("state_layout", "blob"),
     )
 
 
@@ -118,22 +118,67 @@ def grouping(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
 @workload("grouping-keyed")
 def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """E2 with a keyed state step: records -> key_by(host_id) -> a vectorised running
-    count per key (``--keys`` distinct keys, default 1,000), verified: every event
-    counted once, every key's state created once."""
+    count per key (``--keys`` distinct keys, default 1,000; ``--skew`` Zipf-distributed
+    keys; ``--state-layout blob|delta``), verified: every event counted once, every
+    key's state created once. Reports what the state costs the checkpoint per batch
+    (state_writes) next to the serialized size of the keys each batch changed."""
     env = _env(spark, cfg, ckpt)
     keys = int(cfg.options.get("keys") or 1000)
-    src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys)
+    skew = cfg.options.get("skew")
+    src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys, skew=bool(skew))
     sink = CollectSink()
     (env.from_source(src, name="records").key_by("host_id")
      .process_batches(KeyedCount("host_id"), KEYED_COUNT_SCHEMA, name="count").sink_to(sink))
     result, events, seconds, eps = _execute(env, "bench-grouping-keyed", cfg)
-    counted = sum(r["events"] for r in sink.rows())
-    new_keys = sum(r["new_keys"] for r in sink.rows())
+    rows = sink.rows()
+    counted = sum(r["events"] for r in rows)
+    new_keys = sum(r["new_keys"] for r in rows)
+    distinct = src.distinct_keys(result.events)
+    batches = max(1, sum(1 for p in result.progress if int(p.get("numInputRows") or 0)))
+    changed = sum(r["keys"] for r in rows) / batches
+    writes = state_writes(result.checkpoint_dir)
     return RunOutcome(
         events, seconds, eps, progress=result.progress,
-        verified=bool(result.events) and counted == result.events and new_keys == min(keys, result.events),
-        detail={"keys": keys, "events_counted": counted, "keys_created": new_keys, "source_events": result.events},
+        verified=bool(result.events) and counted == result.events and new_keys == distinct,
+        detail={"keys": keys, "skew": bool(skew), "state_layout": env.config.state_layout, "events_counted": counted,
+                "keys_created": new_keys, "expected_keys": distinct, "source_events": result.events,
+                "changed_keys_per_batch": round(changed),
+                # a key's state serialized as the delta layout's columns would hold it: key and count, 8 bytes each
+                "changed_state_bytes_per_batch": round(changed * 16),
+                **writes, **{k: v for k, v in result.counters.items() if k.startswith("state_")}},
     )
+
+
+def state_writes(checkpoint: str) -> dict[str, Any]:
+    """What the state store wrote to ``checkpoint`` per batch: each version's RocksDB
+    changelog (all operators and partitions; the median over versions past the first,
+    which holds the first keys), plus the snapshots (zip files and SST files they upload)
+    spread over the versions."""
+    import os
+    import re
+    from statistics import median
+
+    changelog: dict[int, int] = {}
+    snapshots = 0
+    for root, _dirs, files in os.walk(os.path.join(checkpoint, "state")):
+        for name in files:
+            if name.startswith("."):
+                continue  # Hadoop's checksum files
+            size = os.path.getsize(os.path.join(root, name))
+            found = re.fullmatch(r"(\d+)\.changelog", name)
+            if found:
+                changelog[int(found.group(1))] = changelog.get(int(found.group(1)), 0) + size
+            elif name.endswith((".zip", ".sst")):
+                snapshots += size
+    versions = sorted(changelog)
+    steady = [changelog[v] for v in versions[1:]] or [changelog[v] for v in versions]
+    per_batch = median(steady) if steady else 0
+    return {
+        "checkpoint_bytes_per_batch": round(per_batch + (snapshots / len(versions) if versions else 0)),
+        "checkpoint_changelog_bytes_per_batch": round(per_batch),
+        "checkpoint_snapshot_bytes": snapshots,
+        "checkpoint_versions": len(versions),
+    }
 
 
 def _expected_counts(events: int, keys: int) -> dict[int, int]:

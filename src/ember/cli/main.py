@@ -148,7 +148,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         duration_s=args.duration, rate=args.rate, rounds=args.rounds,
         max_events_per_batch=args.max_events_per_batch, master=args.master,
         baseline=not args.no_baseline, verbose=True, warmup_s=args.warmup,
-        options={k: v for k, v in (("pattern", args.pattern), ("keys", args.keys), ("window_ms", args.window_ms)) if v},
+        options={k: v for k, v in (("pattern", args.pattern), ("keys", args.keys), ("window_ms", args.window_ms),
+                                   ("skew", args.skew), ("state_layout", args.state_layout)) if v},
     )
     command = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report = run_benchmark(args.workload, cfg, command)
@@ -341,6 +342,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=float, default=8.0, metavar="S", help="discarded warm-up run of each side (default 8 s)")
     bench.add_argument("--pattern", help="grep: regex to match (default the E1 pattern)")
     bench.add_argument("--keys", type=int, help="grouping-keyed: distinct keys in the state (default 1000)")
+    bench.add_argument("--skew", action="store_true", help="grouping-keyed: Zipf-like keys (key k ~1/k as often as key 0)")
+    bench.add_argument("--state-layout", choices=["blob", "delta"],
+                       help="grouping-keyed: keyed state as one value per bucket (blob, default) or a delta log (delta)")
     bench.add_argument("--window-ms", type=int, help="yahoo-redis: window size in ms (default 10000, E5's)")
     bench.add_argument("--size", choices=["tiny", "quick", "full"], default="quick", help="report: run sizes (default quick)")
     bench.add_argument("--out", default="bench-report", help="report: output directory (default ./bench-report)")

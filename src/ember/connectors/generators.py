@@ -339,10 +339,40 @@ class GroupingSource(GeneratorSource):
     ``sample_every`` (for latency percentiles) and 0 elsewhere. Under a target
     rate, ingestion time is the record's scheduled emission time (open loop);
     at unbounded speed it is the micro-batch start.
+
+    ``host_id`` is ``seq % hosts`` (round robin: every key equally often), or with
+    ``skew`` Zipf-like (exponent ~1: key ``k`` about ``1/k`` as often as key 0, in
+    integer arithmetic so Spark and :meth:`host_ids` agree exactly): a hash of ``seq``
+    picks a level ``j`` uniformly among ``ceil(log2(hosts))`` and a key uniformly among
+    the ``2**j`` keys ``2**j - 1 ... 2**(j+1) - 2`` (folded into ``hosts``).
     """
 
     hosts: int = 1000
     sample_every: int = 1000
+    skew: bool = False
+
+    @property
+    def skew_levels(self) -> int:
+        return max(1, (self.hosts - 1).bit_length())
+
+    def host_ids(self, seq: np.ndarray) -> np.ndarray:
+        """``host_id`` of each sequence number, as Spark computes it (translators/sources.py)."""
+        seq = np.asarray(seq, dtype=np.int64)
+        if not self.skew:
+            return seq % self.hosts
+        h = self.hash(seq)
+        level = h % self.skew_levels
+        width = np.left_shift(np.int64(1), level)
+        return (width - 1 + (h >> 8) % width) % self.hosts
+
+    def distinct_keys(self, events: int, chunk: int = 1 << 23) -> int:
+        """How many distinct ``host_id`` the first ``events`` records hold."""
+        if not self.skew:
+            return min(self.hosts, events)
+        seen = np.zeros(self.hosts, dtype=bool)
+        for lo in range(0, events, chunk):
+            seen[self.host_ids(np.arange(lo, min(events, lo + chunk), dtype=np.int64))] = True
+        return int(seen.sum())
 
     def __post_init__(self) -> None:
         super().__post_init__()

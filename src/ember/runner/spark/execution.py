@@ -87,7 +87,7 @@ def run_job(
     for left in (layout.stop_marker, layout.stop_request):
         if os.path.exists(left):
             os.remove(left)  # left by a run that did not finish stopping
-    check_restart(checkpoint, graph, config.keyed_operator)
+    check_restart(checkpoint, graph, config.keyed_operator, config.state_layout)
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         end_of_input_marker=layout.end_of_input if bounded else None,
@@ -182,6 +182,7 @@ def run_job(
         stopped_because=reason,
         late_dropped=follower.late_dropped + follower.counted_late(),
         start_ms=source_origins(checkpoint, graph),
+        counters={name: int(c.value) for name, c in job.compilation.counters.items()},
     )
 
 

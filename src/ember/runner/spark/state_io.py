@@ -65,6 +65,7 @@ def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> dict[int
 def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any]) -> pd.DataFrame:
     """Operator ``op_id``'s state in ``checkpoint`` at committed batch ``batch_id``, one
     layout per operator kind (documented for users at ``ember.savepoints.state.read_state``)."""
+    _refuse_delta(op, "reading")
     keys = list(op["keys"])
     if op["kind"] in KEYED:
         rows = []
@@ -227,8 +228,17 @@ def _rewrite_checkpoint(spark: Any, checkpoint: str, batch: int, rewrite: Callab
     shutil.copyfile(os.path.join(checkpoint, "commits", str(batch)), os.path.join(checkpoint, "commits", str(batch + 1)))
 
 
+def _refuse_delta(op: dict[str, Any], what: str) -> None:
+    if op.get("state layout") == "delta":
+        raise SavepointError(
+            f"operator '{op['name']}' keeps its state as a delta log (state_layout='delta'): {what} its state in a "
+            "savepoint is not built yet (the savepoint itself restores)"
+        )
+
+
 def check_writable(op: dict[str, Any]) -> None:
     """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
+    _refuse_delta(op, "writing")
     if op["kind"] not in STATE_KINDS_WRITABLE:
         raise SavepointError(
             f"operator '{op['name']}' is a {op['kind']}: writing state is supported for "

@@ -21,7 +21,7 @@ from ember.errors import UserFunctionError
 from ember.functions import BatchContext, VectorizedKeyedFunction
 from ember.runner.spark.keyed.runtime import ember_watermark
 
-__all__ = ["make_vectorized_bucket_function"]
+__all__ = ["make_vectorized_bucket_function", "BlobTable", "DeltaTable"]
 
 
 class _Context(BatchContext):
@@ -31,6 +31,61 @@ class _Context(BatchContext):
 
 def _index(pdf: pd.DataFrame, keys: list[str]) -> pd.Index:
     return pd.Index(pdf[keys[0]]) if len(keys) == 1 else pd.MultiIndex.from_frame(pdf[keys])
+
+
+class BlobTable:
+    """Design A: the bucket's whole table, one pickled DataFrame in Spark's ``GroupState``,
+    rewritten whenever a batch changes it."""
+
+    def __init__(self, state: Any, fields: list[str]) -> None:
+        self.state = state
+        self.stored: pd.DataFrame = pickle.loads(state.get[0]) if state.exists else pd.DataFrame(columns=fields)
+
+    def current(self, keys: pd.Index) -> pd.DataFrame:
+        return self.stored[self.stored.index.isin(keys)]
+
+    def update(self, updates: pd.DataFrame) -> None:
+        stored = self.stored
+        kept = updates.dropna(how="all")  # an all-null row deletes the key's state
+        stored = pd.concat([stored[~stored.index.isin(updates.index)], kept]) if len(stored) else kept
+        self.stored = stored
+        if len(stored):
+            self.state.update((pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL),))
+        elif self.state.exists:
+            self.state.remove()
+
+
+class DeltaTable:
+    """Design B (keyed/delta.py): the bucket's table read and written per key, through a
+    :class:`~ember.runner.spark.keyed.delta.DeltaLog` (only changed rows are checkpointed)."""
+
+    def __init__(self, log: Any, key: str, fields: list[str], types: list[Any], step: str) -> None:
+        self.log, self.key, self.fields, self.types, self.step = log, key, fields, types, step
+
+    def current(self, keys: pd.Index) -> pd.DataFrame:
+        found, columns = self.log.read(np.asarray(keys, dtype=np.int64))
+        return pd.DataFrame(dict(zip(self.fields, columns)), index=pd.Index(found, name=self.key))
+
+    def update(self, updates: pd.DataFrame) -> None:
+        if updates.index.has_duplicates:
+            updates = updates[~updates.index.duplicated(keep="last")]
+        updates = updates.sort_index()
+        deleted = updates.isna().all(axis=1).to_numpy()
+        columns = []
+        for field, kind in zip(self.fields, self.types):
+            values = updates[field]
+            nulls = values.isna().to_numpy() & ~deleted
+            if nulls.any():
+                raise UserFunctionError(
+                    f"step '{self.step}': state field '{field}' is null for key {updates.index[nulls].tolist()[0]!r} without the "
+                    "whole row being null (a deletion); state_layout='delta' stores state fields as numbers"
+                )
+            columns.append(values.where(~deleted, 0).to_numpy().astype(kind))
+        try:
+            keys = updates.index.to_numpy().astype(np.int64)
+        except (TypeError, ValueError) as exc:
+            raise UserFunctionError(f"step '{self.step}': state updates must be indexed by the integer key: {exc}") from exc
+        self.log.write(keys, columns, deleted)
 
 
 def make_vectorized_bucket_function(
@@ -61,9 +116,9 @@ def make_vectorized_bucket_function(
         if time_column is not None:
             sort_by.insert(0, pdf[time_column].to_numpy().astype("datetime64[ms]").astype(np.int64))
         pdf = pdf.iloc[np.lexsort(sort_by)].reset_index(drop=True)
-        stored: pd.DataFrame = pickle.loads(state.get[0]) if state.exists else pd.DataFrame(columns=state_fields)
+        table = getattr(state, "table", None) or BlobTable(state, state_fields)
         batch_keys = _index(pdf, keys).unique()
-        current = stored[stored.index.isin(batch_keys)]
+        current = table.current(batch_keys)
         ctx = _Context(ember_watermark(state.getCurrentWatermarkMs()) if event_time else None, state.getCurrentProcessingTimeMs())
         try:
             result = fn.process_batch(pdf[fields], current, ctx)
@@ -81,13 +136,7 @@ def make_vectorized_bucket_function(
             missing = [c for c in state_fields if c not in updates.columns]
             if missing:
                 raise UserFunctionError(f"step '{step}': state updates lack the state field(s) {missing}")
-            updates = updates[state_fields]
-            kept = updates.dropna(how="all")  # an all-null row deletes the key's state
-            stored = pd.concat([stored[~stored.index.isin(updates.index)], kept]) if len(stored) else kept
-            if len(stored):
-                state.update((pickle.dumps(stored, protocol=pickle.HIGHEST_PROTOCOL),))
-            elif state.exists:
-                state.remove()
+            table.update(updates[state_fields])
         if out is not None and len(out):
             missing = [c for c in out_fields if c not in out.columns]
             if missing:

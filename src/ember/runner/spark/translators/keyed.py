@@ -27,9 +27,10 @@ from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.keyed.bucket import BucketFunction
+from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column, without_hidden
-from ember.runner.spark.keyed.tws import BucketProcessor
+from ember.runner.spark.keyed.tws import BucketProcessor, DeltaBucketProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
     LATE_COUNTER,
@@ -316,9 +317,34 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
         node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
+    if comp.config.state_layout == "delta":
+        processor = _delta_processor(comp, node, up, state_type, event_time)
     grouped, bucket_fn = _buckets(comp, node, up, node.keys, event_time, bucket_fn)
-    result = _apply(comp, grouped, bucket_fn, out, "table binary", event_time, timeout)
+    if comp.config.state_layout != "delta":
+        result = _apply(comp, grouped, bucket_fn, out, "table binary", event_time, timeout)
+        return Frame(_visible(result), up.time)
+    processor.call, processor.columns = bucket_fn, list(grouped._df.columns)
+    schema = T.StructType(list(out.fields))
+    if event_time:  # as _apply: a null event-time column carries Spark's watermark on
+        schema = schema.add(ANCHOR, T.TimestampType())
+    result = grouped.transformWithStateInPandas(processor, schema, "Append", "EventTime" if event_time else "None",
+                                                eventTimeColumnName=ANCHOR if event_time else "")
     return Frame(_visible(result), up.time)
+
+
+def _delta_processor(comp: Compilation, node: VectorizedProcessNode, up: Frame, state_type: T.StructType,
+                     event_time: bool) -> DeltaBucketProcessor:
+    """The design-B processor of a vectorised step (keyed/delta.py), or a PipelineError
+    saying why the step's key or state cannot be kept that way. Its working copies live
+    under ``<local state root>/<the job's checkpoint, hashed>/<step>`` on each executor."""
+    key_kinds = [up.df.schema[k].dataType.simpleString() for k in node.keys]
+    state_kinds = [f.dataType.simpleString() for f in state_type.fields]
+    problem = delta_layout_problem(key_kinds, state_kinds)
+    if problem is not None:
+        raise PipelineError(f"state_layout='delta' cannot keep this step's state: {problem}; use state_layout='blob'", node.name)
+    counters = {name: comp.counter(name) for name in DELTA_COUNTERS}
+    return DeltaBucketProcessor(lambda *a: iter(()), [], ANCHOR if event_time else None, step_directory(comp.checkpoint, node.name),
+                                node.keys[0], state_type.names, numpy_types(state_kinds), node.name, counters)
 
 
 def operator_window(comp: Compilation, node: WindowNode) -> Frame:

@@ -196,9 +196,14 @@ def _grep(comp: Compilation, node: SourceNode, src: g.GrepSource) -> Any:
 def _grouping(comp: Compilation, node: SourceNode, src: g.GroupingSource) -> Any:
     seq = _sequence(comp, node, src, "seq bigint, origin_ms bigint")
     sampled = F.pmod(F.col("seq"), F.lit(src.sample_every)) == 0
+    host = F.pmod(F.col("seq"), F.lit(src.hosts))
+    if src.skew:  # GroupingSource.host_ids, the same integer arithmetic
+        h = f"xxhash64(seq, CAST({int(src.seed)} AS BIGINT))"  # as _hash
+        width = f"shiftleft(CAST(1 AS BIGINT), CAST(pmod({h}, {src.skew_levels}) AS INT))"
+        host = F.expr(f"pmod({width} - 1 + pmod(shiftright({h}, 8), {width}), {int(src.hosts)})")
     return seq.select(
         F.col("seq").alias("seq_id"),
-        F.pmod(F.col("seq"), F.lit(src.hosts)).cast("int").alias("host_id"),
+        host.cast("int").alias("host_id"),
         F.when(sampled, _ingestion_ms(comp, node, src)).otherwise(F.lit(0)).cast("bigint").alias("ts"),
         F.lit(bytearray(b"ember-pay-12")).alias("payload"),
     )

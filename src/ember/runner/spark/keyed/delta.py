@@ -1,0 +1,313 @@
+"""Design B of keyed state (issue 18, docs/design/keyed-state-at-scale.md): per state bucket,
+a *delta log* in Spark's state store and a columnar working copy on the executor's disk.
+
+Design A (bucket.py, vectorized.py) stores each bucket's whole table as one value, so a
+batch rewrites — and checkpoints — every touched bucket in full. Here:
+
+- **Durable part (Spark's state store, exactly once):** a ``ListState`` of *parts*, one
+  appended per batch that changed the bucket, each an Arrow IPC stream of the rows that
+  changed (key, state fields, a deletion flag); and a ``ValueState`` *version* naming the
+  last write. On RocksDB with changelog checkpointing an append writes only the appended
+  bytes (measured: 12,826,130 changelog bytes for 12,800,000 appended), so checkpoint bytes
+  per batch follow the keys a batch changed, not the state's size.
+- **Working copy (executor-local disk):** the bucket's table as sorted, memory-mapped numpy
+  columns (:class:`LocalTable`), tagged with the version it reflects and the machine's boot.
+  Every Python worker of the executor can open it; lookups and updates are vectorised
+  (``searchsorted`` and fancy indexing), in place for keys that exist, a merge for new ones.
+- **Per call:** if the copy's tag is not the stored version (first use on this machine, a
+  replayed batch, a batch that failed after writing the copy, the partition moved, the
+  machine rebooted), the copy is rebuilt by folding the log. The copy is a cache: losing it
+  costs a rebuild, never a result.
+- **Compaction:** when the log holds more than ~3x the live rows, it is replaced by the live
+  table (amortised: ~1.33x the changed rows' bytes per batch; staggered across buckets).
+
+Keys are one integer column; state fields are numbers or booleans (numpy columns). The
+vectorised keyed variant runs on it (``StreamEnvironment(state_layout="delta")``);
+:func:`delta_layout_problem` says why another step cannot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = [
+    "LocalTable", "DeltaLog", "Version", "fold_parts", "encode_part", "decode_part", "DELETED",
+    "local_state_root", "step_directory", "delta_layout_problem", "numpy_types", "COMPACT_FACTOR", "KEY", "DELTA_COUNTERS",
+]
+
+DELETED = "__ember_deleted"
+KEY = "__ember_key"
+COMPACT_FACTOR = 3.0  # compact a bucket's log once it holds this many times its live rows (+ the stagger)
+COMPACT_MIN_ROWS = 4096  # never compact a log shorter than this: small buckets are cheap to fold
+PART_ROWS = 1 << 20  # rows per part when a compaction writes the live table
+# Job-wide counters of what delta steps did (JobResult.counters; ember bench grouping-keyed).
+DELTA_COUNTERS = ("state_changed_keys", "state_appended_bytes", "state_compacted_bytes", "state_rebuilt_rows")
+NUMERIC_KINDS = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean")
+_NUMPY = {"tinyint": np.int8, "smallint": np.int16, "int": np.int32, "bigint": np.int64,
+          "float": np.float32, "double": np.float64, "boolean": np.bool_}
+
+
+def delta_layout_problem(key_kinds: list[str], state_kinds: list[str]) -> str | None:
+    """Why a step's keys or state cannot use the delta layout (None: they can)."""
+    if len(key_kinds) != 1 or key_kinds[0] not in ("tinyint", "smallint", "int", "bigint"):
+        return f"its key must be one integer field (got {', '.join(key_kinds)})"
+    bad = [k for k in state_kinds if k not in NUMERIC_KINDS]
+    if bad:
+        return f"its state fields must be numbers or booleans (got {', '.join(bad)})"
+    return None
+
+
+def numpy_types(state_kinds: list[str]) -> list[Any]:
+    return [_NUMPY[k] for k in state_kinds]
+
+
+def _boot_id() -> str:
+    """Changes when the machine restarts: a copy written before a crash of the host (whose
+    page cache may not have reached the disk) is then never trusted."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown-boot"
+
+
+BOOT_ID = _boot_id()
+
+
+def local_state_root() -> str:
+    """Where executors keep working copies: ``$EMBER_LOCAL_STATE_DIR``, else the temp dir."""
+    return os.environ.get("EMBER_LOCAL_STATE_DIR") or os.path.join(tempfile.gettempdir(), "ember-local-state")
+
+
+def step_directory(checkpoint: str | None, step: str) -> str:
+    """A step's working copies, relative to :func:`local_state_root` on each executor:
+    ``<the job's checkpoint path, hashed>/<step>`` (one subdirectory per bucket)."""
+    job = hashlib.sha1((checkpoint or "no-checkpoint").encode()).hexdigest()[:16]
+    return os.path.join(job, re.sub(r"[^A-Za-z0-9_.-]", "_", step))
+
+
+# -- the log's parts ----------------------------------------------------------------------
+
+def encode_part(keys: np.ndarray, columns: list[np.ndarray], deleted: np.ndarray, fields: list[str]) -> bytes:
+    """Changed rows as one Arrow IPC stream (key, the state fields, the deletion flag)."""
+    arrays = [pa.array(keys)] + [pa.array(c) for c in columns] + [pa.array(deleted, pa.bool_())]
+    batch = pa.RecordBatch.from_arrays(arrays, names=[KEY, *fields, DELETED])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_part(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(blob).read_all()
+
+
+def fold_parts(parts: Iterable[bytes], fields: list[str], types: list[Any]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The live table the log's parts describe, applied in order: each key's last row
+    wins, a deletion removes it. Returns the keys sorted and the state columns."""
+    tables = [decode_part(p) for p in parts]
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return np.empty(0, np.int64), [np.empty(0, t) for t in types]
+    table = pa.concat_tables(tables)
+    keys = table.column(KEY).to_numpy().astype(np.int64, copy=False)
+    # The last occurrence of each key: np.unique's first index in the reversed keys.
+    unique, first_reversed = np.unique(keys[::-1], return_index=True)
+    last = len(keys) - 1 - first_reversed
+    alive = ~table.column(DELETED).to_numpy(zero_copy_only=False)[last]
+    rows = last[alive]
+    columns = [table.column(f).to_numpy(zero_copy_only=False)[rows].astype(t, copy=False) for f, t in zip(fields, types)]
+    return unique[alive], columns
+
+
+@dataclass(frozen=True)
+class Version:
+    """What a bucket's log holds: the tag of its last write, its parts and rows, the live rows."""
+
+    tag: str = ""
+    parts: int = 0
+    logged: int = 0
+    live: int = 0
+
+    SCHEMA = "tag string, parts long, logged long, live long"
+
+    @classmethod
+    def of(cls, row: tuple[Any, ...] | None) -> "Version":
+        return cls() if row is None else cls(str(row[0]), int(row[1]), int(row[2]), int(row[3]))
+
+    def row(self) -> tuple[Any, ...]:
+        return (self.tag, self.parts, self.logged, self.live)
+
+
+def new_tag() -> str:
+    return secrets.token_hex(12)
+
+
+# -- the working copy -----------------------------------------------------------------------
+
+class LocalTable:
+    """One bucket's table on local disk: ``keys.npy`` (sorted int64), one ``f<i>.npy`` per
+    state field, and ``tag`` (the version it reflects, with the boot id; ``dirty`` while
+    a write is under way). Columns are memory-mapped, so the table is on disk, not in the
+    Python worker's memory."""
+
+    def __init__(self, directory: str, types: list[Any]) -> None:
+        self.dir, self.types = directory, types
+        self.keys: np.ndarray = np.empty(0, np.int64)
+        self.columns: list[np.ndarray] = [np.empty(0, t) for t in types]
+
+    # tag ---------------------------------------------------------------------------------
+    def _tag_path(self) -> str:
+        return os.path.join(self.dir, "tag")
+
+    def tag(self) -> str | None:
+        """The version the copy holds, or None (no copy, a write cut short, another boot)."""
+        try:
+            text = Path(self._tag_path()).read_text()
+        except OSError:
+            return None
+        tag, _, boot = text.partition(" ")
+        return tag if boot == BOOT_ID and tag and tag != "dirty" else None
+
+    def _set_tag(self, tag: str) -> None:
+        tmp = self._tag_path() + ".tmp"
+        Path(tmp).write_text(f"{tag} {BOOT_ID}")
+        os.replace(tmp, self._tag_path())
+
+    # columns -------------------------------------------------------------------------------
+    def _path(self, name: str) -> str:
+        return os.path.join(self.dir, f"{name}.npy")
+
+    def load(self) -> None:
+        """Map the columns (after :meth:`tag` said the copy is current)."""
+        keys = np.load(self._path("keys"), mmap_mode="r")
+        if len(keys) == 0:  # nothing to map
+            self.keys, self.columns = np.empty(0, np.int64), [np.empty(0, t) for t in self.types]
+            return
+        self.keys = keys
+        self.columns = [np.load(self._path(f"f{i}"), mmap_mode="r+") for i in range(len(self.types))]
+
+    def replace(self, keys: np.ndarray, columns: list[np.ndarray], tag: str) -> None:
+        """Write a whole table (a rebuild, or a merge of new keys) and tag it."""
+        os.makedirs(self.dir, exist_ok=True)
+        self._set_tag("dirty")
+        self.close()
+        for name, data in [("keys", keys), *[(f"f{i}", c) for i, c in enumerate(columns)]]:
+            tmp = self._path(name) + ".tmp.npy"
+            np.save(tmp, np.ascontiguousarray(data))
+            os.replace(tmp, self._path(name))
+        self.load()
+        self._set_tag(tag)
+
+    def close(self) -> None:
+        for a in [self.keys, *self.columns]:
+            mm = getattr(a, "_mmap", None)
+            if mm is not None:
+                mm.close()
+        self.keys, self.columns = np.empty(0, np.int64), [np.empty(0, t) for t in self.types]
+
+    # reads and writes ------------------------------------------------------------------------
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of ``keys`` in the table and whether each is there."""
+        n = len(self.keys)
+        pos = np.searchsorted(self.keys, keys)
+        found = pos < n
+        found[found] = self.keys[pos[found]] == keys[found]
+        return pos, found
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The keys among ``keys`` (sorted, unique) that have state, and their state."""
+        pos, found = self.find(keys)
+        at = pos[found]
+        return keys[found], [np.asarray(c[at]) for c in self.columns]
+
+    def apply(self, keys: np.ndarray, columns: list[np.ndarray], deleted: np.ndarray, tag: str) -> None:
+        """Change rows in place (keys that exist), merge new keys and drop deleted ones (a
+        rewrite of the bucket's table, only when there are such), then tag the copy."""
+        pos, found = self.find(keys)
+        self._set_tag("dirty")
+        update = found & ~deleted
+        at = pos[update]
+        for column, values in zip(self.columns, columns):
+            column[at] = values[update]
+        drop = found & deleted
+        add = ~found & ~deleted
+        if drop.any() or add.any():
+            keep = np.ones(len(self.keys), bool)
+            keep[pos[drop]] = False
+            merged_keys = np.concatenate([np.asarray(self.keys)[keep], keys[add]])
+            order = np.argsort(merged_keys, kind="stable")
+            merged = [np.concatenate([np.asarray(c)[keep], v[add]])[order] for c, v in zip(self.columns, columns)]
+            self.replace(merged_keys[order], merged, tag)
+            return
+        for column in self.columns:
+            if isinstance(column, np.memmap):
+                column.flush()
+        self._set_tag(tag)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class DeltaLog:
+    """The Spark-side half of one bucket's state, as seen by one call: its ``ListState`` of
+    parts and ``ValueState`` version (handles of ``transformWithStateInPandas``), and the
+    bucket's working copy. :meth:`open` makes the copy current; :meth:`read` and
+    :meth:`write` are the table a vectorised function sees."""
+
+    def __init__(self, parts: Any, version: Any, local: LocalTable, bucket: int, fields: list[str]) -> None:
+        self.parts_state, self.version_state, self.local, self.fields = parts, version, local, fields
+        self.bucket = bucket
+        self.version = Version()
+        self.rebuilt_rows = -1  # rows folded when the call had to rebuild the copy (-1: it did not)
+        self.appended_bytes = 0  # what this call appended to the log (for the benchmark's counters)
+        self.compacted_bytes = 0
+        self.changed_keys = 0
+
+    def open(self) -> None:
+        self.version = Version.of(self.version_state.get())
+        if self.version.tag and self.local.tag() == self.version.tag:
+            self.local.load()
+            return
+        keys, columns = fold_parts((row[0] for row in self.parts_state.get()), self.fields, self.local.types) \
+            if self.version.tag else (np.empty(0, np.int64), [np.empty(0, t) for t in self.local.types])
+        self.rebuilt_rows = len(keys)
+        self.local.replace(keys, columns, self.version.tag or "empty")
+
+    def read(self, keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        return self.local.lookup(keys)
+
+    def write(self, keys: np.ndarray, columns: list[np.ndarray], deleted: np.ndarray) -> None:
+        """Record changed rows (``keys`` sorted, unique): in the log, the version and the copy."""
+        if not len(keys):
+            return
+        tag = new_tag()
+        part = encode_part(keys, columns, deleted, self.fields)
+        self.local.apply(keys, columns, deleted, tag)
+        live = len(self.local)
+        parts, logged = self.version.parts + 1, self.version.logged + len(keys)
+        stagger = (self.bucket % 8) / 8  # buckets of a uniform key space reach the threshold apart
+        if logged > max(COMPACT_MIN_ROWS, (COMPACT_FACTOR + stagger) * live):
+            compacted = [encode_part(self.local.keys[i:i + PART_ROWS], [np.asarray(c[i:i + PART_ROWS]) for c in self.local.columns],
+                                     np.zeros(min(PART_ROWS, live - i), bool), self.fields) for i in range(0, max(live, 1), PART_ROWS)]
+            self.parts_state.put([(p,) for p in compacted])
+            parts, logged = len(compacted), live
+            self.compacted_bytes += sum(len(p) for p in compacted)
+        else:
+            self.parts_state.appendList([(part,)])
+        self.appended_bytes += len(part)
+        self.changed_keys += len(keys)
+        self.version = Version(tag, parts, logged, live)
+        self.version_state.update(self.version.row())
+
+    def close(self) -> None:
+        self.local.close()
