@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 
 from ember import CollectSink, PipelineError, ScriptedSource, StreamEnvironment, WatermarkStrategy
-from ember.functions import VectorizedKeyedFunction
+from ember.functions import KeyedProcessFunction, VectorizedKeyedFunction
 from ember.runner.spark.keyed.delta import local_state_root, step_directory
 from ember.runner.spark.restart import RestartError
+from ember.state import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
 
@@ -70,29 +71,77 @@ def random_batches(seed: int, n_batches: int, keys: int):
     return batches
 
 
-def run(spark, tmp_path, batches, layout="delta", key_type="bigint"):
+class TotalsPerRecord(KeyedProcessFunction):
+    """Totals, one record at a time with ValueState (cleared at LIMIT); with ``timer_ms`` also
+    an event-time timer per record that reports the key's count when it fires."""
+
+    def __init__(self, timer_ms=None):
+        self.timer_ms = timer_ms
+
+    def open(self, ctx):
+        self.total = ctx.get_state(ValueStateDescriptor("total", default=0))
+        self.n = ctx.get_state(ValueStateDescriptor("n", default=0))
+
+    def process_element(self, value, ctx):
+        total, n = self.total.value() + value["x"], self.n.value() + 1
+        if total >= LIMIT:
+            self.total.clear()
+            self.n.clear()
+        else:
+            self.total.update(total)
+            self.n.update(n)
+        if self.timer_ms is not None:
+            ctx.register_event_time_timer(ctx.timestamp + self.timer_ms)
+        yield {"k": ctx.current_key, "ts": ctx.timestamp, "total": total, "n": n}
+
+    def on_timer(self, timestamp, ctx):
+        yield {"k": ctx.current_key, "ts": -timestamp, "total": self.total.value(), "n": self.n.value()}
+
+
+def run(spark, tmp_path, batches, layout="delta", key_type="bigint", fn=None):
     env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, state_layout=layout)
     sink = CollectSink()
-    (env.from_source(ScriptedSource(batches, f"ts bigint, k {key_type}, x bigint"),
-                     WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
-     .key_by("k").process_batches(Totals(), OUT, name="totals").sink_to(sink))
+    keyed = (env.from_source(ScriptedSource(batches, f"ts bigint, k {key_type}, x bigint"),
+                             WatermarkStrategy.for_monotonous_timestamps("ts"), name="events").key_by("k"))
+    if fn is None:
+        keyed.process_batches(Totals(), OUT, name="totals").sink_to(sink)
+    else:
+        keyed.process(fn, OUT, name="totals").sink_to(sink)
     result = env.execute("delta", progress=False)
     return sorted((r["k"], r["ts"], r["total"], r["n"]) for r in sink.rows()), result
 
 
-def test_delta_layout_equals_the_model_across_restarts_and_rebuilds(spark, tmp_path):
+@pytest.mark.parametrize("per_record", [False, True], ids=["process_batches", "process"])
+def test_delta_layout_equals_the_model_across_restarts_and_rebuilds(spark, tmp_path, per_record):
     batches = random_batches(11, 9, 25)
     expected = model(batches)
-    first, result = run(spark, tmp_path, batches[:4])
+    fn = TotalsPerRecord() if per_record else None
+    first, result = run(spark, tmp_path, batches[:4], fn=fn)
     assert first == sorted(e for e in expected if e[1] <= max(t for b in batches[:4] for t, _, _ in b))
     assert result.counters["state_changed_keys"] > 0 and result.counters["state_appended_bytes"] > 0
     copies = os.path.join(local_state_root(), step_directory(os.path.join(str(tmp_path), "delta"), "totals"))
     assert os.path.isdir(copies) and os.listdir(copies), "no working copy was written where the layout keeps it"
-    second, _ = run(spark, tmp_path, batches[:6])  # a restart: the working copies are current
+    second, _ = run(spark, tmp_path, batches[:6], fn=fn)  # a restart: the working copies are current
     shutil.rmtree(copies)  # the executor's disk lost: every bucket is rebuilt from its log in Spark's state
-    third, result = run(spark, tmp_path, batches)
+    third, result = run(spark, tmp_path, batches, fn=fn)
     assert result.counters["state_rebuilt_rows"] > 0
     assert sorted(first + second + third) == sorted(expected)
+
+
+def test_timers_on_the_delta_layout_fire_as_on_the_blob_layout(spark, tmp_path):
+    """Event-time timers (kept per bucket beside the log) across a restart with lost working
+    copies: the same output as the blob layout's (itself tested against Flink's model)."""
+    batches = random_batches(4, 7, 12)
+    outputs = {}
+    for layout in ("blob", "delta"):
+        where = tmp_path / layout
+        first, _ = run(spark, where, batches[:3], layout=layout, fn=TotalsPerRecord(timer_ms=3))
+        shutil.rmtree(os.path.join(local_state_root(), step_directory(os.path.join(str(where), "delta"), "totals")),
+                      ignore_errors=True)
+        second, _ = run(spark, where, batches, layout=layout, fn=TotalsPerRecord(timer_ms=3))
+        outputs[layout] = sorted(first + second)
+    assert any(r[1] < 0 for r in outputs["blob"]), "no timer fired: the test does not test timers"
+    assert outputs["delta"] == outputs["blob"]
 
 
 def test_a_layout_change_is_refused_on_restart(spark, tmp_path):

@@ -118,42 +118,59 @@ def grouping(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
 @workload("grouping-keyed")
 def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     """E2 with a keyed state step: records -> key_by(host_id) -> a vectorised running
-    count per key (``--keys`` distinct keys, default 1,000; ``--skew`` Zipf-distributed
-    keys; ``--state-layout blob|delta``), verified: every event counted once, every
-    key's state created once. Reports what the state costs the checkpoint per batch
-    (state_writes) next to the serialized size of the keys each batch changed."""
-    env = _env(spark, cfg, ckpt)
+    count per key (``--keys`` distinct keys, default 1,000; ``--skew`` Zipf-like keys;
+    ``--state-layout blob|delta``), verified: every event counted once, every key's
+    state created once. Reports what the state costs the checkpoint per batch
+    (state_writes) next to the serialized size of the keys each batch changed. With
+    ``--prefill`` a first run creates every key (2 M events per batch) and the measured
+    run restarts from its checkpoint: each batch then changes keys that exist."""
     keys = int(cfg.options.get("keys") or 1000)
-    skew = cfg.options.get("skew")
-    src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys, skew=bool(skew))
-    sink = CollectSink()
-    (env.from_source(src, name="records").key_by("host_id")
-     .process_batches(KeyedCount("host_id"), KEYED_COUNT_SCHEMA, name="count").sink_to(sink))
+    skew = bool(cfg.options.get("skew"))
+    src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys, skew=skew)
+    sinks: list[CollectSink] = []
+
+    def job(env: StreamEnvironment) -> StreamEnvironment:
+        sinks.append(CollectSink())
+        (env.from_source(src, name="records").key_by("host_id")
+         .process_batches(KeyedCount("host_id"), KEYED_COUNT_SCHEMA, name="count").sink_to(sinks[-1]))
+        return env
+
+    prefilled, restore_s = 0, None
+    if cfg.options.get("prefill"):
+        env = job(StreamEnvironment(master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=2_000_000,
+                                    state_layout=cfg.options.get("state_layout", "blob")))
+        prefilled = env.execute("bench-grouping-keyed", max_events=keys, progress=cfg.verbose).events
+    env = job(_env(spark, cfg, ckpt))
     result, events, seconds, eps = _execute(env, "bench-grouping-keyed", cfg)
-    rows = sink.rows()
+    if prefilled and result.progress:  # the first batch after the restart loads the state (or rebuilds copies)
+        restore_s = int(result.progress[0]["durationMs"].get("triggerExecution", 0)) / 1000
+    rows = [r for sink in sinks for r in sink.rows()]
     counted = sum(r["events"] for r in rows)
     new_keys = sum(r["new_keys"] for r in rows)
-    distinct = src.distinct_keys(result.events)
+    total = prefilled + result.events
+    distinct = src.distinct_keys(total)
+    measured = [r for r in sinks[-1].rows()]
     batches = max(1, sum(1 for p in result.progress if int(p.get("numInputRows") or 0)))
-    changed = sum(r["keys"] for r in rows) / batches
-    writes = state_writes(result.checkpoint_dir)
+    changed = sum(r["keys"] for r in measured) / batches
     return RunOutcome(
         events, seconds, eps, progress=result.progress,
-        verified=bool(result.events) and counted == result.events and new_keys == distinct,
-        detail={"keys": keys, "skew": bool(skew), "state_layout": env.config.state_layout, "events_counted": counted,
-                "keys_created": new_keys, "expected_keys": distinct, "source_events": result.events,
-                "changed_keys_per_batch": round(changed),
-                # a key's state serialized as the delta layout's columns would hold it: key and count, 8 bytes each
+        verified=bool(result.events) and counted == total and new_keys == distinct,
+        detail={"keys": keys, "skew": skew, "state_layout": env.config.state_layout, "events_counted": counted,
+                "keys_created": new_keys, "expected_keys": distinct, "source_events": total, "prefilled_events": prefilled,
+                "first_batch_after_restart_s": restore_s, "changed_keys_per_batch": round(changed),
+                # a key's state serialized as the delta layout's columns hold it: key and count, 8 bytes each
                 "changed_state_bytes_per_batch": round(changed * 16),
-                **writes, **{k: v for k, v in result.counters.items() if k.startswith("state_")}},
+                **state_writes(result.checkpoint_dir, len(result.progress)),
+                **{k: v for k, v in result.counters.items() if k.startswith("state_")}},
     )
 
 
-def state_writes(checkpoint: str) -> dict[str, Any]:
-    """What the state store wrote to ``checkpoint`` per batch: each version's RocksDB
-    changelog (all operators and partitions; the median over versions past the first,
-    which holds the first keys), plus the snapshots (zip files and SST files they upload)
-    spread over the versions."""
+def state_writes(checkpoint: str, last: int) -> dict[str, Any]:
+    """What the state store wrote to ``checkpoint`` per batch in the last ``last``
+    versions (a run's batches): each version's RocksDB changelog (all operators and
+    partitions; the median, past the checkpoint's first version, which holds the first
+    keys), plus the snapshots (zip files and the SST files they upload) spread over all
+    versions."""
     import os
     import re
     from statistics import median
@@ -171,7 +188,7 @@ def state_writes(checkpoint: str) -> dict[str, Any]:
             elif name.endswith((".zip", ".sst")):
                 snapshots += size
     versions = sorted(changelog)
-    steady = [changelog[v] for v in versions[1:]] or [changelog[v] for v in versions]
+    steady = [changelog[v] for v in versions[1:][-last:]] or [changelog[v] for v in versions]
     per_batch = median(steady) if steady else 0
     return {
         "checkpoint_bytes_per_batch": round(per_batch + (snapshots / len(versions) if versions else 0)),

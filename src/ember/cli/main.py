@@ -149,7 +149,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         max_events_per_batch=args.max_events_per_batch, master=args.master,
         baseline=not args.no_baseline, verbose=True, warmup_s=args.warmup,
         options={k: v for k, v in (("pattern", args.pattern), ("keys", args.keys), ("window_ms", args.window_ms),
-                                   ("skew", args.skew), ("state_layout", args.state_layout)) if v},
+                                   ("skew", args.skew), ("state_layout", args.state_layout),
+                                   ("prefill", args.prefill)) if v},
     )
     command = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report = run_benchmark(args.workload, cfg, command)
@@ -343,6 +344,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--pattern", help="grep: regex to match (default the E1 pattern)")
     bench.add_argument("--keys", type=int, help="grouping-keyed: distinct keys in the state (default 1000)")
     bench.add_argument("--skew", action="store_true", help="grouping-keyed: Zipf-like keys (key k ~1/k as often as key 0)")
+    bench.add_argument("--prefill", action="store_true",
+                       help="grouping-keyed: create every key first (2 M events per batch), then measure from that checkpoint")
     bench.add_argument("--state-layout", choices=["blob", "delta"],
                        help="grouping-keyed: keyed state as one value per bucket (blob, default) or a delta log (delta)")
     bench.add_argument("--window-ms", type=int, help="yahoo-redis: window size in ms (default 10000, E5's)")

@@ -29,6 +29,7 @@ from ember.errors import RestartError
 from ember.graph import nodes as n
 from ember.graph.graph import Graph
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
+from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
 from ember.runner.spark.planner import native_window, runtime_steps
 
@@ -46,7 +47,7 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
         if not (isinstance(node, n.WindowNode) and native_window(node, graph)) and not isinstance(node, n.IntervalJoinNode | n.SqlNode):
             op["spark operator"] = spark_operator
-        if isinstance(node, n.VectorizedProcessNode) and state_layout == "delta":  # keyed/delta.py, always on TWS
+        if uses_delta(node, state_layout):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}

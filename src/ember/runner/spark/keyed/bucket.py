@@ -108,7 +108,8 @@ class BucketFunction:
         rt = self.runtime()
         rt.side, rt.counts = [], {}
         self.touched = False
-        rt.blob = pickle.loads(state.get[0]) if state.exists else empty_bucket_state()
+        load = getattr(state, "load_blob", None)  # design B (keyed/delta.py): the batch's keys, loaded as needed
+        rt.blob = load() if load is not None else pickle.loads(state.get[0]) if state.exists else empty_bucket_state()
         spark_watermark = state.getCurrentWatermarkMs() if self.event_time else 0
         watermark = ember_watermark(spark_watermark) if self.event_time else None
         rt.watermark = watermark
@@ -136,7 +137,11 @@ class BucketFunction:
         self._fire_due(rt, out)
         if self.touched:  # else nothing changed: a bucket told only of the batch's time
             rt.expire(rt.blob["keys"])
-            state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
+            store = getattr(state, "store_blob", None)
+            if store is not None:
+                store(rt.blob)
+            else:
+                state.update((pickle.dumps(rt.blob, protocol=pickle.HIGHEST_PROTOCOL),))
         # Spark calls a bucket back once its clock passes the timeout (Spark's watermark >
         # timeout, batch time > timeout), whether or not other keys of the bucket have records
         # then. An event-time timer is due when Ember's watermark (Spark's - 1) reaches it, i.e.
@@ -193,6 +198,9 @@ class BucketFunction:
                 return latest
         fn, step, marks = self.fn, self.step, rt.marks
         table, process, append = rt.blob["keys"], fn.process_element, out.extend
+        prefetch = getattr(table, "prefetch", None)  # design B: the frame's keys loaded at once
+        if prefetch is not None:
+            prefetch(key_cols[0] if single else zip(*key_cols))
         # The hot loop: one user call per record and nothing else per record.
         for i, record in enumerate(self.build_records(columns)):
             key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)

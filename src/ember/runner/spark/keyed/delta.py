@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import re
 import secrets
 import tempfile
@@ -41,8 +42,9 @@ import numpy as np
 import pyarrow as pa
 
 __all__ = [
-    "LocalTable", "DeltaLog", "Version", "fold_parts", "encode_part", "decode_part", "DELETED",
-    "local_state_root", "step_directory", "delta_layout_problem", "numpy_types", "COMPACT_FACTOR", "KEY", "DELTA_COUNTERS",
+    "LocalTable", "SlotTable", "DeltaKeys", "DeltaLog", "Version", "fold_parts", "encode_part", "decode_part",
+    "DELETED", "KEY", "BINARY", "COMPACT_FACTOR", "DELTA_COUNTERS", "local_state_root", "step_directory",
+    "uses_delta", "delta_layout_problem", "numpy_types",
 ]
 
 DELETED = "__ember_deleted"
@@ -55,6 +57,22 @@ DELTA_COUNTERS = ("state_changed_keys", "state_appended_bytes", "state_compacted
 NUMERIC_KINDS = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean")
 _NUMPY = {"tinyint": np.int8, "smallint": np.int16, "int": np.int32, "bigint": np.int64,
           "float": np.float32, "double": np.float64, "boolean": np.bool_}
+
+
+def uses_delta(node: Any, state_layout: str) -> bool:
+    """Whether keyed step ``node`` keeps its state on design B under ``state_layout``: a
+    vectorised step, or a process function run per record (not a step that takes whole
+    batches itself — rolling aggregations, CEP — nor a two-input or broadcast step), with
+    one input. Other steps keep one blob per bucket (keyed state of windows and two-input
+    steps on design B is not built)."""
+    from ember.graph import nodes as n
+
+    if state_layout != "delta" or len(node.inputs) != 1:
+        return False
+    if isinstance(node, n.VectorizedProcessNode):
+        return True
+    return (type(node) is n.KeyedProcessNode and not callable(getattr(node.fn, "process_batch", None))
+            and not hasattr(node.fn, "process_broadcast_element"))
 
 
 def delta_layout_problem(key_kinds: list[str], state_kinds: list[str]) -> str | None:
@@ -99,7 +117,7 @@ def step_directory(checkpoint: str | None, step: str) -> str:
 
 def encode_part(keys: np.ndarray, columns: list[np.ndarray], deleted: np.ndarray, fields: list[str]) -> bytes:
     """Changed rows as one Arrow IPC stream (key, the state fields, the deletion flag)."""
-    arrays = [pa.array(keys)] + [pa.array(c) for c in columns] + [pa.array(deleted, pa.bool_())]
+    arrays = [pa.array(keys)] + [c if isinstance(c, pa.Array) else pa.array(c) for c in columns] + [pa.array(deleted, pa.bool_())]
     batch = pa.RecordBatch.from_arrays(arrays, names=[KEY, *fields, DELETED])
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
@@ -111,13 +129,21 @@ def decode_part(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(blob).read_all()
 
 
-def fold_parts(parts: Iterable[bytes], fields: list[str], types: list[Any]) -> tuple[np.ndarray, list[np.ndarray]]:
+BINARY = "binary"  # the type of a column of bytes (a process function's pickled slots): an Arrow array
+
+
+def _empty(kind: Any) -> Any:
+    return pa.array([], pa.binary()) if kind == BINARY else np.empty(0, kind)
+
+
+def fold_parts(parts: Iterable[bytes], fields: list[str], types: list[Any]) -> tuple[np.ndarray, list[Any]]:
     """The live table the log's parts describe, applied in order: each key's last row
-    wins, a deletion removes it. Returns the keys sorted and the state columns."""
+    wins, a deletion removes it. Returns the keys sorted and the state columns (numpy,
+    or an Arrow binary array for a BINARY column)."""
     tables = [decode_part(p) for p in parts]
     tables = [t for t in tables if t.num_rows]
     if not tables:
-        return np.empty(0, np.int64), [np.empty(0, t) for t in types]
+        return np.empty(0, np.int64), [_empty(t) for t in types]
     table = pa.concat_tables(tables)
     keys = table.column(KEY).to_numpy().astype(np.int64, copy=False)
     # The last occurrence of each key: np.unique's first index in the reversed keys.
@@ -125,7 +151,8 @@ def fold_parts(parts: Iterable[bytes], fields: list[str], types: list[Any]) -> t
     last = len(keys) - 1 - first_reversed
     alive = ~table.column(DELETED).to_numpy(zero_copy_only=False)[last]
     rows = last[alive]
-    columns = [table.column(f).to_numpy(zero_copy_only=False)[rows].astype(t, copy=False) for f, t in zip(fields, types)]
+    columns = [table.column(f).take(pa.array(rows)).combine_chunks() if t == BINARY
+               else table.column(f).to_numpy(zero_copy_only=False)[rows].astype(t, copy=False) for f, t in zip(fields, types)]
     return unique[alive], columns
 
 
@@ -254,8 +281,145 @@ class LocalTable:
                 column.flush()
         self._set_tag(tag)
 
+    def column_slices(self, start: int, stop: int) -> list[Any]:
+        return [np.asarray(c[start:stop]) for c in self.columns]
+
     def __len__(self) -> int:
         return len(self.keys)
+
+
+class SlotTable(LocalTable):
+    """One bucket's table of a process function on local disk: ``keys.npy`` (sorted int64),
+    ``offsets.npy`` and ``lengths.npy`` (int64) into ``heap.bin``, where each key's slot (its
+    pickled state values and timers) is appended when it changes; the same ``tag`` protocol
+    as :class:`LocalTable`. Changing a key that exists appends its bytes and rewrites its
+    offset in place; new or deleted keys rewrite the index (not the heap); the heap is
+    rewritten once it holds more than twice its live bytes."""
+
+    GARBAGE_FACTOR, GARBAGE_MIN = 2, 1 << 20
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+        self.types = [BINARY]
+        self._empty()
+
+    def _empty(self) -> None:
+        self.keys = np.empty(0, np.int64)
+        self.offsets, self.lengths = np.empty(0, np.int64), np.empty(0, np.int64)
+        self.heap: Any = np.empty(0, np.uint8)
+
+    def _heap_path(self) -> str:
+        return os.path.join(self.dir, "heap.bin")
+
+    def load(self) -> None:
+        keys = np.load(self._path("keys"), mmap_mode="r")
+        if len(keys) == 0:
+            self._empty()
+            return
+        self.keys = keys
+        self.offsets = np.load(self._path("offsets"), mmap_mode="r+")
+        self.lengths = np.load(self._path("lengths"), mmap_mode="r+")
+        size = os.path.getsize(self._heap_path())
+        self.heap = np.memmap(self._heap_path(), dtype=np.uint8, mode="r") if size else np.empty(0, np.uint8)
+
+    def close(self) -> None:
+        for a in (self.keys, self.offsets, self.lengths, self.heap):
+            mm = getattr(a, "_mmap", None)
+            if mm is not None:
+                mm.close()
+        self._empty()
+
+    def _write_index(self, keys: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> None:
+        for name, data in (("keys", keys), ("offsets", offsets), ("lengths", lengths)):
+            tmp = self._path(name) + ".tmp.npy"
+            np.save(tmp, np.ascontiguousarray(data, dtype=np.int64))
+            os.replace(tmp, self._path(name))
+
+    def replace(self, keys: np.ndarray, columns: list[Any], tag: str) -> None:
+        """Write a whole table (a rebuild from the log) and tag it."""
+        values = columns[0] if isinstance(columns[0], pa.Array) else pa.array(columns[0], pa.binary())
+        os.makedirs(self.dir, exist_ok=True)
+        self._set_tag("dirty")
+        self.close()
+        offsets, data = _binary_buffers(values)
+        tmp = self._heap_path() + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self._heap_path())
+        self._write_index(keys, offsets[:-1], np.diff(offsets))
+        self.load()
+        self._set_tag(tag)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, list[Any]]:
+        """The keys among ``keys`` (sorted, unique) that have state, and their slots' bytes."""
+        pos, found = self.find(keys)
+        at = pos[found]
+        heap = self.heap
+        blobs = [heap[o:o + n].tobytes() for o, n in zip(self.offsets[at].tolist(), self.lengths[at].tolist())]
+        return keys[found], [blobs]
+
+    def apply(self, keys: np.ndarray, columns: list[Any], deleted: np.ndarray, tag: str) -> None:
+        """Store changed slots (``columns[0]``: bytes per key, ignored where deleted)."""
+        values = columns[0] if isinstance(columns[0], pa.Array) else pa.array(columns[0], pa.binary())
+        pos, found = self.find(keys)
+        self._set_tag("dirty")
+        offsets, data = _binary_buffers(values)
+        base = len(self.heap)
+        with open(self._heap_path(), "ab") as f:
+            f.write(data)
+        starts, lengths = offsets[:-1] + base, np.diff(offsets)
+        update = found & ~deleted
+        drop, add = found & deleted, ~found & ~deleted
+        if drop.any() or add.any():
+            keep = np.ones(len(self.keys), bool)
+            keep[pos[drop]] = False
+            old_offsets, old_lengths = np.asarray(self.offsets).copy(), np.asarray(self.lengths).copy()
+            old_offsets[pos[update]], old_lengths[pos[update]] = starts[update], lengths[update]
+            merged_keys = np.concatenate([np.asarray(self.keys)[keep], keys[add]])
+            order = np.argsort(merged_keys, kind="stable")
+            merged_offsets = np.concatenate([old_offsets[keep], starts[add]])[order]
+            merged_lengths = np.concatenate([old_lengths[keep], lengths[add]])[order]
+            self.close()
+            self._write_index(merged_keys[order], merged_offsets, merged_lengths)
+        else:
+            self.offsets[pos[update]] = starts[update]
+            self.lengths[pos[update]] = lengths[update]
+            for column in (self.offsets, self.lengths):
+                if isinstance(column, np.memmap):
+                    column.flush()
+            self.close()
+        self.load()
+        if len(self.heap) > self.GARBAGE_FACTOR * int(np.sum(self.lengths)) + self.GARBAGE_MIN:
+            self._compact_heap(tag)
+            return
+        self._set_tag(tag)
+
+    def _compact_heap(self, tag: str) -> None:
+        blobs = pa.array([self.heap[o:o + n].tobytes() for o, n in zip(self.offsets.tolist(), self.lengths.tolist())],
+                         pa.binary())
+        self.replace(np.asarray(self.keys).copy(), [blobs], tag)
+
+    def live_bytes(self) -> int:
+        return int(np.sum(self.lengths))
+
+    def column_slices(self, start: int, stop: int) -> list[Any]:
+        """Rows ``start:stop`` as columns (a compaction writes the live table in parts)."""
+        offs, lens = self.offsets[start:stop].tolist(), self.lengths[start:stop].tolist()
+        return [pa.array([self.heap[o:o + n].tobytes() for o, n in zip(offs, lens)], pa.binary())]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def _binary_buffers(values: pa.Array) -> tuple[np.ndarray, bytes]:
+    """An Arrow binary array's offsets (int64, n + 1, from 0) and its data bytes."""
+    values = values.cast(pa.large_binary()) if values.type != pa.large_binary() else values
+    if len(values) == 0:
+        return np.zeros(1, np.int64), b""
+    _validity, offsets_buf, data_buf = values.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64, count=len(values) + 1, offset=values.offset * 8)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    return offsets - start, data_buf.to_pybytes()[start:stop] if data_buf is not None else b""
 
 
 class DeltaLog:
@@ -264,7 +428,7 @@ class DeltaLog:
     bucket's working copy. :meth:`open` makes the copy current; :meth:`read` and
     :meth:`write` are the table a vectorised function sees."""
 
-    def __init__(self, parts: Any, version: Any, local: LocalTable, bucket: int, fields: list[str]) -> None:
+    def __init__(self, parts: Any, version: Any, local: Any, bucket: int, fields: list[str]) -> None:
         self.parts_state, self.version_state, self.local, self.fields = parts, version, local, fields
         self.bucket = bucket
         self.version = Version()
@@ -279,14 +443,14 @@ class DeltaLog:
             self.local.load()
             return
         keys, columns = fold_parts((row[0] for row in self.parts_state.get()), self.fields, self.local.types) \
-            if self.version.tag else (np.empty(0, np.int64), [np.empty(0, t) for t in self.local.types])
+            if self.version.tag else (np.empty(0, np.int64), [_empty(t) for t in self.local.types])
         self.rebuilt_rows = len(keys)
         self.local.replace(keys, columns, self.version.tag or "empty")
 
-    def read(self, keys: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    def read(self, keys: np.ndarray) -> tuple[np.ndarray, list[Any]]:
         return self.local.lookup(keys)
 
-    def write(self, keys: np.ndarray, columns: list[np.ndarray], deleted: np.ndarray) -> None:
+    def write(self, keys: np.ndarray, columns: list[Any], deleted: np.ndarray) -> None:
         """Record changed rows (``keys`` sorted, unique): in the log, the version and the copy."""
         if not len(keys):
             return
@@ -297,7 +461,7 @@ class DeltaLog:
         parts, logged = self.version.parts + 1, self.version.logged + len(keys)
         stagger = (self.bucket % 8) / 8  # buckets of a uniform key space reach the threshold apart
         if logged > max(COMPACT_MIN_ROWS, (COMPACT_FACTOR + stagger) * live):
-            compacted = [encode_part(self.local.keys[i:i + PART_ROWS], [np.asarray(c[i:i + PART_ROWS]) for c in self.local.columns],
+            compacted = [encode_part(np.asarray(self.local.keys[i:i + PART_ROWS]), self.local.column_slices(i, i + PART_ROWS),
                                      np.zeros(min(PART_ROWS, live - i), bool), self.fields) for i in range(0, max(live, 1), PART_ROWS)]
             self.parts_state.put([(p,) for p in compacted])
             parts, logged = len(compacted), live
@@ -311,3 +475,74 @@ class DeltaLog:
 
     def close(self) -> None:
         self.local.close()
+
+
+class DeltaKeys(dict):
+    """A process function's bucket table (``blob["keys"]``: key -> slot) on design B: the
+    slots a call needs are loaded from the working copy — a frame's keys at once
+    (:meth:`prefetch`), a timer's key when it fires — and :meth:`changes` says which of
+    them the call changed (their pickled bytes differ) or removed. Iterating it (TTL's
+    expiry pass) sees the loaded keys only: TTL values of keys not read again expire
+    when read (cells check TTL on every read), as in Flink."""
+
+    def __init__(self, log: DeltaLog) -> None:
+        super().__init__()
+        self.log = log
+        self.known: dict[Any, bytes | None] = {}  # every key looked up: its stored bytes (None: no state)
+
+    def prefetch(self, keys: Iterable[Any]) -> None:
+        wanted = [k for k in set(keys) if k not in self.known]
+        if not wanted:
+            return
+        for k in wanted:
+            self.known[k] = None
+        found, (blobs,) = self.log.read(np.array(sorted(wanted), dtype=np.int64))
+        loads, put = pickle.loads, dict.__setitem__
+        for k, b in zip(found.tolist(), blobs):
+            self.known[k] = b
+            put(self, k, loads(b))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key not in self.known:
+            self.prefetch((key,))
+        return dict.get(self, key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        if key not in self.known:
+            self.prefetch((key,))
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        if key not in self.known:
+            self.prefetch((key,))
+        return dict.__contains__(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.known.setdefault(key, None)
+        dict.__setitem__(self, key, value)
+
+    def changes(self) -> tuple[np.ndarray, list[bytes | None]]:
+        """The keys (sorted) whose slots the call changed or removed, and their new bytes
+        (None: removed)."""
+        keys: list[Any] = []
+        blobs: list[bytes | None] = []
+        dumps, get = pickle.dumps, dict.get
+        for k in sorted(self.known):
+            before, slot = self.known[k], get(self, k)
+            if slot is None:
+                if before is not None:
+                    keys.append(k)
+                    blobs.append(None)
+                continue
+            now = dumps(slot, protocol=pickle.HIGHEST_PROTOCOL)
+            if now != before:
+                keys.append(k)
+                blobs.append(now)
+        return np.array(keys, dtype=np.int64), blobs
+
+    def flush(self) -> None:
+        """Write what changed to the log, the version and the working copy."""
+        keys, blobs = self.changes()
+        if len(keys):
+            deleted = np.array([b is None for b in blobs], bool)
+            self.log.write(keys, [pa.array([b or b"" for b in blobs], pa.binary())], deleted)

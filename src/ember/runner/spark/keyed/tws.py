@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, StatefulProcessor, StatefulProcessorHandle, TimerValues
 
-__all__ = ["BucketProcessor"]
+__all__ = ["BucketProcessor", "DeltaBucketProcessor", "DeltaSlotProcessor"]
 
 BucketCall = Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]
 
@@ -180,7 +180,76 @@ class DeltaBucketProcessor(BucketProcessor):
                 yield pdf
         finally:
             log.close()
-        for name, n in (("state_changed_keys", log.changed_keys), ("state_appended_bytes", log.appended_bytes),
-                        ("state_compacted_bytes", log.compacted_bytes), ("state_rebuilt_rows", max(log.rebuilt_rows, 0))):
-            if n and name in self.counters:
-                self.counters[name].add(n)
+        _count(log, self.counters)
+
+
+def _count(log: Any, counters: dict[str, Any]) -> None:
+    """Add what a call's delta log did to the job's counters (keyed/delta.py: DELTA_COUNTERS)."""
+    for name, n in (("state_changed_keys", log.changed_keys), ("state_appended_bytes", log.appended_bytes),
+                    ("state_compacted_bytes", log.compacted_bytes), ("state_rebuilt_rows", max(log.rebuilt_rows, 0))):
+        if n and name in counters:
+            counters[name].add(n)
+
+
+class _SlotState(_State):
+    """A process function's bucket on design B: the ``GroupState`` surface (timeouts as
+    one timer, as :class:`_State`), the bucket's timers in the ``blob`` value, and its keys'
+    slots in a delta log with a working copy (``load_blob`` / ``store_blob``, bucket.py)."""
+
+    def __init__(self, proc: BucketProcessor, timer_values: TimerValues, fired: int | None, log: Any) -> None:
+        super().__init__(proc, timer_values, fired)
+        self.log = log
+
+    def load_blob(self) -> dict[str, Any]:
+        import pickle
+
+        from ember.runner.spark.keyed.delta import DeltaKeys
+        from ember.runner.spark.keyed.runtime import empty_bucket_state
+
+        blob = pickle.loads(self.get[0]) if self.exists else empty_bucket_state()
+        blob["keys"] = DeltaKeys(self.log)
+        return blob
+
+    def store_blob(self, blob: dict[str, Any]) -> None:
+        import pickle
+
+        blob["keys"].flush()
+        self.update((pickle.dumps({**blob, "keys": {}}, protocol=pickle.HIGHEST_PROTOCOL),))
+
+
+class DeltaSlotProcessor(BucketProcessor):
+    """``transformWithStateInPandas`` processor of a process function on design B: its
+    keys' slots in a delta log (``ListState``) with a working copy on the executor's disk
+    (keyed/delta.py ``SlotTable``), the bucket's timer queues in the ``blob`` value."""
+
+    def __init__(self, call: BucketCall, columns: list[str], anchor: str | None, directory: str,
+                 counters: dict[str, Any]) -> None:
+        super().__init__(call, columns, anchor)
+        self.directory, self.counters = directory, counters
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        from ember.runner.spark.keyed.delta import Version
+
+        super().init(handle)
+        self.parts = handle.getListState("parts", "part binary")
+        self.version = handle.getValueState("version", Version.SCHEMA)
+
+    def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
+        import os
+
+        from ember.runner.spark.keyed.delta import DeltaLog, SlotTable, local_state_root
+
+        bucket = int(key[0])
+        log = DeltaLog(self.parts, self.version, SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))),
+                       bucket, ["slot"])
+        try:
+            log.open()
+            state = _SlotState(self, timer_values, fired, log)
+            for pdf in self.call(key[0], self._named(frames), state):
+                if self.anchor is not None:
+                    pdf[self.anchor] = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]")
+                yield pdf
+            state.finish()
+        finally:
+            log.close()
+        _count(log, self.counters)

@@ -27,10 +27,10 @@ from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.keyed.bucket import BucketFunction
-from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory
+from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column, without_hidden
-from ember.runner.spark.keyed.tws import BucketProcessor, DeltaBucketProcessor
+from ember.runner.spark.keyed.tws import BucketProcessor, DeltaBucketProcessor, DeltaSlotProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
     LATE_COUNTER,
@@ -139,8 +139,13 @@ def keyed_operator(
         advance_ms=advance_ms,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
+    processor = None
+    if partials is None and not timed and uses_delta(node, comp.config.state_layout):  # keyed/delta.py
+        _check_delta(node, up, [])
+        processor = DeltaSlotProcessor(bucket_fn, [], ANCHOR if event_time else None,
+                                       step_directory(comp.checkpoint, node.name), _delta_counters(comp))
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
-    result = _apply(comp, grouped, bucket_fn, schema, "blob binary", event_time, timeout)
+    result = _apply(comp, grouped, bucket_fn, schema, "blob binary", event_time, timeout, processor)
     return Frame(result if emit_time else _visible(result), up.time)
 
 
@@ -172,10 +177,11 @@ def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> Prev
 
 
 def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType, state_type: str, event_time: bool,
-           timeout: Any) -> Any:
+           timeout: Any, processor: Any = None) -> Any:
     """The bucket function on Spark: ``applyInPandasWithState`` for a job's one keyed step,
-    ``transformWithStateInPandas`` for every step of a job with several (keyed/tws.py)."""
-    if not comp.plan.chained and comp.config.keyed_operator == "auto":
+    ``transformWithStateInPandas`` for every step of a job with several (keyed/tws.py) —
+    and for a step on design B, whose ``processor`` (keyed/tws.py) is given."""
+    if processor is None and not comp.plan.chained and comp.config.keyed_operator == "auto":
         return grouped.applyInPandasWithState(bucket_fn, schema, state_type, "append", timeout)
     if comp.config.state_backend != "rocksdb":
         raise PipelineError(
@@ -185,7 +191,9 @@ def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType
     mode = "EventTime" if event_time else ("ProcessingTime" if timeout == GroupStateTimeout.ProcessingTimeTimeout else "None")
     if event_time:  # a null event-time column: Spark passes its watermark on, and never finds a row behind it
         schema = T.StructType(list(schema.fields)).add(ANCHOR, T.TimestampType())
-    processor = BucketProcessor(bucket_fn, list(grouped._df.columns), ANCHOR if event_time else None)
+    if processor is None:
+        processor = BucketProcessor(bucket_fn, list(grouped._df.columns), ANCHOR if event_time else None)
+    processor.call, processor.columns = bucket_fn, list(grouped._df.columns)
     return grouped.transformWithStateInPandas(processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else "")
 
 
@@ -317,34 +325,28 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
         node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
-    if comp.config.state_layout == "delta":
-        processor = _delta_processor(comp, node, up, state_type, event_time)
+    processor = None
+    if uses_delta(node, comp.config.state_layout):
+        state_kinds = [f.dataType.simpleString() for f in state_type.fields]
+        _check_delta(node, up, state_kinds)
+        processor = DeltaBucketProcessor(lambda *a: iter(()), [], ANCHOR if event_time else None,
+                                         step_directory(comp.checkpoint, node.name), node.keys[0], state_type.names,
+                                         numpy_types(state_kinds), node.name, _delta_counters(comp))
     grouped, bucket_fn = _buckets(comp, node, up, node.keys, event_time, bucket_fn)
-    if comp.config.state_layout != "delta":
-        result = _apply(comp, grouped, bucket_fn, out, "table binary", event_time, timeout)
-        return Frame(_visible(result), up.time)
-    processor.call, processor.columns = bucket_fn, list(grouped._df.columns)
-    schema = T.StructType(list(out.fields))
-    if event_time:  # as _apply: a null event-time column carries Spark's watermark on
-        schema = schema.add(ANCHOR, T.TimestampType())
-    result = grouped.transformWithStateInPandas(processor, schema, "Append", "EventTime" if event_time else "None",
-                                                eventTimeColumnName=ANCHOR if event_time else "")
+    result = _apply(comp, grouped, bucket_fn, out, "table binary", event_time, timeout, processor)
     return Frame(_visible(result), up.time)
 
 
-def _delta_processor(comp: Compilation, node: VectorizedProcessNode, up: Frame, state_type: T.StructType,
-                     event_time: bool) -> DeltaBucketProcessor:
-    """The design-B processor of a vectorised step (keyed/delta.py), or a PipelineError
-    saying why the step's key or state cannot be kept that way. Its working copies live
-    under ``<local state root>/<the job's checkpoint, hashed>/<step>`` on each executor."""
-    key_kinds = [up.df.schema[k].dataType.simpleString() for k in node.keys]
-    state_kinds = [f.dataType.simpleString() for f in state_type.fields]
+def _check_delta(node: Node, up: Frame, state_kinds: list[str]) -> None:
+    """A PipelineError saying why the step's key or state cannot be kept on design B (keyed/delta.py)."""
+    key_kinds = [up.df.schema[k].dataType.simpleString() for k in node.keys]  # type: ignore[attr-defined]
     problem = delta_layout_problem(key_kinds, state_kinds)
     if problem is not None:
         raise PipelineError(f"state_layout='delta' cannot keep this step's state: {problem}; use state_layout='blob'", node.name)
-    counters = {name: comp.counter(name) for name in DELTA_COUNTERS}
-    return DeltaBucketProcessor(lambda *a: iter(()), [], ANCHOR if event_time else None, step_directory(comp.checkpoint, node.name),
-                                node.keys[0], state_type.names, numpy_types(state_kinds), node.name, counters)
+
+
+def _delta_counters(comp: Compilation) -> dict[str, Any]:
+    return {name: comp.counter(name) for name in DELTA_COUNTERS}
 
 
 def operator_window(comp: Compilation, node: WindowNode) -> Frame:

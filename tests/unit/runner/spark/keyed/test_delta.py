@@ -201,3 +201,92 @@ def test_which_steps_the_layout_takes():
     assert "one integer field" in delta_layout_problem(["string"], ["bigint"])
     assert "one integer field" in delta_layout_problem(["int", "int"], ["bigint"])
     assert "numbers or booleans" in delta_layout_problem(["int"], ["string"])
+
+
+# -- a process function's slots (SlotTable, DeltaKeys) --------------------------------------
+
+def slot_call(store: Store, directory: str, reads: list[int], change) -> delta.DeltaKeys:
+    """One call of a bucket: prefetch ``reads``, let ``change(table)`` edit it as bucket.py
+    does (slots changed in place, added, deleted), flush."""
+    log = DeltaLog(store.parts, store.version, delta.SlotTable(directory), 0, ["slot"])
+    log.open()
+    table = delta.DeltaKeys(log)
+    table.prefetch(reads)
+    change(table)
+    table.flush()
+    log.close()
+    return table
+
+
+def read_all(store: Store, directory: str, keys) -> dict:
+    log = DeltaLog(store.parts, store.version, delta.SlotTable(directory), 0, ["slot"])
+    log.open()
+    table = delta.DeltaKeys(log)
+    table.prefetch(keys)
+    out = {k: dict.__getitem__(table, k) for k in keys if dict.__contains__(table, k)}
+    log.close()
+    return out
+
+
+def test_slots_follow_a_model_with_in_place_edits_deletions_rebuilds_and_heap_compaction(tmp_path, monkeypatch):
+    monkeypatch.setattr(delta.SlotTable, "GARBAGE_MIN", 2000)  # the heap is rewritten within the test
+    monkeypatch.setattr(delta, "COMPACT_MIN_ROWS", 100)  # and the log compacted
+    rng = np.random.default_rng(5)
+    store, model = Store(), {}
+    directory = str(tmp_path / "slots")
+    heap_rewritten, last_size = False, 0
+    for batch in range(50):
+        reads = [int(k) for k in rng.integers(0, 400, 60)]
+        plan = {k: rng.random() for k in set(reads)}
+
+        def change(table, plan=plan, batch=batch):
+            for k, r in plan.items():
+                slot = table.get(k)
+                if r < 0.15:
+                    if slot is not None:
+                        del table[k]
+                elif slot is None:
+                    table[k] = {"count": 1, "seen": [batch]}
+                else:
+                    slot["count"] += 1  # in place, as state cells do
+                    slot["seen"].append(batch)
+
+        slot_call(store, directory, reads, change)
+        store.commit()
+        for k, r in plan.items():
+            if r < 0.15:
+                model.pop(k, None)
+            elif k not in model:
+                model[k] = {"count": 1, "seen": [batch]}
+            else:
+                model[k] = {"count": model[k]["count"] + 1, "seen": model[k]["seen"] + [batch]}
+        assert read_all(store, directory, range(400)) == model
+        size = (tmp_path / "slots" / "heap.bin").stat().st_size
+        heap_rewritten = heap_rewritten or (size < last_size and batch - 1 not in (20, 35))  # appends only grow it
+        last_size = size
+        if batch in (20, 35):
+            import shutil
+
+            shutil.rmtree(directory)  # rebuilt from the log next call
+    assert store.parts.puts, "the log was never compacted"
+    assert heap_rewritten
+
+
+def test_slots_a_call_that_changes_nothing_writes_nothing(tmp_path):
+    store, directory = Store(), str(tmp_path / "s")
+    slot_call(store, directory, [1, 2], lambda t: t.__setitem__(1, {"v": 1}))
+    store.commit()
+    appended = len(store.parts.appends)
+    table = slot_call(store, directory, [1, 2, 3], lambda t: (t.get(1), t.get(2), t.get(3)))
+    assert len(store.parts.appends) == appended
+    assert table.changes()[0].tolist() == []
+
+
+def test_slots_a_key_looked_up_one_by_one_is_loaded(tmp_path):
+    """A timer's key is not among the frame's keys: get() loads it on its own."""
+    store, directory = Store(), str(tmp_path / "s")
+    slot_call(store, directory, [7], lambda t: t.__setitem__(7, {"timer": 5}))
+    store.commit()
+    got = {}
+    slot_call(store, directory, [], lambda t: got.update(v=t.get(7), missing=t.get(8), has=7 in t))
+    assert got == {"v": {"timer": 5}, "missing": None, "has": True}
