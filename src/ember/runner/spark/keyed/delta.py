@@ -21,9 +21,10 @@ batch rewrites — and checkpoints — every touched bucket in full. Here:
 - **Compaction:** when the log holds more than ~3x the live rows, it is replaced by the live
   table (amortised: ~1.33x the changed rows' bytes per batch; staggered across buckets).
 
-Keys are one integer column; state fields are numbers or booleans (numpy columns). The
-vectorised keyed variant runs on it (``StreamEnvironment(state_layout="delta")``);
-:func:`delta_layout_problem` says why another step cannot.
+Keys are one integer column; a vectorised step's state fields are numbers or booleans
+(numpy columns). Vectorised steps and process functions run on it under
+``StreamEnvironment(state_layout="delta")`` (:func:`uses_delta`); :func:`delta_layout_problem`
+says why a step's key or state cannot.
 """
 
 from __future__ import annotations
@@ -183,8 +184,8 @@ def new_tag() -> str:
 
 class LocalTable:
     """One bucket's table on local disk: ``keys.npy`` (sorted int64), one ``f<i>.npy`` per
-    state field, and ``tag`` (the version it reflects, with the boot id; ``dirty`` while
-    a write is under way). Columns are memory-mapped, so the table is on disk, not in the
+    state field, and ``tag`` (the version it reflects, with the boot id; removed while a
+    write is under way). Columns are memory-mapped, so the table is on disk, not in the
     Python worker's memory."""
 
     def __init__(self, directory: str, types: list[Any]) -> None:
@@ -203,9 +204,15 @@ class LocalTable:
         except OSError:
             return None
         tag, _, boot = text.partition(" ")
-        return tag if boot == BOOT_ID and tag and tag != "dirty" else None
+        return tag if boot == BOOT_ID and tag else None
 
     def _set_tag(self, tag: str) -> None:
+        if tag == "dirty":  # a copy without a tag is never trusted: one unlink marks a write under way
+            try:
+                os.unlink(self._tag_path())
+            except FileNotFoundError:
+                pass
+            return
         tmp = self._tag_path() + ".tmp"
         Path(tmp).write_text(f"{tag} {BOOT_ID}")
         os.replace(tmp, self._tag_path())
@@ -276,9 +283,8 @@ class LocalTable:
             merged = [np.concatenate([np.asarray(c)[keep], v[add]])[order] for c, v in zip(self.columns, columns)]
             self.replace(merged_keys[order], merged, tag)
             return
-        for column in self.columns:
-            if isinstance(column, np.memmap):
-                column.flush()
+        # No msync: the mapping is shared, so another process of this machine reads the
+        # change from the page cache; a crash of the machine is caught by the boot id.
         self._set_tag(tag)
 
     def column_slices(self, start: int, stop: int) -> list[Any]:
@@ -384,10 +390,7 @@ class SlotTable(LocalTable):
         else:
             self.offsets[pos[update]] = starts[update]
             self.lengths[pos[update]] = lengths[update]
-            for column in (self.offsets, self.lengths):
-                if isinstance(column, np.memmap):
-                    column.flush()
-            self.close()
+            self.close()  # (no msync: see LocalTable.apply)
         self.load()
         if len(self.heap) > self.GARBAGE_FACTOR * int(np.sum(self.lengths)) + self.GARBAGE_MIN:
             self._compact_heap(tag)
