@@ -198,13 +198,15 @@ class BucketFunction:
                 return latest
         fn, step, marks = self.fn, self.step, rt.marks
         table, process, append = rt.blob["keys"], fn.process_element, out.extend
-        prefetch = getattr(table, "prefetch", None)  # design B: the frame's keys loaded at once
-        if prefetch is not None:
-            prefetch(key_cols[0] if single else zip(*key_cols))
+        lookup = table.get
+        prefetch = getattr(table, "prefetch", None)  # design B: the frame's keys loaded at once,
+        if prefetch is not None:  # then read as a plain dict
+            prefetch(pdf[self.keys[0]].to_numpy())
+            lookup = dict.get.__get__(table)
         # The hot loop: one user call per record and nothing else per record.
         for i, record in enumerate(self.build_records(columns)):
             key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)
-            found = table.get(key)
+            found = lookup(key)
             rt.current = slot = found if found is not None else {}
             rt.current_key = key
             if times is not None:

@@ -483,45 +483,48 @@ class DeltaLog:
 class DeltaKeys(dict):
     """A process function's bucket table (``blob["keys"]``: key -> slot) on design B: the
     slots a call needs are loaded from the working copy — a frame's keys at once
-    (:meth:`prefetch`), a timer's key when it fires — and :meth:`changes` says which of
-    them the call changed (their pickled bytes differ) or removed. Iterating it (TTL's
-    expiry pass) sees the loaded keys only: TTL values of keys not read again expire
-    when read (cells check TTL on every read), as in Flink."""
+    (:meth:`prefetch`; the hot loop then reads the dict directly), a timer's key when it
+    fires — and :meth:`changes` says which of them the call changed (their pickled bytes
+    differ) or removed, in time proportional to the keys that have state, not to the keys
+    looked up. Iterating it (TTL's expiry pass) sees the loaded keys only: TTL values of
+    keys not read again expire when read (cells check TTL on every read), as in Flink."""
 
     def __init__(self, log: DeltaLog) -> None:
         super().__init__()
         self.log = log
-        self.known: dict[Any, bytes | None] = {}  # every key looked up: its stored bytes (None: no state)
+        self.known: set[Any] = set()  # every key looked up
+        self.stored: dict[Any, bytes] = {}  # those that had state: their stored bytes
 
     def prefetch(self, keys: Iterable[Any]) -> None:
-        wanted = [k for k in set(keys) if k not in self.known]
-        if not wanted:
+        wanted = np.unique(np.fromiter(keys, dtype=np.int64) if not isinstance(keys, np.ndarray) else keys.astype(np.int64))
+        if self.known:
+            wanted = np.array([k for k in wanted.tolist() if k not in self.known], dtype=np.int64)
+        if not len(wanted):
             return
-        for k in wanted:
-            self.known[k] = None
-        found, (blobs,) = self.log.read(np.array(sorted(wanted), dtype=np.int64))
-        loads, put = pickle.loads, dict.__setitem__
+        self.known.update(wanted.tolist())
+        found, (blobs,) = self.log.read(wanted)
+        loads, put, stored = pickle.loads, dict.__setitem__, self.stored
         for k, b in zip(found.tolist(), blobs):
-            self.known[k] = b
+            stored[k] = b
             put(self, k, loads(b))
 
     def get(self, key: Any, default: Any = None) -> Any:
         if key not in self.known:
-            self.prefetch((key,))
+            self.prefetch(np.array([key], dtype=np.int64))
         return dict.get(self, key, default)
 
     def __getitem__(self, key: Any) -> Any:
         if key not in self.known:
-            self.prefetch((key,))
+            self.prefetch(np.array([key], dtype=np.int64))
         return dict.__getitem__(self, key)
 
     def __contains__(self, key: object) -> bool:
         if key not in self.known:
-            self.prefetch((key,))
+            self.prefetch(np.array([key], dtype=np.int64))
         return dict.__contains__(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self.known.setdefault(key, None)
+        self.known.add(key)
         dict.__setitem__(self, key, value)
 
     def changes(self) -> tuple[np.ndarray, list[bytes | None]]:
@@ -529,9 +532,9 @@ class DeltaKeys(dict):
         (None: removed)."""
         keys: list[Any] = []
         blobs: list[bytes | None] = []
-        dumps, get = pickle.dumps, dict.get
-        for k in sorted(self.known):
-            before, slot = self.known[k], get(self, k)
+        dumps, get, stored = pickle.dumps, dict.get, self.stored
+        for k in sorted(set(stored) | set(dict.keys(self))):
+            before, slot = stored.get(k), get(self, k)
             if slot is None:
                 if before is not None:
                     keys.append(k)
