@@ -128,6 +128,7 @@ def test_delta_layout_equals_the_model_across_restarts_and_rebuilds(spark, tmp_p
     assert sorted(first + second + third) == sorted(expected)
 
 
+@pytest.mark.slow
 def test_timers_on_the_delta_layout_fire_as_on_the_blob_layout(spark, tmp_path):
     """Event-time timers (kept per bucket beside the log) across a restart with lost working
     copies: the same output as the blob layout's (itself tested against Flink's model)."""
