@@ -11,6 +11,7 @@ goes first, so a drift during the run favours neither.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 import sys
 import tempfile
@@ -120,6 +121,10 @@ def run_once(run: Callable[[Any, BenchConfig, str], RunOutcome], spark: Any, cfg
         out.checkpoint_bytes = disk_bytes(ckpt)
         return out
     finally:
+        from ember.runner.spark.keyed.delta import drop_local_state
+
+        for job in os.listdir(ckpt) if os.path.isdir(ckpt) else []:
+            drop_local_state(os.path.join(ckpt, job))  # state_layout="delta": the working copies on this machine
         shutil.rmtree(ckpt, ignore_errors=True)
 
 

@@ -44,7 +44,7 @@ import pyarrow as pa
 
 __all__ = [
     "LocalTable", "SlotTable", "DeltaKeys", "DeltaLog", "Version", "fold_parts", "encode_part", "decode_part",
-    "DELETED", "KEY", "BINARY", "COMPACT_FACTOR", "DELTA_COUNTERS", "local_state_root", "step_directory",
+    "DELETED", "KEY", "BINARY", "COMPACT_FACTOR", "DELTA_COUNTERS", "local_state_root", "step_directory", "drop_local_state",
     "uses_delta", "delta_layout_problem", "numpy_types",
 ]
 
@@ -105,6 +105,14 @@ BOOT_ID = _boot_id()
 def local_state_root() -> str:
     """Where executors keep working copies: ``$EMBER_LOCAL_STATE_DIR``, else the temp dir."""
     return os.environ.get("EMBER_LOCAL_STATE_DIR") or os.path.join(tempfile.gettempdir(), "ember-local-state")
+
+
+def drop_local_state(checkpoint: str) -> None:
+    """Remove this machine's working copies of the job checkpointed at ``checkpoint`` (always
+    safe: a missing copy is rebuilt from the log; for a job whose checkpoint is deleted)."""
+    import shutil
+
+    shutil.rmtree(os.path.join(local_state_root(), os.path.dirname(step_directory(checkpoint, "-"))), ignore_errors=True)
 
 
 def step_directory(checkpoint: str | None, step: str) -> str:
