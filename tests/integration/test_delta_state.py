@@ -155,3 +155,13 @@ def test_a_layout_change_is_refused_on_restart(spark, tmp_path):
 def test_a_step_the_layout_cannot_keep_is_refused_before_the_job_starts(spark, tmp_path):
     with pytest.raises(PipelineError, match=r"totals.*state_layout='delta'.*one integer field \(got string\)"):
         run(spark, tmp_path, [[(1, "a", 1)]], key_type="string")
+
+
+@pytest.mark.slow
+def test_large_state_example(spark, load_example, tmp_path):
+    example = load_example("large_state")
+    results = [example.run_layout(layout, str(tmp_path / layout), 6000, 1500, 12, spark) for layout in ("blob", "delta")]
+    assert all(r["exact"] for r in results)
+    blob, delta = results
+    assert delta["rebuilt_rows"] > 0  # the second run started without local copies
+    assert delta["checkpoint_bytes_per_batch"] < blob["checkpoint_bytes_per_batch"]

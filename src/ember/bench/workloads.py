@@ -32,6 +32,7 @@ from ember.connectors.generators import AdClickSource, GrepSource, GroupingSourc
 from ember.connectors.sinks import CollectSink, CountSink, NoopSink
 from ember.functions import OutputTag
 from ember.job import spark_time_ms
+from ember.runner.spark.checkpoint import state_writes
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.execution import source_origins
 from ember.time.watermarks import WatermarkStrategy
@@ -163,39 +164,6 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
                 **state_writes(result.checkpoint_dir, len(result.progress)),
                 **{k: v for k, v in result.counters.items() if k.startswith("state_")}},
     )
-
-
-def state_writes(checkpoint: str, last: int) -> dict[str, Any]:
-    """What the state store wrote to ``checkpoint`` per batch in the last ``last``
-    versions (a run's batches): each version's RocksDB changelog (all operators and
-    partitions; the median, past the checkpoint's first version, which holds the first
-    keys), plus the snapshots (zip files and the SST files they upload) spread over all
-    versions."""
-    import os
-    import re
-    from statistics import median
-
-    changelog: dict[int, int] = {}
-    snapshots = 0
-    for root, _dirs, files in os.walk(os.path.join(checkpoint, "state")):
-        for name in files:
-            if name.startswith("."):
-                continue  # Hadoop's checksum files
-            size = os.path.getsize(os.path.join(root, name))
-            found = re.fullmatch(r"(\d+)\.changelog", name)
-            if found:
-                changelog[int(found.group(1))] = changelog.get(int(found.group(1)), 0) + size
-            elif name.endswith((".zip", ".sst")):
-                snapshots += size
-    versions = sorted(changelog)
-    steady = [changelog[v] for v in versions[1:][-last:]] or [changelog[v] for v in versions]
-    per_batch = median(steady) if steady else 0
-    return {
-        "checkpoint_bytes_per_batch": round(per_batch + (snapshots / len(versions) if versions else 0)),
-        "checkpoint_changelog_bytes_per_batch": round(per_batch),
-        "checkpoint_snapshot_bytes": snapshots,
-        "checkpoint_versions": len(versions),
-    }
 
 
 def _expected_counts(events: int, keys: int) -> dict[int, int]:

@@ -53,6 +53,8 @@ def _env_from(args: argparse.Namespace) -> Any:
         kwargs["max_events_per_batch"] = args.max_events_per_batch
     if getattr(args, "parallelism", None):
         kwargs["parallelism"] = args.parallelism
+    if getattr(args, "state_layout", None):
+        kwargs["state_layout"] = args.state_layout
     return StreamEnvironment(**kwargs)
 
 
@@ -284,6 +286,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--trigger", type=int, metavar="MS", help="trigger interval in ms (default 0: back to back)")
         sp.add_argument("--max-events-per-batch", type=int, help="admission-control bound per micro-batch")
         sp.add_argument("--parallelism", type=int, help="state partitions")
+        sp.add_argument("--state-layout", choices=["blob", "delta"],
+                        help="keyed state per bucket: one value (blob, default) or a log of changed rows (delta)")
 
     run = sub.add_parser("run", help="run a job until its sources end, a duration, or Ctrl-C")
     job_options(run)

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from statistics import median
 from typing import Any, Callable
 
 __all__ = [
@@ -44,6 +46,8 @@ __all__ = [
     "fixed_origin",
     "fixed_token",
     "admission_stopped",
+    "disk_bytes",
+    "state_writes",
 ]
 
 EMBER_DIR = "ember"
@@ -247,3 +251,32 @@ def admission_stopped(options: dict[str, str]) -> bool:
     option names the job's stop marker): admit nothing new."""
     marker = options.get("stop_marker")
     return marker is not None and marker != "" and os.path.exists(marker)
+
+
+def state_writes(checkpoint: str, last: int) -> dict[str, Any]:
+    """What the state store wrote to ``checkpoint`` per batch in the last ``last``
+    versions (a run's batches): each version's RocksDB changelog (all operators and
+    partitions; the median, past the checkpoint's first version, which holds the first
+    keys), plus the snapshots (zip files and the SST files they upload) spread over all
+    versions."""
+    changelog: dict[int, int] = {}
+    snapshots = 0
+    for root, _dirs, files in os.walk(os.path.join(checkpoint, "state")):
+        for name in files:
+            if name.startswith("."):
+                continue  # Hadoop's checksum files
+            size = os.path.getsize(os.path.join(root, name))
+            found = re.fullmatch(r"(\d+)\.changelog", name)
+            if found:
+                changelog[int(found.group(1))] = changelog.get(int(found.group(1)), 0) + size
+            elif name.endswith((".zip", ".sst")):
+                snapshots += size
+    versions = sorted(changelog)
+    steady = [changelog[v] for v in versions[1:][-last:]] or [changelog[v] for v in versions]
+    per_batch = median(steady) if steady else 0
+    return {
+        "checkpoint_bytes_per_batch": round(per_batch + (snapshots / len(versions) if versions else 0)),
+        "checkpoint_changelog_bytes_per_batch": round(per_batch),
+        "checkpoint_snapshot_bytes": snapshots,
+        "checkpoint_versions": len(versions),
+    }
