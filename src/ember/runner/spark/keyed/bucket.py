@@ -38,6 +38,8 @@ from ember.runner.spark.keyed.runtime import (
 
 __all__ = ["BucketFunction"]
 
+SWEEP = "sweep"  # design B: where a bucket's TTL sweep goes on (keyed/delta.py DeltaKeys.sweep)
+
 
 class BucketFunction:
     """The function Spark calls as ``(bucket key, frames, group state) -> frames``.
@@ -136,6 +138,9 @@ class BucketFunction:
             rt.watermark = self.advanced(spark_watermark, latest)
         self._fire_due(rt, out)
         if self.touched:  # else nothing changed: a bucket told only of the batch's time
+            sweep = getattr(rt.blob["keys"], "sweep", None)  # design B: a slice of the keys no record read
+            if sweep is not None and rt.ttl_ms:
+                rt.blob[SWEEP] = sweep(rt.blob.get(SWEEP, 0))
             rt.expire(rt.blob["keys"])
             store = getattr(state, "store_blob", None)
             if store is not None:

@@ -494,8 +494,9 @@ class DeltaKeys(dict):
     (:meth:`prefetch`; the hot loop then reads the dict directly), a timer's key when it
     fires — and :meth:`changes` says which of them the call changed (their pickled bytes
     differ) or removed, in time proportional to the keys that have state, not to the keys
-    looked up. Iterating it (TTL's expiry pass) sees the loaded keys only: TTL values of
-    keys not read again expire when read (cells check TTL on every read), as in Flink."""
+    looked up. Iterating it (TTL's expiry pass) sees the loaded keys: those the call read
+    and, with TTL, a slice of the rest (:meth:`sweep`), so expired state of keys never read
+    again is removed within 64 calls of the bucket (cells also check TTL on every read)."""
 
     def __init__(self, log: DeltaLog) -> None:
         super().__init__()
@@ -515,6 +516,24 @@ class DeltaKeys(dict):
         for k, b in zip(found.tolist(), blobs):
             stored[k] = b
             put(self, k, loads(b))
+
+    SWEEP_SHARE, SWEEP_MIN = 64, 1024  # a TTL sweep loads 1/64 of a bucket's keys (at least 1,024) per call
+
+    def sweep(self, cursor: int) -> int:
+        """Load the next slice of the copy's keys, from key ``cursor`` on (wrapping), so the
+        TTL expiry pass (runtime.expire) sees them even if no record reads them again;
+        returns where the next call goes on (a key, so keys added or removed meanwhile do
+        not make it skip any). Every key is visited within about SWEEP_SHARE calls."""
+        keys = self.log.local.keys
+        n = len(keys)
+        if not n:
+            return 0
+        start = int(np.searchsorted(keys, cursor))
+        if start >= n:
+            start = 0
+        chunk = np.asarray(keys[start:start + max(self.SWEEP_MIN, n // self.SWEEP_SHARE)])
+        self.prefetch(chunk)
+        return int(chunk[-1]) + 1 if start + len(chunk) < n else int(np.iinfo(np.int64).min)
 
     def get(self, key: Any, default: Any = None) -> Any:
         if key not in self.known:

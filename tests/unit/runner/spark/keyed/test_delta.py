@@ -3,6 +3,8 @@ working copy on disk against a plain dict, across rebuilds, replays and compacti
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -291,3 +293,79 @@ def test_slots_a_key_looked_up_one_by_one_is_loaded(tmp_path):
     got = {}
     slot_call(store, directory, [], lambda t: got.update(v=t.get(7), missing=t.get(8), has=7 in t))
     assert got == {"v": {"timer": 5}, "missing": None, "has": True}
+
+
+# -- a process function on design B, driven like Spark drives it (bucket.py) ----------------
+
+class DeltaGroupState:
+    """Spark's side for one bucket on design B (keyed/tws.py _SlotState), without Spark."""
+
+    def __init__(self, store: Store, meta: dict, directory: str, now: int) -> None:
+        self.store, self.meta, self.now = store, meta, now
+        self.log = DeltaLog(store.parts, store.version, delta.SlotTable(directory), 0, ["slot"])
+        self.log.open()
+
+    def load_blob(self):
+        import pickle
+
+        from ember.runner.spark.keyed.runtime import empty_bucket_state
+
+        blob = pickle.loads(self.meta["blob"]) if "blob" in self.meta else empty_bucket_state()
+        blob["keys"] = delta.DeltaKeys(self.log)
+        return blob
+
+    def store_blob(self, blob):
+        import pickle
+
+        blob["keys"].flush()
+        self.meta["blob"] = pickle.dumps({**blob, "keys": {}})
+
+    def getCurrentWatermarkMs(self):  # noqa: N802
+        return 0
+
+    def getCurrentProcessingTimeMs(self):  # noqa: N802
+        return self.now
+
+    def setTimeoutDuration(self, ms):  # noqa: N802
+        pass
+
+
+def test_ttl_state_of_keys_never_read_again_is_swept_from_disk(tmp_path, monkeypatch):
+    """A dedupe whose keys each come once: with the blob layout every write expires them all;
+    on design B the sweep visits a slice of the keys each call, so they leave the table and
+    the log within SWEEP_SHARE calls of their expiry — and a live key is never dropped."""
+    from ember.functions import KeyedProcessFunction
+    from ember.runner.spark.keyed.bucket import BucketFunction
+    from ember.state import StateTtlConfig, ValueStateDescriptor
+
+    monkeypatch.setattr(delta.DeltaKeys, "SWEEP_MIN", 50)
+    monkeypatch.setattr(delta.DeltaKeys, "SWEEP_SHARE", 4)
+
+    class Seen(KeyedProcessFunction):
+        def open(self, ctx):
+            self.seen = ctx.get_state(ValueStateDescriptor("seen", ttl=StateTtlConfig.of(1000, "read_and_write")))
+
+        def process_element(self, value, ctx):
+            if self.seen.value() is None:
+                self.seen.update(True)
+                yield {"k": ctx.current_key}
+
+    fn = BucketFunction(Seen(), "dedupe", ["k"], ["k"], ["k"], None, False)
+    store, meta, directory = Store(), {}, str(tmp_path / "b")
+    for call in range(12):
+        now = call * 400  # each key expires 1,000 ms (2.5 calls) after its only record
+        state = DeltaGroupState(store, meta, directory, now)
+        keys = list(range(call * 100 + 10, call * 100 + 110)) + [7]  # key 7 read in every call: never expires
+        out = list(fn(0, iter([pd.DataFrame({"k": keys})]), state))
+        store.commit()
+        seen = [k for frame in out for k in frame["k"].tolist()]
+        assert 7 not in seen or call == 0
+        state.log.close()
+    live = Version.of(store.version.value).live
+    remaining = np.load(os.path.join(directory, "keys.npy")).tolist()
+    assert len(remaining) == live
+    assert 7 in remaining
+    # Keys of calls 0-4 (written by 1,600 ms, expired by 2,600) have had over 4 sweeps since:
+    # none is left on disk; without the sweep all 1,201 keys would be (no record reads them again).
+    assert [k for k in remaining if k < 510 and k != 7] == []
+    assert live < 1201 - 500
