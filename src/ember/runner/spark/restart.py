@@ -47,7 +47,7 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
         if not (isinstance(node, n.WindowNode) and native_window(node, graph)) and not isinstance(node, n.IntervalJoinNode | n.SqlNode):
             op["spark operator"] = spark_operator
-        if uses_delta(node, state_layout):  # keyed/delta.py, always on TWS
+        if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}

@@ -189,6 +189,12 @@ class BucketFunction:
         key_cols = [pdf[k].tolist() for k in self.keys]
         single = len(self.keys) == 1
         latest = times[-1] if times else None
+        table = rt.blob["keys"]
+        lookup = table.get
+        prefetch = getattr(table, "prefetch", None)  # design B: the frame's keys loaded at once,
+        if prefetch is not None:  # then read as a plain dict
+            prefetch(pdf[self.keys[0]].to_numpy() if single else zip(*key_cols))
+            lookup = dict.get.__get__(table)
         if self.batches is not None:  # the operator may handle the whole batch itself
             key_list = key_cols[0] if single else list(zip(*key_cols))
             try:
@@ -202,12 +208,7 @@ class BucketFunction:
             if taken:
                 return latest
         fn, step, marks = self.fn, self.step, rt.marks
-        table, process, append = rt.blob["keys"], fn.process_element, out.extend
-        lookup = table.get
-        prefetch = getattr(table, "prefetch", None)  # design B: the frame's keys loaded at once,
-        if prefetch is not None:  # then read as a plain dict
-            prefetch(pdf[self.keys[0]].to_numpy())
-            lookup = dict.get.__get__(table)
+        process, append = fn.process_element, out.extend
         # The hot loop: one user call per record and nothing else per record.
         for i, record in enumerate(self.build_records(columns)):
             key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)

@@ -45,7 +45,7 @@ import pyarrow as pa
 __all__ = [
     "LocalTable", "SlotTable", "DeltaKeys", "DeltaLog", "Version", "fold_parts", "encode_part", "decode_part",
     "DELETED", "KEY", "BINARY", "COMPACT_FACTOR", "DELTA_COUNTERS", "local_state_root", "step_directory", "drop_local_state",
-    "uses_delta", "delta_layout_problem", "numpy_types",
+    "uses_delta", "delta_layout_problem", "numpy_types", "key_hashes", "OVERFLOW",
 ]
 
 DELETED = "__ember_deleted"
@@ -60,20 +60,21 @@ _NUMPY = {"tinyint": np.int8, "smallint": np.int16, "int": np.int32, "bigint": n
           "float": np.float32, "double": np.float64, "boolean": np.bool_}
 
 
-def uses_delta(node: Any, state_layout: str) -> bool:
+def uses_delta(node: Any, state_layout: str, graph: Any = None) -> bool:
     """Whether keyed step ``node`` keeps its state on design B under ``state_layout``: a
-    vectorised step, or a process function run per record (not a step that takes whole
-    batches itself — rolling aggregations, CEP — nor a two-input or broadcast step), with
-    one input. Other steps keep one blob per bucket (keyed state of windows and two-input
-    steps on design B is not built)."""
+    vectorised step, a process function (also rolling aggregations and CEP, which run as
+    one), or a window on Ember's operator — with one input. Two-input steps (co-process,
+    broadcast, joins) and Spark's native windows keep their layouts."""
     from ember.graph import nodes as n
+    from ember.runner.spark.planner import native_window
 
     if state_layout != "delta" or len(node.inputs) != 1:
         return False
     if isinstance(node, n.VectorizedProcessNode):
         return True
-    return (type(node) is n.KeyedProcessNode and not callable(getattr(node.fn, "process_batch", None))
-            and not hasattr(node.fn, "process_broadcast_element"))
+    if isinstance(node, n.WindowNode):
+        return graph is not None and not native_window(node, graph)
+    return type(node) is n.KeyedProcessNode and not hasattr(node.fn, "process_broadcast_element")
 
 
 def delta_layout_problem(key_kinds: list[str], state_kinds: list[str]) -> str | None:
@@ -138,6 +139,7 @@ def decode_part(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(blob).read_all()
 
 
+OVERFLOW = "overflow"  # in a process function's bucket blob: slots of keys whose hash another key's entry holds
 BINARY = "binary"  # the type of a column of bytes (a process function's pickled slots): an Arrow array
 
 
@@ -378,8 +380,8 @@ class SlotTable(LocalTable):
         pos, found = self.find(keys)
         self._set_tag("dirty")
         offsets, data = _binary_buffers(values)
-        base = len(self.heap)
         with open(self._heap_path(), "ab") as f:
+            base = f.tell()  # the file's end (not the mapped heap's: an empty table maps none of it)
             f.write(data)
         starts, lengths = offsets[:-1] + base, np.diff(offsets)
         update = found & ~deleted
@@ -488,6 +490,19 @@ class DeltaLog:
         self.local.close()
 
 
+def key_hashes(keys: Any) -> np.ndarray:
+    """The working copy's index of each key: an integer key itself, else a 64-bit hash that
+    is the same in every process (pandas' SipHash with its fixed key over ``str(key)`` —
+    not Python's ``hash``, which differs per process). Distinct keys may share a hash:
+    :class:`DeltaKeys` checks the key stored with each slot."""
+    values = keys if isinstance(keys, np.ndarray) else _column(list(keys))
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64)
+    import pandas as pd
+
+    return pd.util.hash_array(values.astype(object)).view(np.int64)
+
+
 class DeltaKeys(dict):
     """A process function's bucket table (``blob["keys"]``: key -> slot) on design B: the
     slots a call needs are loaded from the working copy — a frame's keys at once
@@ -496,82 +511,130 @@ class DeltaKeys(dict):
     differ) or removed, in time proportional to the keys that have state, not to the keys
     looked up. Iterating it (TTL's expiry pass) sees the loaded keys: those the call read
     and, with TTL, a slice of the rest (:meth:`sweep`), so expired state of keys never read
-    again is removed within 64 calls of the bucket (cells also check TTL on every read)."""
+    again is removed within about 64 calls of the bucket (cells also check TTL on read).
 
-    def __init__(self, log: DeltaLog) -> None:
+    The copy is indexed by :func:`key_hashes`; each entry holds ``(key, slot)`` pickled. A
+    key whose hash belongs to another key (a collision: ~1e-10 per bucket at 10 M keys, but
+    never wrong) keeps its slot in ``overflow``, a dict in the bucket's blob beside the timers."""
+
+    def __init__(self, log: DeltaLog, overflow: dict[Any, Any] | None = None) -> None:
         super().__init__()
         self.log = log
+        self.overflow = overflow if overflow is not None else {}
         self.known: set[Any] = set()  # every key looked up
-        self.stored: dict[Any, bytes] = {}  # those that had state: their stored bytes
+        self.stored: dict[Any, tuple[int, bytes]] = {}  # those that own their hash's entry: (hash, stored bytes)
+        self.taken: dict[int, Any] = {}  # hash -> the key that owns its entry (among those seen)
 
     def prefetch(self, keys: Iterable[Any]) -> None:
-        wanted = np.unique(np.fromiter(keys, dtype=np.int64) if not isinstance(keys, np.ndarray) else keys.astype(np.int64))
+        if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":  # (integers: no nulls)
+            wanted: list[Any] = np.unique(keys).tolist()
+        else:
+            wanted = list(dict.fromkeys(k for k in keys if k is not None and k == k))  # (no null or NaN key)
         if self.known:
-            wanted = np.array([k for k in wanted.tolist() if k not in self.known], dtype=np.int64)
-        if not len(wanted):
+            wanted = [k for k in wanted if k not in self.known]
+        if not wanted:
             return
-        self.known.update(wanted.tolist())
-        found, (blobs,) = self.log.read(wanted)
-        loads, put, stored = pickle.loads, dict.__setitem__, self.stored
-        for k, b in zip(found.tolist(), blobs):
-            stored[k] = b
-            put(self, k, loads(b))
+        self.known.update(wanted)
+        hashes = key_hashes(_column(wanted))
+        order = np.argsort(hashes, kind="stable")
+        unique = np.unique(hashes)
+        found, (blobs,) = self.log.read(unique)
+        entries = dict(zip(found.tolist(), blobs))
+        self._load(entries)
+        for i in order.tolist():
+            key, h = wanted[i], int(hashes[i])
+            owner = self.taken.setdefault(h, key)  # nobody has it yet: this key takes it
+            if owner != key or key not in self.stored:
+                if key in self.overflow:  # a collided key (its entry's owner may have gone since)
+                    dict.__setitem__(self, key, self.overflow[key])
+
+    def _load(self, entries: dict[int, bytes]) -> None:
+        """Entries of the copy read for the call: each owner's slot into the table."""
+        loads, put = pickle.loads, dict.__setitem__
+        for h, b in entries.items():
+            if h in self.taken and self.taken[h] in self.stored:
+                continue
+            key, slot = loads(b)
+            self.taken[h] = key
+            self.stored[key] = (h, b)
+            self.known.add(key)
+            put(self, key, slot)
 
     SWEEP_SHARE, SWEEP_MIN = 64, 1024  # a TTL sweep loads 1/64 of a bucket's keys (at least 1,024) per call
 
     def sweep(self, cursor: int) -> int:
-        """Load the next slice of the copy's keys, from key ``cursor`` on (wrapping), so the
-        TTL expiry pass (runtime.expire) sees them even if no record reads them again;
-        returns where the next call goes on (a key, so keys added or removed meanwhile do
-        not make it skip any). Every key is visited within about SWEEP_SHARE calls."""
-        keys = self.log.local.keys
-        n = len(keys)
+        """Load the next slice of the copy's entries, from hash ``cursor`` on (wrapping), and
+        the overflow's keys, so the TTL expiry pass (runtime.expire) sees them even if no
+        record reads them again; returns where the next call goes on (a hash, so entries
+        added or removed meanwhile do not make it skip any). Every entry is visited within
+        about SWEEP_SHARE calls."""
+        for key, slot in self.overflow.items():
+            if key not in self.known:
+                self.known.add(key)
+                dict.__setitem__(self, key, slot)
+        index = self.log.local.keys
+        n = len(index)
         if not n:
             return 0
-        start = int(np.searchsorted(keys, cursor))
+        start = int(np.searchsorted(index, cursor))
         if start >= n:
             start = 0
-        chunk = np.asarray(keys[start:start + max(self.SWEEP_MIN, n // self.SWEEP_SHARE)])
-        self.prefetch(chunk)
-        return int(chunk[-1]) + 1 if start + len(chunk) < n else int(np.iinfo(np.int64).min)
+        chunk = np.asarray(index[start:start + max(self.SWEEP_MIN, n // self.SWEEP_SHARE)])
+        found, (blobs,) = self.log.read(chunk)
+        self._load(dict(zip(found.tolist(), blobs)))
+        last = int(chunk[-1])
+        return last + 1 if start + len(chunk) < n and last < np.iinfo(np.int64).max else int(np.iinfo(np.int64).min)
 
     def get(self, key: Any, default: Any = None) -> Any:
         if key not in self.known:
-            self.prefetch(np.array([key], dtype=np.int64))
+            self.prefetch((key,))
         return dict.get(self, key, default)
 
     def __getitem__(self, key: Any) -> Any:
         if key not in self.known:
-            self.prefetch(np.array([key], dtype=np.int64))
+            self.prefetch((key,))
         return dict.__getitem__(self, key)
 
     def __contains__(self, key: object) -> bool:
         if key not in self.known:
-            self.prefetch(np.array([key], dtype=np.int64))
+            self.prefetch((key,))
         return dict.__contains__(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self.known.add(key)
+        if key not in self.known:
+            self.prefetch((key,))
         dict.__setitem__(self, key, value)
 
     def changes(self) -> tuple[np.ndarray, list[bytes | None]]:
-        """The keys (sorted) whose slots the call changed or removed, and their new bytes
-        (None: removed)."""
-        keys: list[Any] = []
-        blobs: list[bytes | None] = []
-        dumps, get, stored = pickle.dumps, dict.get, self.stored
-        for k in sorted(set(stored) | set(dict.keys(self))):
-            before, slot = stored.get(k), get(self, k)
-            if slot is None:
-                if before is not None:
-                    keys.append(k)
-                    blobs.append(None)
+        """The entries (hashes, sorted) the call changed or removed, and their new bytes
+        (None: removed); the overflow is updated in place (it is stored with the blob)."""
+        out: dict[int, bytes | None] = {}
+        dumps, get, stored, taken, overflow = pickle.dumps, dict.get, self.stored, self.taken, self.overflow
+        candidates = set(stored) | set(dict.keys(self)) | (set(overflow) & self.known)
+        for key in candidates:
+            slot = get(self, key)
+            h = stored[key][0] if key in stored else None
+            if h is None:  # no entry of its own yet: its hash's entry, if free, or the overflow
+                hk = _hash_of(key)
+                if taken.get(hk, key) == key and hk not in out:
+                    h = hk
+            if h is None:
+                if slot is None:
+                    overflow.pop(key, None)
+                else:
+                    overflow[key] = slot
                 continue
-            now = dumps(slot, protocol=pickle.HIGHEST_PROTOCOL)
-            if now != before:
-                keys.append(k)
-                blobs.append(now)
-        return np.array(keys, dtype=np.int64), blobs
+            overflow.pop(key, None)  # (a collided key whose hash became free moves to its entry)
+            if slot is None:
+                if key in stored:
+                    out[h] = None
+                continue
+            now = dumps((key, slot), protocol=pickle.HIGHEST_PROTOCOL)
+            if key not in stored or now != stored[key][1]:
+                out[h] = now
+                taken[h] = key
+        hashes = sorted(out)
+        return np.array(hashes, dtype=np.int64), [out[h] for h in hashes]
 
     def flush(self) -> None:
         """Write what changed to the log, the version and the working copy."""
@@ -579,3 +642,19 @@ class DeltaKeys(dict):
         if len(keys):
             deleted = np.array([b is None for b in blobs], bool)
             self.log.write(keys, [pa.array([b or b"" for b in blobs], pa.binary())], deleted)
+
+
+def _column(keys: list[Any]) -> np.ndarray:
+    """Keys as a numpy column: int64 for Python ints, else objects (tuples stay whole)."""
+    if all(type(k) is int for k in keys):
+        try:
+            return np.asarray(keys, dtype=np.int64)
+        except OverflowError:
+            pass
+    column = np.empty(len(keys), dtype=object)
+    column[:] = keys
+    return column
+
+
+def _hash_of(key: Any) -> int:
+    return int(key_hashes(_column([key]))[0])

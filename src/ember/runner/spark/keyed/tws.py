@@ -203,11 +203,11 @@ class _SlotState(_State):
     def load_blob(self) -> dict[str, Any]:
         import pickle
 
-        from ember.runner.spark.keyed.delta import DeltaKeys
+        from ember.runner.spark.keyed.delta import OVERFLOW, DeltaKeys
         from ember.runner.spark.keyed.runtime import empty_bucket_state
 
         blob = pickle.loads(self.get[0]) if self.exists else empty_bucket_state()
-        blob["keys"] = DeltaKeys(self.log)
+        blob["keys"] = DeltaKeys(self.log, blob.setdefault(OVERFLOW, {}))
         return blob
 
     def store_blob(self, blob: dict[str, Any]) -> None:

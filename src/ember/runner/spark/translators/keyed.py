@@ -140,8 +140,7 @@ def keyed_operator(
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     processor = None
-    if partials is None and not timed and uses_delta(node, comp.config.state_layout):  # keyed/delta.py
-        _check_delta(node, up, [])
+    if not timed and uses_delta(node, comp.config.state_layout, comp.graph):  # keyed/delta.py, any key type
         processor = DeltaSlotProcessor(bucket_fn, [], ANCHOR if event_time else None,
                                        step_directory(comp.checkpoint, node.name), _delta_counters(comp))
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
@@ -326,7 +325,7 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
     processor = None
-    if uses_delta(node, comp.config.state_layout):
+    if uses_delta(node, comp.config.state_layout, comp.graph):
         state_kinds = [f.dataType.simpleString() for f in state_type.fields]
         _check_delta(node, up, state_kinds)
         processor = DeltaBucketProcessor(lambda *a: iter(()), [], ANCHOR if event_time else None,

@@ -1,6 +1,9 @@
 """Drives a keyed step's bucket function without Spark: one bucket, scripted
 micro-batches, a controllable watermark and processing time. Spark's side of
-the contract (state blob, timeouts) is played by :class:`FakeGroupState`."""
+the contract (state blob, timeouts) is played by :class:`FakeGroupState` — or, with
+``LAYOUT = ("delta", directory)`` (the ``state_layout`` fixture of conftest.py), by
+:class:`FakeDeltaGroupState`: the keys' slots in a delta log and a working copy on disk
+(keyed/delta.py), so the same tests check both state layouts."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from ember.functions import AggregateFunction
+from ember.runner.spark.keyed import delta
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.runtime import TAG, side_column
 
@@ -44,6 +48,65 @@ class FakeGroupState:
         self.timeout_at = self._now + ms
 
 
+LAYOUT: tuple[str, str] = ("blob", "")  # (state layout, a directory for delta working copies)
+
+
+class ListState:
+    """Spark's ListState as a delta log uses it."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[bytes]] = []
+        self.appends: list[int] = []  # bytes of each appendList
+        self.puts: list[int] = []
+
+    def get(self):
+        return iter(list(self.items))
+
+    def appendList(self, values):  # noqa: N802 - Spark's name
+        self.items += values
+        self.appends.append(sum(len(v[0]) for v in values))
+
+    def put(self, values):
+        self.items = list(values)
+        self.puts.append(sum(len(v[0]) for v in values))
+
+
+class ValueState:
+    def __init__(self) -> None:
+        self.value = None
+
+    def get(self):
+        return self.value
+
+    def update(self, value):
+        self.value = value
+
+
+class FakeDeltaGroupState(FakeGroupState):
+    """FakeGroupState whose keys' slots live in a delta log (keyed/tws.py ``_SlotState``)."""
+
+    def __init__(self, blob: bytes | None, watermark: int | None, now: int, parts: ListState, version: ValueState,
+                 directory: str) -> None:
+        super().__init__(blob, watermark, now)
+        self.log = delta.DeltaLog(parts, version, delta.SlotTable(directory), 0, ["slot"])
+        self.log.open()
+
+    def load_blob(self):
+        import pickle
+
+        from ember.runner.spark.keyed.runtime import empty_bucket_state
+
+        blob = pickle.loads(self._blob) if self._blob is not None else empty_bucket_state()
+        blob["keys"] = delta.DeltaKeys(self.log, blob.setdefault(delta.OVERFLOW, {}))
+        return blob
+
+    def store_blob(self, blob):
+        import pickle
+
+        blob["keys"].flush()
+        self.update((pickle.dumps({**blob, "keys": {}}),))
+
+
 class BucketDriver:
     """``batch(rows, watermark=, now=)`` runs one micro-batch; returns (main rows, {tag: rows})."""
 
@@ -63,6 +126,20 @@ class BucketDriver:
         self.blob: bytes | None = None
         self.timeout_at: int | None = None
         self.updates = 0  # state writes of the last call
+        self.layout, self.directory = LAYOUT
+        self.parts, self.version = ListState(), ValueState()
+
+    @property
+    def state(self) -> tuple:
+        """Everything Spark keeps for the bucket (to continue in another driver)."""
+        return self.blob, self.parts, self.version, self.directory
+
+    @state.setter
+    def state(self, value: tuple | None) -> None:
+        if value is None:
+            self.blob, self.parts, self.version = None, ListState(), ValueState()
+        else:
+            self.blob, self.parts, self.version, self.directory = value
 
     def batch(self, rows: list[tuple], *, watermark: int | None = None, now: int = 0,
               latest: int | None = None) -> tuple[list[dict], dict[str, list[dict]]]:
@@ -78,7 +155,8 @@ class BucketDriver:
         due = self.timeout_at is not None and clock > self.timeout_at
         if not rows and not due and not self.every_batch and latest is None:
             return [], {t: [] for t in self.side_outputs}
-        state = FakeGroupState(self.blob, spark_watermark, now)
+        state = (FakeDeltaGroupState(self.blob, spark_watermark, now, self.parts, self.version, self.directory)
+                 if self.layout == "delta" else FakeGroupState(self.blob, spark_watermark, now))
         frames = []
         if rows:
             pdf = pd.DataFrame(rows, columns=self.fields)
@@ -88,6 +166,8 @@ class BucketDriver:
         self.updates = 0
         out = list(self.fn((0,), iter(frames), state, latest))
         self.blob, self.timeout_at = state._blob, state.timeout_at  # a call without a timeout set clears it
+        if isinstance(state, FakeDeltaGroupState):
+            state.log.close()
         self.updates = state.updates
         main: list[dict] = []
         sides: dict[str, list[dict]] = {t: [] for t in self.side_outputs}

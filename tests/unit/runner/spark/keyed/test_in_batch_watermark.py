@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 
 import pyarrow as pa
+import pytest
 from bucket_driver import BucketDriver, SumX
 
 from ember.functions import KeyedProcessFunction
@@ -16,6 +17,8 @@ from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, pack
 from ember.runner.spark.keyed.windows import MARKER, PARTIAL_ACC, PARTIAL_START, WindowOperator, WindowSpec, make_combiner
 from ember.windowing.assigners import TumblingEventTimeWindows
 from ember.windowing.triggers import EventTimeTrigger
+
+pytestmark = pytest.mark.usefixtures("state_layout")  # both keyed state layouts (conftest.py)
 
 FIELDS = ["ts", "k", "x"]
 OUT = ["k", "window_start", "window_end", "total"]

@@ -11,6 +11,8 @@ from bucket_driver import BucketDriver
 
 from ember.rolling import RollingField
 
+pytestmark = pytest.mark.usefixtures("state_layout")  # both keyed state layouts (conftest.py)
+
 FIELDS = ["ts", "k", "x", "tag"]
 
 

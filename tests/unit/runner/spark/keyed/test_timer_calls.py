@@ -18,6 +18,8 @@ from ember.runner.spark.keyed.windows import WindowOperator, WindowSpec
 from ember.windowing.assigners import TumblingEventTimeWindows
 from ember.windowing.triggers import EventTimeTrigger
 
+pytestmark = pytest.mark.usefixtures("state_layout")  # both keyed state layouts (conftest.py)
+
 FIELDS = ["ts", "k", "x"]
 
 

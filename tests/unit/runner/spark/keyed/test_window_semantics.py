@@ -30,6 +30,8 @@ from ember.windowing.triggers import (
     TriggerResult,
 )
 
+pytestmark = pytest.mark.usefixtures("state_layout")  # both keyed state layouts (conftest.py)
+
 FIELDS = ["ts", "k", "x"]
 OUT = ["k", "window_start", "window_end", "total"]
 LATE = OutputTag("late")
@@ -287,13 +289,13 @@ def test_whole_batch_paths_match_the_per_element_path(assigner, trigger):
     ]
 
     def run(kinds):
-        blob, rows = None, []
+        state, rows = None, []
         for (events, wm), kind in zip(batches, kinds):
             d = BucketDriver(kind(spec), FIELDS, OUT)
-            d.blob = blob
+            d.state = state
             main, _ = d.batch(events, watermark=wm)
             rows += main
-            blob = d.blob
+            state = d.state
         return sorted(map(str, rows))
 
     slow = run([_PerElement] * 3)
