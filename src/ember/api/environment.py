@@ -67,9 +67,11 @@ class StreamEnvironment:
       bucket's table is one value in Spark's state store, rewritten when a batch changes it.
       ``"delta"``: each bucket keeps a log of changed rows in Spark's state store and its
       table on the executor's disk, so checkpoint bytes per batch follow the keys a batch
-      changed, not the state's size (docs/design/keyed-state-at-scale.md). Today for
-      ``process_batches`` steps with one integer key and numeric state; other steps keep
-      the blob layout. Needs ``state_backend="rocksdb"``; fixed by a job's first run.
+      changed, not the state's size (docs/design/keyed-state-at-scale.md). For every
+      keyed step with one input (process functions, windows on Ember's operator, rolling
+      aggregations, CEP; ``process_batches`` with one integer key and numeric state);
+      two-input steps keep the blob layout. Needs ``state_backend="rocksdb"``; fixed by
+      a job's first run.
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
