@@ -17,6 +17,7 @@ from ember import CollectSink, PipelineError, ScriptedSource, StreamEnvironment,
 from ember.functions import KeyedProcessFunction, VectorizedKeyedFunction
 from ember.runner.spark.keyed.delta import local_state_root, step_directory
 from ember.runner.spark.restart import RestartError
+from ember.savepoints import create_savepoint
 from ember.state import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -45,8 +46,9 @@ class Totals(VectorizedKeyedFunction):
 OUT = "k bigint, ts bigint, total bigint, n bigint"
 
 
-def model(batches):
-    """The independent model: per batch, each key's records in timestamp order."""
+def model(batches, state=False):
+    """The independent model: per batch, each key's records in timestamp order; the outputs,
+    or with ``state`` each key's (total, n) at the end."""
     totals: dict[int, tuple[int, int]] = {}
     out = []
     for batch in batches:
@@ -55,7 +57,7 @@ def model(batches):
             totals[k] = (total + x, n + 1)
             out.append((k, ts, total + x, n + 1))
         totals = {k: v for k, v in totals.items() if v[0] < LIMIT}
-    return out
+    return totals if state else out
 
 
 def random_batches(seed: int, n_batches: int, keys: int):
@@ -126,6 +128,15 @@ def test_delta_layout_equals_the_model_across_restarts_and_rebuilds(spark, tmp_p
     third, result = run(spark, tmp_path, batches, fn=fn)
     assert result.counters["state_rebuilt_rows"] > 0
     assert sorted(first + second + third) == sorted(expected)
+    # The state as a savepoint reads it (the log folded per bucket) is the model's.
+    state = create_savepoint(os.path.join(str(tmp_path), "delta"), root=str(tmp_path / "sp")).read_state("totals", spark)
+    final = model(batches, state=True)
+    if per_record:
+        want = sorted([(k, "n", n) for k, (_, n) in final.items()] + [(k, "total", t) for k, (t, _) in final.items()])
+        assert sorted(state.itertuples(index=False, name=None)) == want
+    else:
+        assert sorted(state[["k", "total", "n"]].itertuples(index=False, name=None)) == sorted(
+            (k, t, n) for k, (t, n) in final.items())
 
 
 @pytest.mark.slow

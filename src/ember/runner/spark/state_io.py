@@ -62,21 +62,59 @@ def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> dict[int
     return out
 
 
+def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vectorised: bool) -> dict[int, Any]:
+    """bucket -> its state on design B (keyed/delta.py): the log's parts folded, as the
+    vectorised table (a DataFrame indexed by key) or, for a process function, the blob
+    layout's ``{"keys": {key: slot}}`` (the overflow of collided keys included)."""
+    from ember.runner.spark.keyed.delta import BINARY, KEY, OVERFLOW, decode_part, fold_parts
+
+    def variable(name: str) -> Any:  # a list as one array per key, in its order (the log's order matters)
+        return (spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id)
+                .option("stateVarName", name).option("flattenCollectionTypes", "false").load(checkpoint))
+
+    parts: dict[int, list[bytes]] = {}
+    for row in variable("parts").collect():
+        parts.setdefault(int(row["key"][0]), []).extend(bytes(v[0]) for v in row["list_value"])
+    out: dict[int, Any] = {}
+    if vectorised:
+        for bucket, blobs in parts.items():
+            fields = [f for f in decode_part(blobs[0]).schema.names if f not in (KEY, "__ember_deleted")]
+            sample = decode_part(blobs[0])
+            types = [sample.column(f).to_numpy(zero_copy_only=False).dtype for f in fields]
+            keys, columns = fold_parts(blobs, fields, types)
+            out[bucket] = pd.DataFrame(dict(zip(fields, columns)), index=pd.Index(keys))
+        return out
+    metas = {int(row["key"][0]): pickle.loads(bytes(row["value"][0])) for row in variable("blob").collect()}
+    for bucket in set(parts) | set(metas):
+        table: dict[Any, Any] = {}
+        if bucket in parts:
+            _hashes, (slots,) = fold_parts(parts[bucket], ["slot"], [BINARY])
+            for blob in slots.to_pylist():
+                key, slot = pickle.loads(blob)
+                table[key] = slot
+        table.update(metas.get(bucket, {}).get(OVERFLOW, {}))
+        out[bucket] = {"keys": table}
+    return out
+
+
 def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any]) -> pd.DataFrame:
     """Operator ``op_id``'s state in ``checkpoint`` at committed batch ``batch_id``, one
-    layout per operator kind (documented for users at ``ember.savepoints.state.read_state``)."""
-    _refuse_delta(op, "reading")
+    layout per operator kind (documented for users at ``ember.savepoints.state.read_state``);
+    a step on design B (``"state layout": "delta"``) reads as the same frame."""
     keys = list(op["keys"])
+    delta = op.get("state layout") == "delta"
     if op["kind"] in KEYED:
         rows = []
-        for blob in _buckets(spark, checkpoint, batch_id, op_id).values():
+        buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, False) if delta else _buckets(spark, checkpoint, batch_id, op_id)
+        for blob in buckets.values():
             for key, slot in blob["keys"].items():
                 key_values = list(key) if len(keys) > 1 else [key]
                 rows += [[*key_values, name, value] for name, value in slot.items() if name not in (EVENT_TIMERS, PROCESSING_TIMERS)]
         frame = pd.DataFrame(rows, columns=[*keys, "state", "value"])
         return frame.sort_values([*keys, "state"], ignore_index=True) if len(frame) else frame
     if op["kind"] == VECTORISED:
-        tables = [t for t in _buckets(spark, checkpoint, batch_id, op_id).values() if len(t)]
+        buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, True) if delta else _buckets(spark, checkpoint, batch_id, op_id)
+        tables = [t for t in buckets.values() if len(t)]
         if not tables:
             return pd.DataFrame(columns=keys)
         table = pd.concat(tables)
@@ -232,7 +270,7 @@ def _refuse_delta(op: dict[str, Any], what: str) -> None:
     if op.get("state layout") == "delta":
         raise SavepointError(
             f"operator '{op['name']}' keeps its state as a delta log (state_layout='delta'): {what} its state in a "
-            "savepoint is not built yet (the savepoint itself restores)"
+            "savepoint is not built yet (reading it is; the savepoint itself restores)"
         )
 
 

@@ -193,28 +193,54 @@ def _count(log: Any, counters: dict[str, Any]) -> None:
 
 class _SlotState(_State):
     """A process function's bucket on design B: the ``GroupState`` surface (timeouts as
-    one timer, as :class:`_State`), the bucket's timers in the ``blob`` value, and its keys'
-    slots in a delta log with a working copy (``load_blob`` / ``store_blob``, bucket.py)."""
+    one timer, as :class:`_State`), and the bucket's ``blob`` value holding its timers, the
+    overflow of collided keys and the log's version — read once and written once per call —
+    beside its keys' slots in a delta log with a working copy (``load_blob`` /
+    ``store_blob``, bucket.py)."""
 
-    def __init__(self, proc: BucketProcessor, timer_values: TimerValues, fired: int | None, log: Any) -> None:
+    def __init__(self, proc: BucketProcessor, timer_values: TimerValues, fired: int | None) -> None:
         super().__init__(proc, timer_values, fired)
-        self.log = log
+        self.log: Any = None
+        self._meta: dict[str, Any] | None = None
+
+    def meta(self) -> dict[str, Any]:
+        if self._meta is None:
+            import pickle
+
+            from ember.runner.spark.keyed.runtime import empty_bucket_state
+
+            self._meta = pickle.loads(self.get[0]) if self.exists else empty_bucket_state()
+        return self._meta
 
     def load_blob(self) -> dict[str, Any]:
-        import pickle
-
         from ember.runner.spark.keyed.delta import OVERFLOW, DeltaKeys
-        from ember.runner.spark.keyed.runtime import empty_bucket_state
 
-        blob = pickle.loads(self.get[0]) if self.exists else empty_bucket_state()
+        blob = self.meta()
         blob["keys"] = DeltaKeys(self.log, blob.setdefault(OVERFLOW, {}))
         return blob
 
     def store_blob(self, blob: dict[str, Any]) -> None:
         import pickle
 
-        blob["keys"].flush()
+        blob["keys"].flush()  # (moves the version, in this same blob)
         self.update((pickle.dumps({**blob, "keys": {}}, protocol=pickle.HIGHEST_PROTOCOL),))
+
+
+class _MetaVersion:
+    """The log's version kept in the bucket's blob (one state read and write per call
+    instead of three): the ``ValueState`` surface DeltaLog uses."""
+
+    def __init__(self, state: _SlotState) -> None:
+        self.state = state
+
+    def get(self) -> tuple[Any, ...] | None:
+        return self.state.meta().get(VERSION)
+
+    def update(self, row: tuple[Any, ...]) -> None:
+        self.state.meta()[VERSION] = row
+
+
+VERSION = "version"
 
 
 class DeltaSlotProcessor(BucketProcessor):
@@ -228,11 +254,8 @@ class DeltaSlotProcessor(BucketProcessor):
         self.directory, self.counters = directory, counters
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        from ember.runner.spark.keyed.delta import Version
-
         super().init(handle)
         self.parts = handle.getListState("parts", "part binary")
-        self.version = handle.getValueState("version", Version.SCHEMA)
 
     def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
         import os
@@ -240,11 +263,11 @@ class DeltaSlotProcessor(BucketProcessor):
         from ember.runner.spark.keyed.delta import DeltaLog, SlotTable, local_state_root
 
         bucket = int(key[0])
-        log = DeltaLog(self.parts, self.version, SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))),
-                       bucket, ["slot"])
+        state = _SlotState(self, timer_values, fired)
+        log = state.log = DeltaLog(self.parts, _MetaVersion(state),
+                                   SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))), bucket, ["slot"])
         try:
             log.open()
-            state = _SlotState(self, timer_values, fired, log)
             for pdf in self.call(key[0], self._named(frames), state):
                 if self.anchor is not None:
                     pdf[self.anchor] = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]")
