@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from bucket_driver import ListState, ValueState
 
 from ember.errors import UserFunctionError
 from ember.runner.spark.keyed import delta
@@ -16,37 +17,6 @@ from ember.runner.spark.keyed.vectorized import DeltaTable
 
 TYPES = [np.int64, np.float64]
 FIELDS = ["count", "total"]
-
-
-class ListState:
-    """Spark's ListState as the log uses it; ``committed`` is what a batch's commit kept."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[bytes]] = []
-        self.appends: list[int] = []  # bytes of each appendList
-        self.puts: list[int] = []
-
-    def get(self):
-        return iter(list(self.items))
-
-    def appendList(self, values):  # noqa: N802 - Spark's name
-        self.items += values
-        self.appends.append(sum(len(v[0]) for v in values))
-
-    def put(self, values):
-        self.items = list(values)
-        self.puts.append(sum(len(v[0]) for v in values))
-
-
-class ValueState:
-    def __init__(self) -> None:
-        self.value = None
-
-    def get(self):
-        return self.value
-
-    def update(self, value):
-        self.value = value
 
 
 class Store:
