@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -138,8 +139,7 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
 
     prefilled, restore_s = 0, None
     if cfg.options.get("prefill"):
-        env = job(StreamEnvironment(master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=2_000_000,
-                                    state_layout=cfg.options.get("state_layout", "blob")))
+        env = job(_env(spark, replace(cfg, max_events_per_batch=2_000_000), ckpt))
         prefilled = env.execute("bench-grouping-keyed", max_events=keys, progress=cfg.verbose).events
     env = job(_env(spark, cfg, ckpt))
     result, events, seconds, eps = _execute(env, "bench-grouping-keyed", cfg)
@@ -150,9 +150,8 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     new_keys = sum(r["new_keys"] for r in rows)
     total = prefilled + result.events
     distinct = src.distinct_keys(total)
-    measured = [r for r in sinks[-1].rows()]
     batches = max(1, sum(1 for p in result.progress if int(p.get("numInputRows") or 0)))
-    changed = sum(r["keys"] for r in measured) / batches
+    changed = sum(r["keys"] for r in sinks[-1].rows()) / batches  # the measured run's
     return RunOutcome(
         events, seconds, eps, progress=result.progress,
         verified=bool(result.events) and counted == total and new_keys == distinct,

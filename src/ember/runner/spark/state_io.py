@@ -66,7 +66,7 @@ def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vecto
     """bucket -> its state on design B (keyed/delta.py): the log's parts folded, as the
     vectorised table (a DataFrame indexed by key) or, for a process function, the blob
     layout's ``{"keys": {key: slot}}`` (the overflow of collided keys included)."""
-    from ember.runner.spark.keyed.delta import BINARY, KEY, OVERFLOW, decode_part, fold_parts
+    from ember.runner.spark.keyed.delta import BINARY, DELETED, KEY, OVERFLOW, decode_part, fold_parts
 
     def variable(name: str) -> Any:  # a list as one array per key, in its order (the log's order matters)
         return (spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id)
@@ -78,9 +78,9 @@ def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vecto
     out: dict[int, Any] = {}
     if vectorised:
         for bucket, blobs in parts.items():
-            fields = [f for f in decode_part(blobs[0]).schema.names if f not in (KEY, "__ember_deleted")]
-            sample = decode_part(blobs[0])
-            types = [sample.column(f).to_numpy(zero_copy_only=False).dtype for f in fields]
+            first = decode_part(blobs[0])  # the state fields and their types, as the parts carry them
+            fields = [f for f in first.schema.names if f not in (KEY, DELETED)]
+            types = [first.column(f).to_numpy(zero_copy_only=False).dtype for f in fields]
             keys, columns = fold_parts(blobs, fields, types)
             out[bucket] = pd.DataFrame(dict(zip(fields, columns)), index=pd.Index(keys))
         return out

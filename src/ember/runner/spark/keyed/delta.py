@@ -6,10 +6,11 @@ batch rewrites — and checkpoints — every touched bucket in full. Here:
 
 - **Durable part (Spark's state store, exactly once):** a ``ListState`` of *parts*, one
   appended per batch that changed the bucket, each an Arrow IPC stream of the rows that
-  changed (key, state fields, a deletion flag); and a ``ValueState`` *version* naming the
-  last write. On RocksDB with changelog checkpointing an append writes only the appended
-  bytes (measured: 12,826,130 changelog bytes for 12,800,000 appended), so checkpoint bytes
-  per batch follow the keys a batch changed, not the state's size.
+  changed (key, state fields, a deletion flag); and a *version* naming the last write (a
+  ``ValueState``, or for a process function a field of its bucket blob: keyed/tws.py). On
+  RocksDB with changelog checkpointing an append writes only the appended bytes (measured:
+  12,826,130 changelog bytes for 12,800,000 appended), so checkpoint bytes per batch follow
+  the keys a batch changed, not the state's size.
 - **Working copy (executor-local disk):** the bucket's table as sorted, memory-mapped numpy
   columns (:class:`LocalTable`), tagged with the version it reflects and the machine's boot.
   Every Python worker of the executor can open it; lookups and updates are vectorised
@@ -21,10 +22,10 @@ batch rewrites — and checkpoints — every touched bucket in full. Here:
 - **Compaction:** when the log holds more than ~3x the live rows, it is replaced by the live
   table (amortised: ~1.33x the changed rows' bytes per batch; staggered across buckets).
 
-Keys are one integer column; a vectorised step's state fields are numbers or booleans
-(numpy columns). Vectorised steps and process functions run on it under
-``StreamEnvironment(state_layout="delta")`` (:func:`uses_delta`); :func:`delta_layout_problem`
-says why a step's key or state cannot.
+A vectorised step's copy is indexed by its one integer key and holds numeric columns
+(:func:`delta_layout_problem` says why another cannot); the per-record runtime's copy is
+indexed by :func:`key_hashes`, so its keys may be of any type. Which steps run on it under
+``StreamEnvironment(state_layout="delta")``: :func:`uses_delta`.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def uses_delta(node: Any, state_layout: str, graph: Any = None) -> bool:
         return True
     if isinstance(node, n.WindowNode):
         return graph is not None and not native_window(node, graph)
-    return type(node) is n.KeyedProcessNode and not hasattr(node.fn, "process_broadcast_element")
+    return type(node) is n.KeyedProcessNode  # (not its two-input subclasses: co-process, broadcast, joins)
 
 
 def delta_layout_problem(key_kinds: list[str], state_kinds: list[str]) -> str | None:
@@ -412,9 +413,6 @@ class SlotTable(LocalTable):
                          pa.binary())
         self.replace(np.asarray(self.keys).copy(), [blobs], tag)
 
-    def live_bytes(self) -> int:
-        return int(np.sum(self.lengths))
-
     def column_slices(self, start: int, stop: int) -> list[Any]:
         """Rows ``start:stop`` as columns (a compaction writes the live table in parts)."""
         offs, lens = self.offsets[start:stop].tolist(), self.lengths[start:stop].tolist()
@@ -446,7 +444,7 @@ class DeltaLog:
         self.bucket = bucket
         self.version = Version()
         self.rebuilt_rows = -1  # rows folded when the call had to rebuild the copy (-1: it did not)
-        self.appended_bytes = 0  # what this call appended to the log (for the benchmark's counters)
+        self.appended_bytes = 0  # what this call appended to the log, compactions apart (the benchmark's counters)
         self.compacted_bytes = 0
         self.changed_keys = 0
 
@@ -468,7 +466,6 @@ class DeltaLog:
         if not len(keys):
             return
         tag = new_tag()
-        part = encode_part(keys, columns, deleted, self.fields)
         self.local.apply(keys, columns, deleted, tag)
         live = len(self.local)
         parts, logged = self.version.parts + 1, self.version.logged + len(keys)
@@ -480,8 +477,9 @@ class DeltaLog:
             parts, logged = len(compacted), live
             self.compacted_bytes += sum(len(p) for p in compacted)
         else:
+            part = encode_part(keys, columns, deleted, self.fields)
             self.parts_state.appendList([(part,)])
-        self.appended_bytes += len(part)
+            self.appended_bytes += len(part)
         self.changed_keys += len(keys)
         self.version = Version(tag, parts, logged, live)
         self.version_state.update(self.version.row())
@@ -524,6 +522,7 @@ class DeltaKeys(dict):
         self.known: set[Any] = set()  # every key looked up
         self.stored: dict[Any, tuple[int, bytes]] = {}  # those that own their hash's entry: (hash, stored bytes)
         self.taken: dict[int, Any] = {}  # hash -> the key that owns its entry (among those seen)
+        self.hashes: dict[Any, int] = {}  # every key looked up -> its hash (computed once, with its batch)
 
     def prefetch(self, keys: Iterable[Any]) -> None:
         if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":  # (integers: no nulls)
@@ -543,6 +542,7 @@ class DeltaKeys(dict):
         self._load(entries)
         for i in order.tolist():
             key, h = wanted[i], int(hashes[i])
+            self.hashes[key] = h
             owner = self.taken.setdefault(h, key)  # nobody has it yet: this key takes it
             if owner != key or key not in self.stored:
                 if key in self.overflow:  # a collided key (its entry's owner may have gone since)
@@ -568,10 +568,8 @@ class DeltaKeys(dict):
         record reads them again; returns where the next call goes on (a hash, so entries
         added or removed meanwhile do not make it skip any). Every entry is visited within
         about SWEEP_SHARE calls."""
-        for key, slot in self.overflow.items():
-            if key not in self.known:
-                self.known.add(key)
-                dict.__setitem__(self, key, slot)
+        if self.overflow:
+            self.prefetch(list(self.overflow))  # (as any lookup: from the overflow, with their hashes)
         index = self.log.local.keys
         n = len(index)
         if not n:
@@ -615,7 +613,7 @@ class DeltaKeys(dict):
             slot = get(self, key)
             h = stored[key][0] if key in stored else None
             if h is None:  # no entry of its own yet: its hash's entry, if free, or the overflow
-                hk = _hash_of(key)
+                hk = self.hashes[key]  # (every key in the table was looked up first)
                 if taken.get(hk, key) == key and hk not in out:
                     h = hk
             if h is None:
@@ -654,7 +652,3 @@ def _column(keys: list[Any]) -> np.ndarray:
     column = np.empty(len(keys), dtype=object)
     column[:] = keys
     return column
-
-
-def _hash_of(key: Any) -> int:
-    return int(key_hashes(_column([key]))[0])

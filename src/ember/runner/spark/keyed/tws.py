@@ -107,11 +107,15 @@ class BucketProcessor(StatefulProcessor):
 
     def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
         state = _State(self, timer_values, fired)
-        for pdf in self.call(key[0], self._named(frames), state):
+        yield from self._outputs(key[0], frames, state)
+        state.finish()
+
+    def _outputs(self, bucket: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+        """The bucket function's output frames, each with the null anchor column if asked."""
+        for pdf in self.call(bucket, self._named(frames), state):
             if self.anchor is not None:
                 pdf[self.anchor] = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]")
             yield pdf
-        state.finish()
 
     def _named(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in frames:
@@ -173,11 +177,8 @@ class DeltaBucketProcessor(BucketProcessor):
                        bucket, self.fields)
         try:
             log.open()
-            state = _DeltaState(self, timer_values, DeltaTable(log, self.key, self.fields, self.types, self.step))
-            for pdf in self.call(bucket, self._named(frames), state):
-                if self.anchor is not None:
-                    pdf[self.anchor] = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]")
-                yield pdf
+            yield from self._outputs(bucket, frames, _DeltaState(self, timer_values,
+                                                                 DeltaTable(log, self.key, self.fields, self.types, self.step)))
         finally:
             log.close()
         _count(log, self.counters)
@@ -268,10 +269,7 @@ class DeltaSlotProcessor(BucketProcessor):
                                    SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))), bucket, ["slot"])
         try:
             log.open()
-            for pdf in self.call(key[0], self._named(frames), state):
-                if self.anchor is not None:
-                    pdf[self.anchor] = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]")
-                yield pdf
+            yield from self._outputs(bucket, frames, state)
             state.finish()
         finally:
             log.close()
