@@ -72,6 +72,8 @@ class ListState:
 
 
 class ValueState:
+    """Spark's ValueState (also the transformWithState adapter's, test_tws.py)."""
+
     def __init__(self) -> None:
         self.value = None
 
@@ -80,6 +82,9 @@ class ValueState:
 
     def update(self, value):
         self.value = value
+
+    def clear(self):
+        self.value = None
 
 
 class FakeDeltaGroupState(FakeGroupState):

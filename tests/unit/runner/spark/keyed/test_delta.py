@@ -192,6 +192,22 @@ def slot_call(store: Store, directory: str, reads: list[int], change) -> delta.D
     return table
 
 
+def edit(table: dict, plan: dict, batch: int, delete_below: float) -> None:
+    """A call's edits as bucket.py makes them (slots changed in place, added, deleted), for
+    each key by its draw in ``plan``; applied alike to a DeltaKeys table and to the model, a
+    plain dict of the same slots."""
+    for k, r in plan.items():
+        slot = table.get(k)
+        if r < delete_below:
+            if slot is not None:
+                del table[k]
+        elif slot is None:
+            table[k] = {"n": 1, "seen": [batch]}
+        else:
+            slot["n"] += 1  # in place, as state cells do
+            slot["seen"].append(batch)
+
+
 def read_all(store: Store, directory: str, keys) -> dict:
     log = DeltaLog(store.parts, store.version, delta.SlotTable(directory), 0, ["slot"])
     log.open()
@@ -213,27 +229,9 @@ def test_slots_follow_a_model_with_in_place_edits_deletions_rebuilds_and_heap_co
         reads = [int(k) for k in rng.integers(0, 400, 60)]
         plan = {k: rng.random() for k in set(reads)}
 
-        def change(table, plan=plan, batch=batch):
-            for k, r in plan.items():
-                slot = table.get(k)
-                if r < 0.15:
-                    if slot is not None:
-                        del table[k]
-                elif slot is None:
-                    table[k] = {"count": 1, "seen": [batch]}
-                else:
-                    slot["count"] += 1  # in place, as state cells do
-                    slot["seen"].append(batch)
-
-        slot_call(store, directory, reads, change)
+        slot_call(store, directory, reads, lambda t, plan=plan, batch=batch: edit(t, plan, batch, 0.15))
         store.commit()
-        for k, r in plan.items():
-            if r < 0.15:
-                model.pop(k, None)
-            elif k not in model:
-                model[k] = {"count": 1, "seen": [batch]}
-            else:
-                model[k] = {"count": model[k]["count"] + 1, "seen": model[k]["seen"] + [batch]}
+        edit(model, plan, batch, 0.15)
         assert read_all(store, directory, range(400)) == model
         size = (tmp_path / "slots" / "heap.bin").stat().st_size
         heap_rewritten = heap_rewritten or (size < last_size and batch - 1 not in (20, 35))  # appends only grow it
@@ -357,25 +355,9 @@ def test_keys_of_any_type_follow_a_model_even_when_their_hashes_collide(tmp_path
         reads = [names[int(i)] for i in rng.integers(0, len(names), 12)]
         plan = {k: rng.random() for k in reads}
 
-        def change(table, plan=plan, batch=batch):
-            for k, r in plan.items():
-                slot = table.get(k)
-                if r < 0.2:
-                    if slot is not None:
-                        del table[k]
-                elif slot is None:
-                    table[k] = {"n": 1, "last": batch}
-                else:
-                    slot["n"] += 1
-                    slot["last"] = batch
-
-        slot_call(store, directory, reads, change)
+        slot_call(store, directory, reads, lambda t, plan=plan, batch=batch: edit(t, plan, batch, 0.2))
         store.commit()
-        for k, r in plan.items():
-            if r < 0.2:
-                model.pop(k, None)
-            else:
-                model[k] = {"n": model[k]["n"] + 1 if k in model else 1, "last": batch}
+        edit(model, plan, batch, 0.2)
         if batch % 13 == 12:
             import shutil
 
@@ -386,3 +368,28 @@ def test_keys_of_any_type_follow_a_model_even_when_their_hashes_collide(tmp_path
         assert got == model, batch
     if buckets_of_hash is not None:
         assert store.overflow, "no key collided: the test does not test collisions"
+
+
+def test_a_sweep_loads_collided_keys_so_their_changes_are_kept(tmp_path, monkeypatch):
+    """The TTL sweep loads the overflow's keys too; what the call then does to them is stored."""
+    real = delta.key_hashes
+    monkeypatch.setattr(delta, "key_hashes", lambda keys: real(keys) % 1)  # every key collides
+    store, directory = Store(), str(tmp_path / "s")
+    slot_call(store, directory, ["a", "b", "c"], lambda t: [t.__setitem__(k, {"n": 1}) for k in ("a", "b", "c")])
+    store.commit()
+    assert len(store.overflow) == 2
+
+    def expire_one_swept(table):
+        table.sweep(0)
+        swept = [k for k in dict.keys(table)]
+        assert sorted(swept) == ["a", "b", "c"]
+        owner = next(k for k in swept if k not in store.overflow)
+        collided = next(k for k in swept if k in store.overflow)
+        del table[collided]
+        table[owner]["n"] = 2
+
+    slot_call(store, directory, [], expire_one_swept)
+    store.commit()
+    got = {}
+    slot_call(store, directory, ["a", "b", "c"], lambda t: got.update({k: dict(t[k]) for k in "abc" if k in t}))
+    assert sorted(got.values(), key=str) == [{"n": 1}, {"n": 2}] and len(got) == 2

@@ -4,23 +4,10 @@ without Spark: a fake state handle records what the adapter asks of Spark."""
 from __future__ import annotations
 
 import pandas as pd
+from bucket_driver import ValueState
 
 from ember.runner.spark.keyed.runtime import output_times
 from ember.runner.spark.keyed.tws import BucketProcessor
-
-
-class FakeValue:
-    def __init__(self):
-        self.value = None
-
-    def get(self):
-        return self.value
-
-    def update(self, value):
-        self.value = value
-
-    def clear(self):
-        self.value = None
 
 
 class FakeHandle:
@@ -30,7 +17,7 @@ class FakeHandle:
         self.calls: list[tuple[str, int]] = []
 
     def getValueState(self, name, schema):  # noqa: N802 - Spark's name
-        return self.values.setdefault(name, FakeValue())
+        return self.values.setdefault(name, ValueState())
 
     def registerTimer(self, at):  # noqa: N802
         self.timers.add(at)
