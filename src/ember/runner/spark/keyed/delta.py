@@ -447,8 +447,11 @@ class DeltaLog:
         self.appended_bytes = 0  # what this call appended to the log, compactions apart (the benchmark's counters)
         self.compacted_bytes = 0
         self.changed_keys = 0
+        self._lock_fd = -1  # the held copy's lock (see _claim_copy)
+        self.private: str | None = None  # a private copy, when another call held the bucket's
 
     def open(self) -> None:
+        self._claim_copy()
         self.version = Version.of(self.version_state.get())
         if self.version.tag and self.local.tag() == self.version.tag:
             self.local.load()
@@ -484,8 +487,36 @@ class DeltaLog:
         self.version = Version(tag, parts, logged, live)
         self.version_state.update(self.version.row())
 
+    def _claim_copy(self) -> None:
+        """Hold the bucket's working copy for this call (an exclusive ``flock`` on
+        ``<copy>.lock``). Spark runs one task per state partition and batch, but a second
+        attempt may overlap the first (a zombie task of an executor declared lost, a
+        speculative copy): the call that finds the copy held works on a private copy,
+        rebuilt from the log and removed when the call ends, so neither sees the other's
+        half-written columns."""
+        import fcntl
+
+        parent = os.path.dirname(self.local.dir) or "."
+        os.makedirs(parent, exist_ok=True)
+        self._lock_fd = os.open(self.local.dir + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            self.private = tempfile.mkdtemp(prefix=os.path.basename(self.local.dir) + ".attempt-", dir=parent)
+            self.local.dir = self.private
+
     def close(self) -> None:
         self.local.close()
+        if self.private is not None:
+            import shutil
+
+            shutil.rmtree(self.private, ignore_errors=True)
+            self.private = None
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
 
 
 def key_hashes(keys: Any) -> np.ndarray:

@@ -27,6 +27,15 @@ class Store:
         self.parts, self.version = ListState(), ValueState()
         self.overflow: dict = {}  # a process function's overflow, kept in its bucket blob beside the log
         self._saved = ([], None)
+        self.last: DeltaLog | None = None
+
+    def new_log(self, table, bucket: int, fields: list[str]) -> DeltaLog:
+        """A call's log of this bucket; the previous call ended first (as Spark's calls of a
+        bucket never overlap: it releases the copy's lock)."""
+        if self.last is not None:
+            self.last.close()
+        self.last = DeltaLog(self.parts, self.version, table, bucket, fields)
+        return self.last
 
     def commit(self) -> None:
         self._saved = (list(self.parts.items), self.version.value)
@@ -36,7 +45,7 @@ class Store:
 
 
 def run_batch(store: Store, directory: str, changes: dict[int, tuple[int, float] | None], bucket: int = 0) -> DeltaLog:
-    log = DeltaLog(store.parts, store.version, LocalTable(directory, TYPES), bucket, FIELDS)
+    log = store.new_log(LocalTable(directory, TYPES), bucket, FIELDS)
     log.open()
     keys = np.array(sorted(changes), dtype=np.int64)
     deleted = np.array([changes[k] is None for k in keys], bool)
@@ -97,7 +106,7 @@ def test_a_replayed_batch_rebuilds_the_copy_that_ran_ahead(tmp_path):
     store.commit()
     run_batch(store, directory, {1: (10, 10.0), 3: (3, 3.0)})  # its commit never happens (driver killed)
     store.abort()
-    log = DeltaLog(store.parts, store.version, LocalTable(directory, TYPES), 0, FIELDS)
+    log = store.new_log(LocalTable(directory, TYPES), 0, FIELDS)
     log.open()
     assert log.rebuilt_rows == 2  # the copy said batch 2, the store batch 1
     assert table_of(log) == {1: (1, 1.0), 2: (2, 2.0)}
@@ -111,9 +120,38 @@ def test_a_current_copy_is_not_rebuilt(tmp_path):
     store, directory = Store(), str(tmp_path / "b")
     run_batch(store, directory, {1: (1, 1.0)})
     store.commit()
-    log = DeltaLog(store.parts, store.version, LocalTable(directory, TYPES), 0, FIELDS)
+    log = store.new_log(LocalTable(directory, TYPES), 0, FIELDS)
     log.open()
     assert log.rebuilt_rows == -1
+
+
+def test_two_attempts_of_a_bucket_at_once_do_not_share_its_copy(tmp_path):
+    """A zombie or speculative attempt overlapping the real one: the second works on a
+    private copy rebuilt from the log (removed after), so the shared copy holds exactly the
+    attempt that commits. Without the lock both write the shared copy, and the committed
+    attempt's tag would vouch for the other's rows too."""
+    store, directory = Store(), str(tmp_path / "b")
+    run_batch(store, directory, {1: (1, 1.0), 2: (2, 2.0)})
+    store.commit()
+    store.last.close()
+    other = Store()  # the other attempt reads the same committed state; its writes are never committed
+    other.parts.items, other.version.value = list(store.parts.items), store.version.value
+    first = store.new_log(LocalTable(directory, TYPES), 0, FIELDS)
+    first.open()
+    second = other.new_log(LocalTable(directory, TYPES), 0, FIELDS)
+    second.open()
+    assert second.local.dir != directory and second.rebuilt_rows == 2
+    second.write(np.array([2, 9], np.int64), [np.array([20, 90]), np.array([20.0, 90.0])], np.zeros(2, bool))
+    first.write(np.array([1], np.int64), [np.array([10]), np.array([10.0])], np.zeros(1, bool))
+    store.commit()
+    private = second.local.dir
+    second.close()
+    first.close()
+    assert not os.path.exists(private)
+    log = store.new_log(LocalTable(directory, TYPES), 0, FIELDS)
+    log.open()
+    assert log.rebuilt_rows == -1  # the shared copy is the committed attempt's
+    assert table_of(log) == {1: (10, 10.0), 2: (2, 2.0)}
 
 
 def test_a_copy_from_another_boot_or_cut_short_is_not_trusted(tmp_path, monkeypatch):
@@ -157,7 +195,7 @@ def test_compaction_keeps_checkpoint_volume_near_the_changed_rows(tmp_path):
 
 def test_delta_table_reads_and_writes_frames(tmp_path):
     store = Store()
-    log = DeltaLog(store.parts, store.version, LocalTable(str(tmp_path / "b"), TYPES), 0, FIELDS)
+    log = store.new_log(LocalTable(str(tmp_path / "b"), TYPES), 0, FIELDS)
     log.open()
     table = DeltaTable(log, "k", FIELDS, TYPES, "count")
     assert table.current(pd.Index([1, 2])).empty
@@ -182,7 +220,7 @@ def test_which_steps_the_layout_takes():
 def slot_call(store: Store, directory: str, reads: list[int], change) -> delta.DeltaKeys:
     """One call of a bucket: prefetch ``reads``, let ``change(table)`` edit it as bucket.py
     does (slots changed in place, added, deleted), flush."""
-    log = DeltaLog(store.parts, store.version, delta.SlotTable(directory), 0, ["slot"])
+    log = store.new_log(delta.SlotTable(directory), 0, ["slot"])
     log.open()
     table = delta.DeltaKeys(log, store.overflow)
     table.prefetch(reads)
@@ -209,7 +247,7 @@ def edit(table: dict, plan: dict, batch: int, delete_below: float) -> None:
 
 
 def read_all(store: Store, directory: str, keys) -> dict:
-    log = DeltaLog(store.parts, store.version, delta.SlotTable(directory), 0, ["slot"])
+    log = store.new_log(delta.SlotTable(directory), 0, ["slot"])
     log.open()
     table = delta.DeltaKeys(log, store.overflow)
     table.prefetch(keys)
@@ -271,7 +309,7 @@ class DeltaGroupState:
 
     def __init__(self, store: Store, meta: dict, directory: str, now: int) -> None:
         self.store, self.meta, self.now = store, meta, now
-        self.log = DeltaLog(store.parts, store.version, delta.SlotTable(directory), 0, ["slot"])
+        self.log = store.new_log(delta.SlotTable(directory), 0, ["slot"])
         self.log.open()
 
     def load_blob(self):
