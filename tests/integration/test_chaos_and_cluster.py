@@ -83,13 +83,13 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _run_job(master: str, workdir: str, prefix: str, table: str, alerts: str) -> list[dict]:
+def _run_job(master: str, workdir: str, prefix: str, table: str, alerts: str, layout: str = "blob") -> list[dict]:
     """Runs the job with its dashboard on; the snapshots its /api/job served while it ran."""
     env = dict(os.environ, EMBER_CHAOS_PREFIX=prefix, EMBER_CHAOS_PARTITIONS="2", EMBER_CHAOS_TABLE=table,
                EMBER_CHAOS_ALERTS=alerts, EMBER_CHAOS_BATCH="20000", PYSPARK_PYTHON=sys.executable)
     port = _free_port()
     cmd = [sys.executable, "-m", "ember.cli", "run", "ember.tools.chaos_jobs:statemachine", "--master", master,
-           "--checkpoint-dir", workdir, "--name", "sm", "--stop-when-idle", "3", "--ui", "--ui-port", str(port)]
+           "--checkpoint-dir", workdir, "--name", "sm", "--stop-when-idle", "3", "--ui", "--ui-port", str(port), "--state-layout", layout]
     snapshots = []
     with tempfile.TemporaryFile("w+") as out:
         job = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
@@ -109,7 +109,10 @@ def _run_job(master: str, workdir: str, prefix: str, table: str, alerts: str) ->
     return snapshots
 
 
-def test_state_machine_on_a_standalone_cluster_gives_exactly_the_expected_alerts(tmp_path):
+@pytest.mark.parametrize("layout", [pytest.param("blob", marks=pytest.mark.slow), "delta"])
+def test_state_machine_on_a_standalone_cluster_gives_exactly_the_expected_alerts(tmp_path, layout):
+    """On two workers, each with its own directory for the delta layout's working copies
+    (as if on two machines): the state partitions ran on both, the alerts are exact."""
     client = redis.Redis.from_url(redis_url())
     prefix = f"ember:test:cluster:{uuid.uuid4().hex[:8]}"
     produced = ProduceConfig("statemachine", prefix=prefix, partitions=2, events=60_000, invalid_rate=0.002)
@@ -120,7 +123,10 @@ def test_state_machine_on_a_standalone_cluster_gives_exactly_the_expected_alerts
     try:
         with LocalCluster(workers=2, cores=1) as cluster:
             assert cluster.alive_workers() == 2
-            seen = _run_job(cluster.url, str(tmp_path / "cluster"), prefix, f"ember_cl_{prefix[-8:]}_c", f"{prefix}:alerts:c")
+            seen = _run_job(cluster.url, str(tmp_path / "cluster"), prefix, f"ember_cl_{prefix[-8:]}_c", f"{prefix}:alerts:c", layout)
+            if layout == "delta":
+                spread = cluster.state_copies()
+                assert sum(spread.values()) > 0 and all(spread.values()), spread
             # its dashboard served from the driver while the job ran on the cluster
             assert seen and all(s["master"] in (None, cluster.url) for s in seen)
             assert any(s["status"] == "running" and s["events_total"] > 0 for s in seen), seen[-1:]

@@ -11,7 +11,7 @@ import shlex
 import sys
 from typing import Any, Callable
 
-from ember.errors import EmberError
+from ember.errors import ConfigError, EmberError
 from ember.job import DASHBOARD_PORT
 
 __all__ = ["main", "load_job"]
@@ -155,13 +155,36 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                    ("prefill", args.prefill)) if v},
     )
     command = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    report = run_benchmark(args.workload, cfg, command)
+    if args.workers:
+        report = _bench_on_cluster(args, cfg, command)
+    else:
+        report = run_benchmark(args.workload, cfg, command)
     if args.json:
         print(json.dumps(report))
     else:
         for key, value in report.items():
             print(f"{key:28} {value}")
     return 0 if report.get("verified") is not False else 1
+
+
+def _bench_on_cluster(args: argparse.Namespace, cfg: Any, command: str) -> dict[str, Any]:
+    """The benchmark on a standalone cluster of ``--workers`` workers (1 core each) started
+    on loopback for it; the report says where the delta layout's state buckets ran."""
+    from dataclasses import replace
+
+    from ember.bench.suite import run_benchmark
+    from ember.tools.cluster import LocalCluster
+
+    if args.master != "local[*]":
+        raise ConfigError("bench: --workers starts its own cluster; leave --master out")
+    print(f"[ember bench] starting a standalone master and {args.workers} worker(s) of 1 core on 127.0.0.1",
+          file=sys.stderr, flush=True)
+    with LocalCluster(workers=args.workers, cores=1) as cluster:
+        report = run_benchmark(args.workload, replace(cfg, master=cluster.url), command)
+        report["workers"] = args.workers
+        if args.state_layout == "delta":
+            report["state_buckets_by_worker"] = cluster.state_copies()
+    return report
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -240,9 +263,12 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     from ember.tools.chaos import ChaosConfig, run_chaos
 
+    if args.workers is not None and not args.cluster:
+        raise ConfigError("chaos: --workers applies to a cluster run (--cluster)")
     cfg = ChaosConfig(
         args.workload, kills=args.kills, duration_s=args.duration, rate=args.rate, partitions=args.partitions,
-        batch=args.batch, master=args.master, cluster=args.cluster, seed=args.seed, keep=args.keep,
+        batch=args.batch, master=args.master, cluster=args.cluster, workers=args.workers or 2,
+        state_layout=args.state_layout or "blob", seed=args.seed, keep=args.keep,
         verbose=not args.json, ui_port=args.ui_port if args.ui else None, ui_host=args.ui_host,
     )
     report = run_chaos(cfg)
@@ -343,6 +369,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=1, help="alternating Ember/baseline rounds (default 1)")
     bench.add_argument("--max-events-per-batch", type=int, default=2_000_000)
     bench.add_argument("--master", default="local[*]")
+    bench.add_argument("--workers", type=int, metavar="N",
+                       help="run on a standalone cluster of N workers (1 core each) started on loopback for the run")
     bench.add_argument("--no-baseline", action="store_true", help="skip the plain-PySpark baseline")
     bench.add_argument("--warmup", type=float, default=8.0, metavar="S", help="discarded warm-up run of each side (default 8 s)")
     bench.add_argument("--pattern", help="grep: regex to match (default the E1 pattern)")
@@ -383,7 +411,10 @@ def _parser() -> argparse.ArgumentParser:
     chaos.add_argument("--batch", type=int, default=50_000, help="records per micro-batch at most (default 50000)")
     chaos.add_argument("--master", default="local[2]", help="Spark master of the job (default local[2])")
     chaos.add_argument("--cluster", action="store_true",
-                       help="start a standalone master and 2 workers on loopback, run the job there, kill executors and workers too")
+                       help="start a standalone master and --workers workers on loopback, run the job there, kill executors and workers too")
+    chaos.add_argument("--workers", type=int, help="--cluster: workers of 1 core each (default 2)")
+    chaos.add_argument("--state-layout", choices=["blob", "delta"],
+                       help="keyed state as one value per bucket (blob, default) or a delta log (delta)")
     chaos.add_argument("--seed", type=int, help="seed of the kill schedule (default random)")
     chaos.add_argument("--keep", action="store_true", help="keep the work directory (checkpoint, logs)")
     chaos.add_argument("--json", action="store_true", help="print one JSON object")

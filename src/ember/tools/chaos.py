@@ -50,6 +50,8 @@ class ChaosConfig:
     batch: int = 50_000  # records per micro-batch at most (admission control)
     master: str = "local[2]"
     cluster: bool = False  # run on a standalone cluster on loopback; kill executors and workers too
+    workers: int = 2  # the cluster's workers (1 core each)
+    state_layout: str = "blob"  # keyed state: one value per bucket, or a delta log (issue 18)
     seed: int | None = None  # kill schedule; None: random
     keep: bool = False  # keep the work directory (checkpoint, logs)
     verbose: bool = True
@@ -65,6 +67,12 @@ class ChaosConfig:
             raise ConfigError("chaos: duration and rate must be > 0")
         if self.batch < 1 or self.partitions < 1:
             raise ConfigError("chaos: batch and partitions must be >= 1")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ConfigError(f"chaos: workers must be an int >= 1, got {self.workers!r}")
+        if self.workers != 2 and not self.cluster:
+            raise ConfigError("chaos: workers applies to a cluster run (--cluster)")
+        if self.state_layout not in ("blob", "delta"):
+            raise ConfigError(f"chaos: state layout must be 'blob' or 'delta', got {self.state_layout!r}")
 
 
 IDLE_S = 5  # a run stops once no input arrived for this long (after the producer finished)
@@ -115,7 +123,7 @@ class ChaosRun:
             "--master", self.master, "--checkpoint-dir", os.path.join(self.work, "checkpoints"), "--name", "chaos",
             # While the producer runs every batch finds input; once it finished, the job drains
             # the streams and stops by itself.
-            "--stop-when-idle", str(IDLE_S),
+            "--stop-when-idle", str(IDLE_S), "--state-layout", self.cfg.state_layout,
         ]
         if self.cfg.ui_port is not None:  # every run serves on the same port: the page reconnects after a kill
             cmd += ["--ui", "--ui-port", str(self.cfg.ui_port)] + (["--ui-host", self.cfg.ui_host] if self.cfg.ui_host else [])
@@ -154,7 +162,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     if cfg.cluster:
         from ember.tools.cluster import LocalCluster
 
-        cluster = LocalCluster(workers=2, cores=1)
+        cluster = LocalCluster(workers=cfg.workers, cores=1)
     try:
         if cluster is not None:
             cluster.start()
@@ -182,7 +190,8 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         duration_s=10 * cfg.duration_s + 3600, invalid_rate=cfg.invalid_rate,
     )
     stop_producing = threading.Event()
-    report: dict[str, Any] = {"workload": cfg.workload, "master": run.master, "work_dir": run.work}
+    report: dict[str, Any] = {"workload": cfg.workload, "master": run.master, "state_layout": cfg.state_layout,
+                              "work_dir": run.work}
     producer_result: dict[str, Any] = {}
 
     def producer() -> None:
@@ -287,6 +296,10 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         },
         "seconds": round(time.monotonic() - t0, 1),
     })
+    if cluster is not None:
+        report["workers"] = cfg.workers
+        if cfg.state_layout == "delta":  # where the state partitions ran last
+            report["state_buckets_by_worker"] = cluster.state_copies()
     if len(recoveries) < len(kills):
         report["verified"] = False
         report["unrecovered_kills"] = len(kills) - len(recoveries)

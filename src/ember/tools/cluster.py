@@ -130,8 +130,8 @@ class LocalCluster:
         try:
             master.start(self._env())
             self._wait(lambda s: s.get("status") == "ALIVE", "the master to come up")
-            for worker in self._daemons[1:]:
-                worker.start(self._env())
+            for i, worker in enumerate(self._daemons[1:]):
+                worker.start(self._env(i))
             self.wait_for_workers(self.workers)
         except BaseException:
             self.stop()
@@ -173,7 +173,7 @@ class LocalCluster:
                    f"{n} worker(s) to register")
 
     def worker_names(self) -> list[str]:
-        return [d.name for d in self._daemons[1:]]
+        return [f"worker-{i}" for i in range(self.workers)]
 
     def kill_worker(self, i: int) -> None:
         """SIGKILL worker ``i`` (its executors notice and exit, as on a lost machine)."""
@@ -182,7 +182,7 @@ class LocalCluster:
     def restart_worker(self, i: int) -> None:
         worker = self._daemons[1 + i]
         if not worker.alive:
-            worker.start(self._env())
+            worker.start(self._env(i))
 
     def executor_pids(self) -> list[int]:
         """PIDs of the executor JVMs running on this cluster's workers."""
@@ -220,8 +220,34 @@ class LocalCluster:
 
     # -- internals -----------------------------------------------------------------
 
-    def _env(self) -> dict[str, str]:
+    def state_copies(self) -> dict[str, int]:
+        """Per worker, the delta-layout state buckets (keyed/delta.py) whose working copy was
+        written there last: where the job's state partitions ran (a bucket that moved keeps a
+        stale copy on the worker it left, which this does not count)."""
+        latest: dict[str, tuple[float, str]] = {}
+        for name in self.worker_names():
+            root = self._state_dir(name)
+            for dirpath, _dirs, files in os.walk(root):
+                if "tag" in files:
+                    bucket = os.path.relpath(dirpath, root)
+                    mtime = os.stat(os.path.join(dirpath, "tag")).st_mtime
+                    if bucket not in latest or mtime > latest[bucket][0]:
+                        latest[bucket] = (mtime, name)
+        counts = dict.fromkeys(self.worker_names(), 0)
+        for _mtime, name in latest.values():
+            counts[name] += 1
+        return counts
+
+    def _state_dir(self, worker: str) -> str:
+        return os.path.join(self.work_dir or "", worker, "ember-local-state")
+
+    def _env(self, worker: int | None = None) -> dict[str, str]:
+        """The daemons' environment; a worker's (inherited by its executors and their Python
+        workers) names its own directory for Ember's working copies of keyed state, as if
+        each worker were a machine with its own disk."""
         env = dict(os.environ)
+        if worker is not None:
+            env["EMBER_LOCAL_STATE_DIR"] = self._state_dir(f"worker-{worker}")
         env.update({
             "SPARK_HOME": spark_home(),
             "PYSPARK_PYTHON": sys.executable,

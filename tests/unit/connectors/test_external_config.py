@@ -115,6 +115,9 @@ def test_all_entries_bad_gives_an_empty_batch_of_the_schema() -> None:
         (lambda: ChaosConfig(rate=0), "rate"),
         (lambda: ChaosConfig(batch=0), "batch"),
         (lambda: ChaosConfig(workload="yahoo"), "workload"),
+        (lambda: ChaosConfig(cluster=True, workers=0), "workers must be an int >= 1"),
+        (lambda: ChaosConfig(workers=4), "applies to a cluster run"),
+        (lambda: ChaosConfig(state_layout="rows"), "state layout must be"),
         (lambda: LocalCluster(workers=0), "workers"),
         (lambda: LocalCluster(cores=0), "cores"),
     ],
@@ -131,3 +134,23 @@ def test_the_per_batch_bound_has_one_name_and_the_old_one_still_works():
     assert old.max_events_per_batch == 300 == old.max_records_per_batch
     with pytest.raises(ConfigError, match="give max_events_per_batch only"):
         RedisStreamSource(["s"], "a int", max_events_per_batch=1, max_records_per_batch=2)
+
+
+def test_the_cluster_says_on_which_worker_each_state_bucket_ran_last(tmp_path):
+    """Each worker has its own directory of working copies (its "disk"); a bucket that moved
+    keeps a stale copy where it was, and counts only where its copy was written last."""
+    import os
+
+    cluster = LocalCluster(workers=3, work_dir=str(tmp_path))
+
+    def copy(worker: int, bucket: str, mtime: float) -> None:
+        where = tmp_path / f"worker-{worker}" / "ember-local-state" / "job" / "count" / bucket
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "tag").write_text("t b")
+        os.utime(where / "tag", (mtime, mtime))
+
+    copy(0, "0", 100)
+    copy(0, "1", 100)
+    copy(1, "1", 200)  # bucket 1 moved from worker 0 to worker 1
+    copy(1, "2", 50)
+    assert cluster.state_copies() == {"worker-0": 1, "worker-1": 2, "worker-2": 0}
