@@ -131,6 +131,9 @@ class EndOfInput(StopCondition):
             return "sources ended, windows flushed"
         if run.now - self.report_since > self.idle_limit_s:
             status = run.query.status
-            if not status["isDataAvailable"] and not status["isTriggerActive"]:
+            # Only a query that is waiting for input is idle: one still initialising its sources
+            # (a loaded machine can take longer than the limit before its first batch) is not.
+            waiting = str(status.get("message", "")).startswith("Waiting for")
+            if waiting and not status["isDataAvailable"] and not status["isTriggerActive"]:
                 return "sources idle"
         return None

@@ -20,7 +20,7 @@ from ember.time.clock import ManualClock
 
 class _Query:
     def __init__(self) -> None:
-        self.status = {"isDataAvailable": False, "isTriggerActive": False}
+        self.status = {"isDataAvailable": False, "isTriggerActive": False, "message": "Waiting for data to arrive"}
 
 
 def _report(batch: int, rows: int, **offset: object) -> dict:
@@ -116,4 +116,17 @@ def test_end_of_input_gives_up_on_sources_that_stay_idle(tmp_path):
     run.query.status["isTriggerActive"] = True
     assert cond.check(run.view()) is None  # a batch is running
     run.query.status["isTriggerActive"] = False
+    assert cond.check(run.view()) == "sources idle"
+
+
+def test_end_of_input_does_not_call_a_query_still_starting_idle(tmp_path):
+    """Spark's status before the first batch reads like an idle one (no data available, no
+    trigger active) but says it is initialising: on a loaded machine that can outlast the
+    limit, and stopping then would end a bounded job before it read anything."""
+    run = _Run()
+    cond = EndOfInput(1, str(tmp_path / "m"), False, idle_limit_s=10, now=run.clock.monotonic())
+    run.query.status["message"] = "Initializing sources"
+    run.clock.sleep(30)
+    assert cond.check(run.view()) is None
+    run.query.status["message"] = "Waiting for data to arrive"
     assert cond.check(run.view()) == "sources idle"
