@@ -23,7 +23,12 @@ def spark():
 
 @pytest.fixture
 def env(spark, tmp_path):
-    """A fresh environment on the shared session, with its own checkpoint root."""
+    """A fresh environment on the shared session, with its own checkpoint root (its keyed
+    state layout: ``$EMBER_TEST_STATE_LAYOUT``, default blob — ``EMBER_TEST_STATE_LAYOUT=delta``
+    runs the suite's jobs on the delta layout)."""
+    import os
+
     from ember import StreamEnvironment
 
-    return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "ckpt", parallelism=2, spark=spark)
+    return StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "ckpt", parallelism=2, spark=spark,
+                             state_layout=os.environ.get("EMBER_TEST_STATE_LAYOUT", "blob"))

@@ -99,7 +99,8 @@ def _run(env, events, rules, strategy, name="rule-check"):
     b = env.from_source(ScriptedSource(rules, RULES), strategy, name="rules")
     sink = CollectSink()
     a.key_by("k").connect(b.broadcast(LIMITS)).process(RuleCheck() if strategy else RuleCheckWithoutTimers(), OUT, name="check").sink_to(sink)
-    env.execute(name, progress=False)
+    result = env.execute(name, progress=False)
+    assert (result.counters.get("state_changed_keys", 0) > 0) == (env.config.state_layout == "delta")  # the layout asked
     return sink
 
 
@@ -107,8 +108,13 @@ def _label(batch_id: int, batches: int) -> int | str:
     return batch_id if batch_id < batches else model.END
 
 
-@pytest.mark.parametrize("seed", [5, pytest.param(6, marks=pytest.mark.slow)])
-def test_rules_racing_events_equal_the_model(env, seed):
+@pytest.mark.parametrize("seed,layout", [(5, "blob"), pytest.param(5, "delta", marks=pytest.mark.slow),
+                                         pytest.param(6, "blob", marks=pytest.mark.slow)])
+def test_rules_racing_events_equal_the_model(spark, tmp_path, seed, layout):
+    """Also on the delta state layout (issue 18: apply_to_keyed_state reaches keys stored in earlier batches)."""
+    from ember import StreamEnvironment
+
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, state_layout=layout)
     events, rules = _streams(seed)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
     sink = _run(env, events, rules, strategy)

@@ -65,15 +65,20 @@ def _label(batch_id: int, batches: int) -> int | str:
     return batch_id if batch_id < batches else model.END
 
 
-@pytest.mark.parametrize("seed", [3, pytest.param(4, marks=pytest.mark.slow)])
-def test_shared_state_and_timers_equal_the_model(env, seed):
+@pytest.mark.parametrize("seed,layout", [(3, "blob"), (3, "delta"), pytest.param(4, "blob", marks=pytest.mark.slow)])
+def test_shared_state_and_timers_equal_the_model(spark, tmp_path, seed, layout):
+    """Also on the delta state layout (issue 18): the keys' state in a log with a working copy."""
+    from ember import StreamEnvironment
+
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, state_layout=layout)
     events, rules = _streams(seed)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
     a = env.from_source(ScriptedSource(events, SCHEMA), strategy, name="events")
     b = env.from_source(ScriptedSource(rules, SCHEMA), strategy, name="rules")
     sink = CollectSink()
     a.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint", name="thresholds").sink_to(sink)
-    env.execute("thresholds", progress=False)
+    result = env.execute("thresholds", progress=False)
+    assert (result.counters.get("state_changed_keys", 0) > 0) == (layout == "delta")  # the step ran on the layout asked
     got = sorted(((_label(bt.batch_id, len(events)), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows), key=repr)
     expected = sorted(model.thresholds(events, rules, BOUND, EXPIRY), key=repr)
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)

@@ -64,18 +64,19 @@ _NUMPY = {"tinyint": np.int8, "smallint": np.int16, "int": np.int32, "bigint": n
 def uses_delta(node: Any, state_layout: str, graph: Any = None) -> bool:
     """Whether keyed step ``node`` keeps its state on design B under ``state_layout``: a
     vectorised step, a process function (also rolling aggregations and CEP, which run as
-    one), or a window on Ember's operator — with one input. Two-input steps (co-process,
-    broadcast, joins) and Spark's native windows keep their layouts."""
+    one), a two-input step (co-process, broadcast state, window joins: process functions
+    on the union of their inputs) or a window on Ember's operator. Spark's native windows
+    keep their layout."""
     from ember.graph import nodes as n
     from ember.runner.spark.planner import native_window
 
-    if state_layout != "delta" or len(node.inputs) != 1:
+    if state_layout != "delta":
         return False
-    if isinstance(node, n.VectorizedProcessNode):
+    if isinstance(node, n.VectorizedProcessNode | n.KeyedProcessNode):
         return True
     if isinstance(node, n.WindowNode):
         return graph is not None and not native_window(node, graph)
-    return type(node) is n.KeyedProcessNode  # (not its two-input subclasses: co-process, broadcast, joins)
+    return False
 
 
 def delta_layout_problem(key_kinds: list[str], state_kinds: list[str]) -> str | None:
@@ -613,6 +614,16 @@ class DeltaKeys(dict):
         self._load(dict(zip(found.tolist(), blobs)))
         last = int(chunk[-1])
         return last + 1 if start + len(chunk) < n and last < np.iinfo(np.int64).max else int(np.iinfo(np.int64).min)
+
+    def load_all(self) -> None:
+        """Load every key of the bucket (``apply_to_keyed_state`` reaches them all): the
+        copy's whole index and the overflow's keys — O(the bucket's keys), once per call."""
+        if self.overflow:
+            self.prefetch(list(self.overflow))
+        index = self.log.local.keys
+        if len(index):
+            found, (blobs,) = self.log.read(np.asarray(index))
+            self._load(dict(zip(found.tolist(), blobs)))
 
     def get(self, key: Any, default: Any = None) -> Any:
         if key not in self.known:

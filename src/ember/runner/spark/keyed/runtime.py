@@ -290,6 +290,9 @@ class KeyedRuntime(RuntimeContext, Context):
         if cell is None:
             raise UserFunctionError(f"apply_to_keyed_state: state '{descriptor.name}' is not declared in open()")
         table, saved = self.blob["keys"], (self.current, self.current_key)
+        load_all = getattr(table, "load_all", None)  # design B: the table holds the keys loaded so far
+        if load_all is not None:
+            load_all()
         try:
             for key in list(table):
                 slot = table[key]

@@ -140,7 +140,7 @@ def keyed_operator(
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     processor = None
-    if not timed and uses_delta(node, comp.config.state_layout, comp.graph):  # keyed/delta.py, any key type
+    if uses_delta(node, comp.config.state_layout, comp.graph):  # keyed/delta.py, any key type
         processor = DeltaSlotProcessor(bucket_fn, [], ANCHOR if event_time else None,
                                        step_directory(comp.checkpoint, node.name), _delta_counters(comp))
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)

@@ -431,3 +431,47 @@ def test_a_sweep_loads_collided_keys_so_their_changes_are_kept(tmp_path, monkeyp
     got = {}
     slot_call(store, directory, ["a", "b", "c"], lambda t: got.update({k: dict(t[k]) for k in "abc" if k in t}))
     assert sorted(got.values(), key=str) == [{"n": 1}, {"n": 2}] and len(got) == 2
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_apply_to_keyed_state_reaches_keys_no_record_of_the_call_read(tmp_path, monkeypatch, collide):
+    """A broadcast element's ``apply_to_keyed_state`` visits every key of the bucket: on
+    design B the table holds only the keys loaded so far, so it loads them all first (also
+    the overflow's, when hashes collide). Without that, keys stored in earlier calls keep
+    their state (the broadcast test on Spark caught it)."""
+    from ember.coprocess import INPUT, field_column
+    from ember.functions import KeyedBroadcastProcessFunction
+    from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, BroadcastAdapter
+    from ember.runner.spark.keyed.runtime import KeyedRuntime, empty_bucket_state
+    from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
+
+    if collide:
+        real = delta.key_hashes
+        monkeypatch.setattr(delta, "key_hashes", lambda keys: real(keys) % 1)
+    seen = ValueStateDescriptor("seen", default=0)
+
+    class Reset(KeyedBroadcastProcessFunction):
+        def open(self, ctx):
+            self.seen = ctx.get_state(seen)
+
+        def process_broadcast_element(self, value, ctx):
+            ctx.apply_to_keyed_state(seen, lambda key, state: state.update(state.value() * 100))
+            return None
+
+    store, directory = Store(), str(tmp_path / "s")
+    slot_call(store, directory, ["a", "b", "c"], lambda t: [t.__setitem__(k, {"seen": n}) for n, k in enumerate("abc", 1)])
+    store.commit()
+    adapter = BroadcastAdapter(Reset(), ["k"], ["name"], (MapStateDescriptor("rules"),))
+
+    def broadcast(table):
+        rt = KeyedRuntime(event_time=False)
+        rt.blob = {**empty_bucket_state(), "keys": table}
+        adapter.open(rt)
+        row = {INPUT: BROADCAST_INPUT, FIRST: True, field_column(1, "k"): None, field_column(2, "name"): "reset"}
+        adapter.process_element(row, rt)
+
+    slot_call(store, directory, [], broadcast)
+    store.commit()
+    got = {}
+    slot_call(store, directory, ["a", "b", "c"], lambda t: got.update({k: t[k]["seen"] for k in "abc"}))
+    assert got == {"a": 100, "b": 200, "c": 300}
