@@ -172,14 +172,17 @@ def _bench_on_cluster(args: argparse.Namespace, cfg: Any, command: str) -> dict[
     on loopback for it; the report says where the delta layout's state buckets ran."""
     from dataclasses import replace
 
+    from ember.bench.harness import bench_session
     from ember.bench.suite import run_benchmark
-    from ember.tools.cluster import LocalCluster
+    from ember.tools.cluster import LocalCluster, wait_for_executors
 
     if args.master != "local[*]":
         raise ConfigError("bench: --workers starts its own cluster; leave --master out")
     print(f"[ember bench] starting a standalone master and {args.workers} worker(s) of 1 core on 127.0.0.1",
           file=sys.stderr, flush=True)
     with LocalCluster(workers=args.workers, cores=1) as cluster:
+        wait_for_executors(bench_session(cluster.url), args.workers)
+        bench_session(cluster.url)  # one shuffle (state) partition per core, now that every executor is there
         report = run_benchmark(args.workload, replace(cfg, master=cluster.url), command)
         report["workers"] = args.workers
         if args.state_layout == "delta":

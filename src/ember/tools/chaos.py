@@ -125,6 +125,8 @@ class ChaosRun:
             # the streams and stops by itself.
             "--stop-when-idle", str(IDLE_S), "--state-layout", self.cfg.state_layout,
         ]
+        if self.cfg.cluster:  # one state partition per worker core (not the cores registered when the query starts)
+            cmd += ["--parallelism", str(self.cfg.workers)]
         if self.cfg.ui_port is not None:  # every run serves on the same port: the page reconnects after a kill
             cmd += ["--ui", "--ui-port", str(self.cfg.ui_port)] + (["--ui-host", self.cfg.ui_host] if self.cfg.ui_host else [])
         with open(log, "w") as out:

@@ -28,7 +28,7 @@ from typing import Any
 
 from ember.errors import ConfigError, EmberError
 
-__all__ = ["LocalCluster", "spark_home"]
+__all__ = ["LocalCluster", "spark_home", "wait_for_executors"]
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -44,6 +44,17 @@ def spark_home() -> str:
     if not os.path.exists(os.path.join(home, "bin", "spark-class")):
         raise EmberError(f"no bin/spark-class under {home}; set SPARK_HOME to a Spark installation")
     return home
+
+
+def wait_for_executors(spark: Any, n: int, timeout_s: float = 120.0) -> None:
+    """Wait until ``n`` executors registered with ``spark``'s driver: Spark's default
+    parallelism (source partitions, state partitions) counts the cores registered when a
+    job starts, and executors register a few seconds after the session."""
+    deadline = time.monotonic() + timeout_s
+    while spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1 < n:  # (the driver counts too)
+        if time.monotonic() > deadline:
+            raise EmberError(f"timed out after {timeout_s:.0f} s waiting for {n} executor(s) to register")
+        time.sleep(0.25)
 
 
 def _free_port() -> int:
