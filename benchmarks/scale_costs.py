@@ -3,9 +3,10 @@
 A 30-node, 120-core job differs from this machine's in the number of tasks and state
 partitions each micro-batch has, not in the work per event. Two measurements:
 
-1. **Driver cost per task**: a Spark job of ``n`` empty tasks (``parallelize(range(n), n)
-   .count()``), median of 5 per ``n``; the slope over ``n`` is what the driver (scheduling,
-   serialising, collecting results) pays per task, whatever the cluster.
+1. **Driver cost per task**: a Spark job of ``n`` near-empty JVM tasks (``spark.range(0, n,
+   1, n)`` written to the ``noop`` sink: one row per task, no Python worker), median of 5 per
+   ``n``; the slope over ``n`` is what scheduling, launching and finishing one task costs,
+   whatever the cluster (on this machine the driver and the executor share 2 cores).
 2. **Per-batch cost per state partition**: the keyed running count (``ember bench
    grouping-keyed``: E2 records -> key_by(host_id) -> ``process_batches``) with small batches
    (``--batch`` events, default 5,000) and ``P`` state partitions (Spark's shuffle
@@ -39,14 +40,16 @@ def _slope(points: list[tuple[float, float]]) -> float:
 
 
 def driver_cost(spark: Any, sizes: list[int]) -> dict[str, Any]:
-    sc = spark.sparkContext
-    sc.parallelize(range(8), 8).count()  # warm
+    def job(n: int) -> None:
+        spark.range(0, n, 1, n).write.format("noop").mode("overwrite").save()
+
+    job(8)  # warm
     rows = []
     for n in sizes:
         times = []
         for _ in range(5):
             t0 = time.perf_counter()
-            sc.parallelize(range(n), n).count()
+            job(n)
             times.append((time.perf_counter() - t0) * 1000)
         rows.append({"tasks": n, "job_ms": round(statistics.median(times), 1)})
         print(f"[scale] {n} tasks: {rows[-1]['job_ms']} ms", file=sys.stderr, flush=True)

@@ -32,6 +32,15 @@ def test_cli_errors_are_clear(capsys):
     assert "ember: error: job file 'no/such/job.py' does not exist" in capsys.readouterr().err
     assert main(["explain", f"{JOB}:nothing", "--graph-only"]) == 2
     assert "has no function 'nothing'" in capsys.readouterr().err
+    # option combinations that would be ignored fail before anything starts
+    for argv, message in (
+        (["bench", "grouping-keyed", "--drop-copies"], "--drop-copies goes with --prefill --state-layout delta"),
+        (["bench", "sweep", "--workers", "2"], "--workers runs one workload"),
+        (["bench", "grouping", "--workers", "2", "--master", "local[2]"], "leave --master out"),
+        (["chaos", "statemachine", "--workers", "4"], "--workers applies to a cluster run"),
+    ):
+        assert main(argv) == 2, argv
+        assert message in capsys.readouterr().err, argv
 
 
 def test_demo_counts_are_exact(spark, capsys, load_example):

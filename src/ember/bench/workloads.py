@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from typing import Any, Callable
@@ -126,7 +127,9 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     state created once. Reports what the state costs the checkpoint per batch
     (state_writes) next to the serialized size of the keys each batch changed. With
     ``--prefill`` a first run creates every key (2 M events per batch) and the measured
-    run restarts from its checkpoint: each batch then changes keys that exist."""
+    run restarts from its checkpoint: each batch then changes keys that exist (with
+    ``--drop-copies`` after removing the delta layout's working copies: its first batch
+    rebuilds them from the log)."""
     keys = int(cfg.options.get("keys") or 1000)
     skew = bool(cfg.options.get("skew"))
     src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys, skew=skew)
@@ -142,6 +145,10 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     if cfg.options.get("prefill"):
         env = job(_env(spark, replace(cfg, max_events_per_batch=2_000_000), ckpt))
         prefilled = env.execute("bench-grouping-keyed", max_events=keys, progress=cfg.verbose).events
+        if cfg.options.get("drop_copies"):  # the measured run's first batch rebuilds every working copy from the log
+            from ember.runner.spark.keyed.delta import drop_local_state
+
+            drop_local_state(os.path.join(ckpt, "bench-grouping-keyed"))
     env = job(_env(spark, cfg, ckpt))
     result, events, seconds, eps = _execute(env, "bench-grouping-keyed", cfg)
     if prefilled and result.progress:  # the first batch after the restart loads the state (or rebuilds copies)

@@ -140,6 +140,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from ember.bench.harness import BenchConfig
     from ember.bench.suite import run_benchmark
 
+    if args.workers is not None and (args.workload in ("sweep", "report") or args.max_rate):
+        raise ConfigError("bench: --workers runs one workload on a cluster (not sweep, report or --max-rate)")
     if args.workload == "sweep":
         return _cmd_sweep(args)
     if args.workload == "report":
@@ -152,8 +154,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         baseline=not args.no_baseline, verbose=True, warmup_s=args.warmup,
         options={k: v for k, v in (("pattern", args.pattern), ("keys", args.keys), ("window_ms", args.window_ms),
                                    ("skew", args.skew), ("state_layout", args.state_layout),
-                                   ("prefill", args.prefill)) if v},
+                                   ("prefill", args.prefill), ("drop_copies", args.drop_copies)) if v},
     )
+    if args.drop_copies and not (args.prefill and args.state_layout == "delta"):
+        raise ConfigError("bench: --drop-copies goes with --prefill --state-layout delta")
     command = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if args.workers:
         report = _bench_on_cluster(args, cfg, command)
@@ -383,6 +387,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="grouping-keyed: create every key first (2 M events per batch), then measure from that checkpoint")
     bench.add_argument("--state-layout", choices=["blob", "delta"],
                        help="grouping-keyed: keyed state as one value per bucket (blob, default) or a delta log (delta)")
+    bench.add_argument("--drop-copies", action="store_true",
+                       help="grouping-keyed --prefill --state-layout delta: remove the working copies before the measured run "
+                            "(its first batch rebuilds them from the log: first_batch_after_restart_s)")
     bench.add_argument("--window-ms", type=int, help="yahoo-redis: window size in ms (default 10000, E5's)")
     bench.add_argument("--size", choices=["tiny", "quick", "full"], default="quick", help="report: run sizes (default quick)")
     bench.add_argument("--out", default="bench-report", help="report: output directory (default ./bench-report)")
