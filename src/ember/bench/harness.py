@@ -51,6 +51,7 @@ class RunOutcome:
     latencies_ms: list[int] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
     peak_rss_bytes: int = 0  # this process tree (driver, JVM, Python workers) during the run
+    peak_anonymous_rss_bytes: int = 0  # the same without pages of mapped files (memory.tree_rss_bytes)
     checkpoint_bytes: int = 0  # the run's checkpoint (offsets, commits, state) on disk at its end
     progress: list[dict[str, Any]] = field(default_factory=list)  # Ember's runs: every batch's report
 
@@ -118,6 +119,7 @@ def run_once(run: Callable[[Any, BenchConfig, str], RunOutcome], spark: Any, cfg
         with RssSampler() as rss:
             out = run(spark, cfg, ckpt)
         out.peak_rss_bytes = rss.peak_any
+        out.peak_anonymous_rss_bytes = rss.peak_anonymous
         out.checkpoint_bytes = disk_bytes(ckpt)
         return out
     finally:

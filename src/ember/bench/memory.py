@@ -11,8 +11,12 @@ from typing import Any
 __all__ = ["tree_rss_bytes", "RssSampler"]
 
 
-def tree_rss_bytes(root: int) -> int:
-    """Resident memory of ``root`` and all its descendants, in bytes (0 without /proc)."""
+def tree_rss_bytes(root: int, anonymous: bool = False) -> int:
+    """Resident memory of ``root`` and all its descendants, in bytes (0 without /proc).
+    ``anonymous``: only the processes' own memory (``RssAnon``: heaps, stacks), without the
+    pages of files they map — the delta layout's working copies are memory-mapped files,
+    whose pages the kernel can drop and reread (and which count once per process mapping
+    them in the plain figure)."""
     children: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
@@ -31,8 +35,12 @@ def tree_rss_bytes(root: int) -> int:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
         try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            if anonymous:
+                with open(f"/proc/{pid}/status") as f:
+                    total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:")), 0)
+            else:
+                with open(f"/proc/{pid}/statm") as f:
+                    total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except OSError:
             pass
     return total
@@ -48,6 +56,7 @@ class RssSampler:
     def __init__(self, warm_batches: int = 3) -> None:
         self.progress: list[dict[str, Any]] = []
         self.warm = self.peak = self.peak_any = 0
+        self.peak_anonymous = 0  # the highest RssAnon (tree_rss_bytes(anonymous=True)) at all
         self._warm_batches = warm_batches
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -56,6 +65,7 @@ class RssSampler:
         while not self._stop.is_set():
             rss = tree_rss_bytes(os.getpid())
             self.peak_any = max(self.peak_any, rss)
+            self.peak_anonymous = max(self.peak_anonymous, tree_rss_bytes(os.getpid(), anonymous=True))
             if sum(1 for p in self.progress if p["numInputRows"]) >= self._warm_batches:
                 self.warm = self.warm or rss
                 self.peak = max(self.peak, rss)

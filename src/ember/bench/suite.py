@@ -83,6 +83,7 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
     if cfg.options.get("state_layout"):
         report["state_layout"] = cfg.options["state_layout"]
     report["peak_rss_mb"] = round(max(r.peak_rss_bytes for r in ember_runs) / 2**20)
+    report["peak_anonymous_rss_mb"] = round(max(r.peak_anonymous_rss_bytes for r in ember_runs) / 2**20)
     report["checkpoint_mb"] = round(max(r.checkpoint_bytes for r in ember_runs) / 2**20, 1)
     for r in ember_runs[:1]:
         report.update(r.detail)

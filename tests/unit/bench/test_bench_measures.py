@@ -33,3 +33,37 @@ def test_a_rate_is_sustained_while_the_backlog_stays_within_the_bound():
     assert sustained(growing, 100, 2.0) == (False, 400)
     unknown = RunOutcome(0, 0, 0, progress=_reports([100] * 9))
     assert sustained(unknown, 100, 2.0) == (False, -1)
+
+
+def test_anonymous_rss_leaves_out_the_pages_of_mapped_files(tmp_path):
+    """A child that maps and reads a 64 MiB file grows the tree's RSS by about that, not its
+    anonymous RSS; one that allocates 64 MiB grows both (the delta layout's working copies
+    are mapped files: benchmarks report both figures)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ember.bench.memory import tree_rss_bytes
+
+    size = 64 << 20
+    (tmp_path / "data").write_bytes(b"\1" * size)
+    script = {
+        "mapped": f"import mmap,sys; f=open({str(tmp_path / 'data')!r},'rb'); m=mmap.mmap(f.fileno(),0,access=mmap.ACCESS_READ); "
+                  "s=sum(m[i] for i in range(0,len(m),4096)); print('ready',flush=True); sys.stdin.read()",
+        "allocated": f"import sys; b=bytearray({size}); b[::4096]=b'\\2'*len(b[::4096]); print('ready',flush=True); sys.stdin.read()",
+    }
+    grown = {}
+    for what, code in script.items():
+        before = (tree_rss_bytes(os.getpid()), tree_rss_bytes(os.getpid(), anonymous=True))
+        child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            time.sleep(0.1)
+            after = (tree_rss_bytes(os.getpid()), tree_rss_bytes(os.getpid(), anonymous=True))
+        finally:
+            child.communicate("")
+        grown[what] = (after[0] - before[0], after[1] - before[1])
+    mib = 1 << 20
+    assert grown["mapped"][0] > 50 * mib and grown["mapped"][1] < 40 * mib, grown
+    assert grown["allocated"][0] > 50 * mib and grown["allocated"][1] > 50 * mib, grown
