@@ -120,6 +120,7 @@ def run_once(run: Callable[[Any, BenchConfig, str], RunOutcome], spark: Any, cfg
             out = run(spark, cfg, ckpt)
         out.peak_rss_bytes = rss.peak_any
         out.peak_anonymous_rss_bytes = rss.peak_anonymous
+        out.detail["peak_anonymous_rss_mb_by_process"] = {k: round(v / 2**20) for k, v in rss.peak_anonymous_by_kind.items()}
         out.checkpoint_bytes = disk_bytes(ckpt)
         return out
     finally:

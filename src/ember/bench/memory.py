@@ -11,12 +11,13 @@ from typing import Any
 __all__ = ["tree_rss_bytes", "RssSampler"]
 
 
-def tree_rss_bytes(root: int, anonymous: bool = False) -> int:
+def tree_rss_bytes(root: int, anonymous: bool = False, kind: str | None = None) -> int:
     """Resident memory of ``root`` and all its descendants, in bytes (0 without /proc).
     ``anonymous``: only the processes' own memory (``RssAnon``: heaps, stacks), without the
     pages of files they map — the delta layout's working copies are memory-mapped files,
     whose pages the kernel can drop and reread (and which count once per process mapping
-    them in the plain figure)."""
+    them in the plain figure). ``kind``: only processes whose executable's name contains it
+    (``"java"``: Spark's JVM, RocksDB included; ``"python"``: the driver and Python workers)."""
     children: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
@@ -34,6 +35,8 @@ def tree_rss_bytes(root: int, anonymous: bool = False) -> int:
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
+        if kind is not None and not _is_kind(pid, kind):
+            continue
         try:
             if anonymous:
                 with open(f"/proc/{pid}/status") as f:
@@ -44,6 +47,13 @@ def tree_rss_bytes(root: int, anonymous: bool = False) -> int:
         except OSError:
             pass
     return total
+
+
+def _is_kind(pid: int, kind: str) -> bool:
+    try:
+        return kind in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return False
 
 
 class RssSampler:
@@ -57,6 +67,7 @@ class RssSampler:
         self.progress: list[dict[str, Any]] = []
         self.warm = self.peak = self.peak_any = 0
         self.peak_anonymous = 0  # the highest RssAnon (tree_rss_bytes(anonymous=True)) at all
+        self.peak_anonymous_by_kind = {"java": 0, "python": 0}  # the same, of the JVM and of the Python processes
         self._warm_batches = warm_batches
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -65,7 +76,10 @@ class RssSampler:
         while not self._stop.is_set():
             rss = tree_rss_bytes(os.getpid())
             self.peak_any = max(self.peak_any, rss)
-            self.peak_anonymous = max(self.peak_anonymous, tree_rss_bytes(os.getpid(), anonymous=True))
+            by_kind = {k: tree_rss_bytes(os.getpid(), anonymous=True, kind=k) for k in self.peak_anonymous_by_kind}
+            self.peak_anonymous = max(self.peak_anonymous, sum(by_kind.values()))
+            for k, v in by_kind.items():
+                self.peak_anonymous_by_kind[k] = max(self.peak_anonymous_by_kind[k], v)
             if sum(1 for p in self.progress if p["numInputRows"]) >= self._warm_batches:
                 self.warm = self.warm or rss
                 self.peak = max(self.peak, rss)
