@@ -555,6 +555,7 @@ class DeltaKeys(dict):
         self.stored: dict[Any, tuple[int, bytes]] = {}  # those that own their hash's entry: (hash, stored bytes)
         self.taken: dict[int, Any] = {}  # hash -> the key that owns its entry (among those seen)
         self.hashes: dict[Any, int] = {}  # every key looked up -> its hash (computed once, with its batch)
+        self.all_loaded = False  # load_all() ran in this call
 
     def prefetch(self, keys: Iterable[Any]) -> None:
         if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":  # (integers: no nulls)
@@ -600,29 +601,34 @@ class DeltaKeys(dict):
         record reads them again; returns where the next call goes on (a hash, so entries
         added or removed meanwhile do not make it skip any). Every entry is visited within
         about SWEEP_SHARE calls."""
-        if self.overflow:
-            self.prefetch(list(self.overflow))  # (as any lookup: from the overflow, with their hashes)
         index = self.log.local.keys
         n = len(index)
         if not n:
+            self._load_stored(index)
             return 0
         start = int(np.searchsorted(index, cursor))
         if start >= n:
             start = 0
         chunk = np.asarray(index[start:start + max(self.SWEEP_MIN, n // self.SWEEP_SHARE)])
-        found, (blobs,) = self.log.read(chunk)
-        self._load(dict(zip(found.tolist(), blobs)))
+        self._load_stored(chunk)
         last = int(chunk[-1])
         return last + 1 if start + len(chunk) < n and last < np.iinfo(np.int64).max else int(np.iinfo(np.int64).min)
 
     def load_all(self) -> None:
         """Load every key of the bucket (``apply_to_keyed_state`` reaches them all): the
-        copy's whole index and the overflow's keys — O(the bucket's keys), once per call."""
+        copy's whole index and the overflow's keys — O(the bucket's keys), once per call
+        (every key is known after it; keys added later are in the table already)."""
+        if not self.all_loaded:
+            self._load_stored(np.asarray(self.log.local.keys))
+            self.all_loaded = True
+
+    def _load_stored(self, hashes: np.ndarray) -> None:
+        """Load the copy's entries of ``hashes`` (sorted) and the overflow's keys (as any
+        lookup: from the overflow, with their hashes)."""
         if self.overflow:
             self.prefetch(list(self.overflow))
-        index = self.log.local.keys
-        if len(index):
-            found, (blobs,) = self.log.read(np.asarray(index))
+        if len(hashes):
+            found, (blobs,) = self.log.read(hashes)
             self._load(dict(zip(found.tolist(), blobs)))
 
     def get(self, key: Any, default: Any = None) -> Any:
