@@ -8,21 +8,25 @@ import threading
 import time
 from typing import Any
 
-__all__ = ["tree_rss_bytes", "RssSampler"]
+__all__ = ["tree_rss_bytes", "tree_pids", "RssSampler"]
 
 
-def tree_rss_bytes(root: int, anonymous: bool = False, kind: str | None = None) -> int:
+def tree_rss_bytes(root: int, anonymous: bool = False) -> int:
     """Resident memory of ``root`` and all its descendants, in bytes (0 without /proc).
     ``anonymous``: only the processes' own memory (``RssAnon``: heaps, stacks), without the
     pages of files they map — the delta layout's working copies are memory-mapped files,
     whose pages the kernel can drop and reread (and which count once per process mapping
-    them in the plain figure). ``kind``: only processes whose executable's name contains it
-    (``"java"``: Spark's JVM, RocksDB included; ``"python"``: the driver and Python workers)."""
+    them in the plain figure)."""
+    return sum(_resident(pid)[1 if anonymous else 0] for pid in tree_pids(root))
+
+
+def tree_pids(root: int) -> list[int]:
+    """``root`` and all its descendants (just ``root`` without /proc)."""
     children: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return 0
+        return [root]
     for entry in entries:
         if entry.isdigit():
             try:
@@ -31,29 +35,35 @@ def tree_rss_bytes(root: int, anonymous: bool = False, kind: str | None = None) 
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [root]
+    out, todo = [], [root]
     while todo:
         pid = todo.pop()
+        out.append(pid)
         todo.extend(children.get(pid, []))
-        if kind is not None and not _is_kind(pid, kind):
-            continue
-        try:
-            if anonymous:
-                with open(f"/proc/{pid}/status") as f:
-                    total += next((int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:")), 0)
-            else:
-                with open(f"/proc/{pid}/statm") as f:
-                    total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
-            pass
-    return total
+    return out
 
 
-def _is_kind(pid: int, kind: str) -> bool:
+def _resident(pid: int) -> tuple[int, int]:
+    """A process's resident bytes: all (``VmRSS``) and anonymous (``RssAnon``); 0s once gone."""
+    found = {"VmRSS:": 0, "RssAnon:": 0}
     try:
-        return kind in os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                name = line.split(":", 1)[0] + ":"
+                if name in found:
+                    found[name] = int(line.split()[1]) * 1024
     except OSError:
-        return False
+        pass
+    return found["VmRSS:"], found["RssAnon:"]
+
+
+def _kind(pid: int) -> str:
+    """``"java"`` (Spark's JVM, RocksDB included), ``"python"`` (the driver, Python workers) or ``"other"``."""
+    try:
+        name = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return "other"
+    return next((k for k in ("java", "python") if k in name), "other")
 
 
 class RssSampler:
@@ -74,10 +84,16 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            rss = tree_rss_bytes(os.getpid())
+            rss, anonymous = 0, 0  # one walk of the process tree per sample, one file per process
+            by_kind = dict.fromkeys(self.peak_anonymous_by_kind, 0)
+            for pid in tree_pids(os.getpid()):
+                total, anon = _resident(pid)
+                rss, anonymous = rss + total, anonymous + anon
+                kind = _kind(pid)
+                if kind in by_kind:
+                    by_kind[kind] += anon
             self.peak_any = max(self.peak_any, rss)
-            by_kind = {k: tree_rss_bytes(os.getpid(), anonymous=True, kind=k) for k in self.peak_anonymous_by_kind}
-            self.peak_anonymous = max(self.peak_anonymous, sum(by_kind.values()))
+            self.peak_anonymous = max(self.peak_anonymous, anonymous)
             for k, v in by_kind.items():
                 self.peak_anonymous_by_kind[k] = max(self.peak_anonymous_by_kind[k], v)
             if sum(1 for p in self.progress if p["numInputRows"]) >= self._warm_batches:
