@@ -270,11 +270,9 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     from ember.tools.chaos import ChaosConfig, run_chaos
 
-    if args.workers is not None and not args.cluster:
-        raise ConfigError("chaos: --workers applies to a cluster run (--cluster)")
     cfg = ChaosConfig(
         args.workload, kills=args.kills, duration_s=args.duration, rate=args.rate, partitions=args.partitions,
-        batch=args.batch, master=args.master, cluster=args.cluster, workers=args.workers or 2,
+        batch=args.batch, master=args.master, cluster=args.cluster, workers=args.workers,
         state_layout=args.state_layout or "blob", seed=args.seed, keep=args.keep,
         verbose=not args.json, ui_port=args.ui_port if args.ui else None, ui_host=args.ui_host,
     )

@@ -50,7 +50,7 @@ class ChaosConfig:
     batch: int = 50_000  # records per micro-batch at most (admission control)
     master: str = "local[2]"
     cluster: bool = False  # run on a standalone cluster on loopback; kill executors and workers too
-    workers: int = 2  # the cluster's workers (1 core each)
+    workers: int | None = None  # the cluster's workers (1 core each; default 2)
     state_layout: str = "blob"  # keyed state: one value per bucket, or a delta log (issue 18)
     seed: int | None = None  # kill schedule; None: random
     keep: bool = False  # keep the work directory (checkpoint, logs)
@@ -67,12 +67,16 @@ class ChaosConfig:
             raise ConfigError("chaos: duration and rate must be > 0")
         if self.batch < 1 or self.partitions < 1:
             raise ConfigError("chaos: batch and partitions must be >= 1")
-        if not isinstance(self.workers, int) or self.workers < 1:
+        if self.workers is not None and not self.cluster:
+            raise ConfigError("chaos: --workers applies to a cluster run (--cluster)")
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise ConfigError(f"chaos: workers must be an int >= 1, got {self.workers!r}")
-        if self.workers != 2 and not self.cluster:
-            raise ConfigError("chaos: workers applies to a cluster run (--cluster)")
         if self.state_layout not in ("blob", "delta"):
             raise ConfigError(f"chaos: state layout must be 'blob' or 'delta', got {self.state_layout!r}")
+
+    @property
+    def cluster_workers(self) -> int:
+        return self.workers or 2
 
 
 IDLE_S = 5  # a run stops once no input arrived for this long (after the producer finished)
@@ -126,7 +130,7 @@ class ChaosRun:
             "--stop-when-idle", str(IDLE_S), "--state-layout", self.cfg.state_layout,
         ]
         if self.cfg.cluster:  # one state partition per worker core (not the cores registered when the query starts)
-            cmd += ["--parallelism", str(self.cfg.workers)]
+            cmd += ["--parallelism", str(self.cfg.cluster_workers)]
         if self.cfg.ui_port is not None:  # every run serves on the same port: the page reconnects after a kill
             cmd += ["--ui", "--ui-port", str(self.cfg.ui_port)] + (["--ui-host", self.cfg.ui_host] if self.cfg.ui_host else [])
         with open(log, "w") as out:
@@ -164,7 +168,7 @@ def run_chaos(cfg: ChaosConfig) -> dict[str, Any]:
     if cfg.cluster:
         from ember.tools.cluster import LocalCluster
 
-        cluster = LocalCluster(workers=cfg.workers, cores=1)
+        cluster = LocalCluster(workers=cfg.cluster_workers, cores=1)
     try:
         if cluster is not None:
             cluster.start()
@@ -299,7 +303,7 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         "seconds": round(time.monotonic() - t0, 1),
     })
     if cluster is not None:
-        report["workers"] = cfg.workers
+        report["workers"] = cfg.cluster_workers
         if cfg.state_layout == "delta":  # where the state partitions ran last
             report["state_buckets_by_worker"] = cluster.state_copies()
     if len(recoveries) < len(kills):
