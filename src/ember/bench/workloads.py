@@ -130,6 +130,7 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     run restarts from its checkpoint: each batch then changes keys that exist (with
     ``--drop-copies`` after removing the delta layout's working copies: its first batch
     rebuilds them from the log)."""
+    name = "bench-grouping-keyed"
     keys = int(cfg.options.get("keys") or 1000)
     skew = bool(cfg.options.get("skew"))
     src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys, skew=skew)
@@ -144,13 +145,13 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     prefilled, restore_s = 0, None
     if cfg.options.get("prefill"):
         env = job(_env(spark, replace(cfg, max_events_per_batch=2_000_000), ckpt))
-        prefilled = env.execute("bench-grouping-keyed", max_events=keys, progress=cfg.verbose).events
+        prefilled = env.execute(name, max_events=keys, progress=cfg.verbose).events
         if cfg.options.get("drop_copies"):  # the measured run's first batch rebuilds every working copy from the log
             from ember.runner.spark.keyed.delta import drop_local_state
 
-            drop_local_state(os.path.join(ckpt, "bench-grouping-keyed"))
+            drop_local_state(os.path.join(ckpt, name))
     env = job(_env(spark, cfg, ckpt))
-    result, events, seconds, eps = _execute(env, "bench-grouping-keyed", cfg)
+    result, events, seconds, eps = _execute(env, name, cfg)
     if prefilled and result.progress:  # the first batch after the restart loads the state (or rebuilds copies)
         restore_s = int(result.progress[0]["durationMs"].get("triggerExecution", 0)) / 1000
     rows = [r for sink in sinks for r in sink.rows()]
