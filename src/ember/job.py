@@ -60,6 +60,9 @@ class JobResult:
     late_dropped: int = 0  # late records every window dropped (Flink's rule; records, not aggregated rows; reported, never silent)
     start_ms: dict[str, int] = field(default_factory=dict)  # each source's event-time origin
     counters: dict[str, int] = field(default_factory=dict)  # Ember's job-wide counters (late records, state written, ...)
+    # batches committed as the query stopped, before Spark reported them: in ``events`` (where
+    # their sources' offsets say how many) and in the sinks, not in ``progress``
+    unreported_batches: list[int] = field(default_factory=list)
 
     @property
     def final_watermark_ms(self) -> int | None:

@@ -41,7 +41,7 @@ from ember.runner.spark.stopping import (
 )
 from ember.time.clock import Clock
 
-__all__ = ["run_job", "source_origins"]
+__all__ = ["run_job", "source_origins", "settle_output"]
 
 POLL_S = 0.1
 
@@ -122,6 +122,7 @@ def run_job(
         idle_limit = max(10.0, 10 * config.trigger_interval_ms / 1000)
         conditions.append(EndOfInput(len(bounded_sources), layout.end_of_input,
                                      job.compilation.uses_end_of_input, idle_limit, start, replayed=planned_batch(checkpoint)))
+    committed_before = last_committed_batch(checkpoint)
     write_json(layout.running, {"pid": os.getpid(), "host": socket.gethostname(), "job": name})
 
     def start_query() -> Any:
@@ -160,12 +161,7 @@ def run_job(
                 for done in (layout.stop_marker, layout.stop_request, layout.running):
                     if os.path.exists(done):
                         os.remove(done)
-    # Driver-side sinks keep exactly the batches this result counts: not a batch stopped after
-    # its sink ran but before Spark committed it, nor one committed but stopped before Spark
-    # reported its progress (its input would be missing from ``events``).
-    counted = min(last_committed_batch(checkpoint), follower.last_batch)
-    for sink in job.sinks:
-        sink.sink.forget_after(counted)
+    settle_output(follower, [s.sink for s in job.sinks], checkpoint, committed_before)
     exc = query.exception()
     if listener is not None:
         listener.job_ended(reason, None if exc is None else _cause(exc))
@@ -174,7 +170,7 @@ def run_job(
     return JobResult(
         name=name,
         checkpoint_dir=checkpoint,
-        batches=len(follower.progress),
+        batches=len(follower.progress) + len(follower.unreported),
         events=follower.events,
         seconds=clock.monotonic() - start,
         processing_seconds=follower.processing_ms / 1000,
@@ -183,7 +179,20 @@ def run_job(
         late_dropped=follower.late_dropped + follower.counted_late(),
         start_ms=source_origins(checkpoint, graph),
         counters={name: int(c.value) for name, c in job.compilation.counters.items()},
+        unreported_batches=sorted(follower.unreported),
     )
+
+
+def settle_output(follower: ProgressFollower, sinks: list[Any], checkpoint: str, committed_before: int) -> None:
+    """After the query stopped: driver-side sinks keep exactly the committed batches — not
+    a batch stopped after its sink ran but before Spark committed it (it is replayed on
+    restart). A batch committed but stopped before Spark reported its progress is the job's
+    output all the same (the next run starts after it): kept, and its events counted from
+    the offset log (``ProgressFollower.account_unreported``)."""
+    committed = last_committed_batch(checkpoint)
+    follower.account_unreported(checkpoint, committed_before, committed)
+    for sink in sinks:
+        sink.forget_after(committed)
 
 
 def _refused_output_mode(exc: BaseException, graph: Graph) -> PipelineError | None:

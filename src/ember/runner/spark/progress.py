@@ -18,7 +18,7 @@ from ember.time.clock import Clock
 
 LATE_METRIC_PREFIX = "ember_late_records:"  # an observed metric: one native window step's late records
 
-__all__ = ["ProgressFollower", "PROGRESS_EVERY_S"]
+__all__ = ["ProgressFollower", "PROGRESS_EVERY_S", "offsets_events"]
 
 PROGRESS_EVERY_S = 5.0
 JOIN_OPERATOR = "symmetricHashJoin"  # Spark's name of a stream-stream join in stateOperators
@@ -45,6 +45,7 @@ class ProgressFollower:
         self.spark_late_rows = spark_late_rows
         self.processing_ms = 0
         self.last_batch = -1
+        self.unreported: dict[int, int | None] = {}  # committed batches Spark never reported: their events (None: unknown)
         self.eos_batch: int | None = None
         self.last_print = clock.monotonic()
         self.events_at_print = 0
@@ -104,6 +105,36 @@ class ProgressFollower:
             self.listener.batch_reported(report)
         return True
 
+    def account_unreported(self, checkpoint: str, since: int, committed: int) -> None:
+        """Batches ``since + 1 .. committed`` that Spark committed but never reported: a stop
+        that lands between a batch's commit and its progress report (the query is stopped when
+        a batch overruns the grace of a graceful stop). Their output stands — the next run
+        starts after them — so their events count too, from the offset log where the sources'
+        offsets say how many (Ember's generators and Redis streams); elsewhere the result
+        misses them, said on stderr, never silently."""
+        from ember.runner.spark.checkpoint import offset_log_entry
+
+        for bid in range(since + 1, committed + 1):
+            if bid in self.seen or bid in self.unreported:
+                continue
+            try:
+                end = offset_log_entry(checkpoint, bid)[1]
+            except OSError:
+                end = None
+            try:
+                start = offset_log_entry(checkpoint, bid - 1)[1] if bid > 0 else []
+            except OSError:
+                start = None
+            events = None if end is None or start is None else offsets_events(start, end)
+            self.unreported[bid] = events
+            self.last_batch = max(self.last_batch, bid)
+            if events is None:
+                print(f"[ember] {self.name}: batch {bid} was committed as the query stopped, before Spark reported "
+                      "its progress; its sources' offsets do not say how many events it read: the result's event "
+                      "count misses them (its output is kept)", file=sys.stderr, flush=True)
+            else:
+                self.events += events
+
     def _print(self) -> None:
         now = self.clock.monotonic()
         rate = (self.events - self.events_at_print) / max(1e-9, now - self.last_print)
@@ -139,6 +170,26 @@ def _events(report: dict[str, Any], sources: list[dict[str, Any]], offsets: list
             total -= int(source.get("numInputRows") or 0)
         if end.get("packed"):
             total += int(end["n"]) - int(_offset(source.get("startOffset")).get("n", 0))
+    return total
+
+
+def offsets_events(start: list[Any], end: list[Any]) -> int | None:
+    """The events read between two offset-log entries (one offset per source, in the same
+    order), where every source's offset carries a count: Ember's generators (``n``), Redis
+    streams (``read`` per stream), the end-of-input marker (no user events). None otherwise."""
+    total = 0
+    for i, raw in enumerate(end):
+        to, since = _offset(raw), _offset(start[i]) if i < len(start) else {}
+        if "ended" in to:
+            continue
+        if "n" in to:
+            total += int(to["n"]) - int(since.get("n", 0))
+        elif isinstance(to.get("read"), dict):
+            read = since.get("read")
+            before: dict[str, Any] = read if isinstance(read, dict) else {}
+            total += sum(int(v) - int(before.get(k, 0)) for k, v in to["read"].items())
+        else:
+            return None
     return total
 
 

@@ -46,3 +46,62 @@ def test_batches_are_counted_once_across_polls_and_gaps():
     follower.poll(_Query(reports))  # two batches went by between polls
     follower.poll(_Query(reports))  # nothing new
     assert follower.events == 23 and follower.last_batch == 2
+
+
+# -- batches committed as the query stopped, before Spark reported them ---------------------
+
+def _log(checkpoint, batch, *offsets, committed=True):
+    """Spark's offset-log entry of ``batch`` (and its commit)."""
+    for folder in ("offsets", "commits"):
+        (checkpoint / folder).mkdir(exist_ok=True)
+    lines = ["v1", json.dumps({"batchWatermarkMs": 0})] + [json.dumps(o) for o in offsets]
+    (checkpoint / "offsets" / str(batch)).write_text("\n".join(lines))
+    if committed:
+        (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def _generator(n):
+    return {"n": n, "origin_ms": 0, "done": False}
+
+
+def test_a_committed_batch_spark_never_reported_counts_from_its_offsets(tmp_path):
+    for b, n in enumerate((1_000, 2_500, 4_000)):
+        _log(tmp_path, b, _generator(n), {"ended": 0})
+    follower = _Follower(False, "job", ManualClock())
+    follower.poll(_Query([_Progress(0, 1_000), _Progress(1, 1_500)]))
+    follower.account_unreported(str(tmp_path), -1, 2)
+    assert follower.unreported == {2: 1_500} and follower.events == 4_000 and follower.last_batch == 2
+
+
+def test_redis_offsets_count_per_stream_and_a_previous_run_is_not_counted(tmp_path):
+    _log(tmp_path, 4, {"ids": {"a": "1-0", "b": "1-0"}, "read": {"a": 10, "b": 4}, "done": False})
+    _log(tmp_path, 5, {"ids": {"a": "9-0", "b": "7-0"}, "read": {"a": 17, "b": 9}, "done": False})
+    follower = _Follower(False, "job", ManualClock())
+    follower.account_unreported(str(tmp_path), 4, 5)  # batches up to 4: an earlier run's
+    assert follower.unreported == {5: 12} and follower.events == 12
+
+
+def test_an_unreported_batch_of_a_source_without_counts_is_listed_and_said(tmp_path, capsys):
+    _log(tmp_path, 0, {"batch": 1, "done": False})
+    _log(tmp_path, 1, {"batch": 2, "done": False})
+    follower = _Follower(False, "job", ManualClock())
+    follower.account_unreported(str(tmp_path), 0, 1)
+    assert follower.unreported == {1: None} and follower.events == 0
+    assert "batch 1 was committed as the query stopped" in capsys.readouterr().err
+
+
+def test_settling_keeps_a_committed_unreported_batch_and_drops_an_uncommitted_one(tmp_path):
+    from ember import CollectSink
+    from ember.runner.spark.execution import settle_output
+
+    for b, n in enumerate((10, 20, 30)):
+        _log(tmp_path, b, _generator(n))
+    _log(tmp_path, 3, _generator(40), committed=False)  # planned, its sink ran, not committed: replayed on restart
+    sink = CollectSink()
+    for b in range(4):
+        sink.accept_batch(b, 0, [{"batch": b}])
+    follower = _Follower(False, "job", ManualClock())
+    follower.poll(_Query([_Progress(0, 10), _Progress(1, 10)]))  # batch 2 committed, never reported
+    settle_output(follower, [sink], str(tmp_path), -1)
+    assert [r["batch"] for r in sink.rows()] == [0, 1, 2]
+    assert follower.events == 30
