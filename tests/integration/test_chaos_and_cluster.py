@@ -41,10 +41,11 @@ def _assert_exact(report: dict) -> None:
 
 
 def test_chaos_smoke_a_driver_kill_exact_alerts():
-    """One SIGKILL of the driver mid-run (each recovery costs ~30 s of CI time); repeated kills of
-    the driver, executors and workers are `make chaos` (24 kills, BENCHMARKS.md)."""
+    """One SIGKILL of the driver mid-run, a standby driver beside it taking over (it stands down
+    once the job has drained the streams and stopped); repeated kills of the driver, executors
+    and workers are `make chaos` (24 kills, BENCHMARKS.md)."""
     report = run_chaos(ChaosConfig(kills=1, duration_s=8, rate=5_000, batch=20_000, seed=7, verbose=False,
-                                   ui_port=_free_port(), keep=True))
+                                   ui_port=_free_port(), keep=True, standby=True))
     try:  # every run served its dashboard on the same port; the restart is in the runs it shows
         with open(os.path.join(report["work_dir"], "checkpoints", "chaos", "ember", "dashboard-runs.json")) as f:
             runs = json.load(f)

@@ -192,3 +192,24 @@ def test_ctrl_c_stops_the_job_gracefully(env):
     assert result.stopped_because == "interrupted"
     assert result.seconds < 30
     assert sink.count == result.events > 0
+
+
+def test_one_driver_per_checkpoint_a_second_execute_fails_before_anything_runs(spark, tmp_path):
+    """Another process holds the job's leader lock (here: another open file of this one): the
+    job fails at once, naming it, and the checkpoint is left untouched; once it is released
+    the job runs."""
+    from ember.runner.spark.checkpoint import CheckpointLayout
+    from ember.runner.spark.leader import JobAlreadyRunning, LeaderLock
+
+    env = _env(spark, tmp_path)
+    sink = CollectSink()
+    env.from_source(ScriptedSource([[(1,)], [(2,)]], schema="x int"), name="xs").sink_to(sink)
+    checkpoint = os.path.join(tmp_path, "twice")
+    other = LeaderLock(CheckpointLayout(checkpoint).leader_lock, "twice")
+    assert other.acquire(standby=False)
+    with pytest.raises(JobAlreadyRunning, match=f"pid {os.getpid()}"):
+        env.execute("twice", progress=False)
+    assert not CheckpointLayout(checkpoint).has_progress()
+    other.release("test done")
+    env.execute("twice", progress=False)
+    assert sorted(r["x"] for r in sink.rows()) == [1, 2]

@@ -237,6 +237,7 @@ class StreamEnvironment:
         ui: bool | int = False,
         ui_host: str | None = None,
         ui_linger_s: float = 0.0,
+        standby: bool = False,
     ) -> JobResult:
         """Compile the pipeline to one Spark Structured Streaming query and run it.
 
@@ -261,6 +262,12 @@ class StreamEnvironment:
         ``127.0.0.1`` unless ``ui_host`` names another address (served without
         authentication: a warning says so). ``ui_linger_s``: keep serving the final state
         that many seconds after the job ended.
+
+        One driver runs a job at a time: a second ``execute`` on a checkpoint in use fails
+        at once. ``standby=True`` starts this driver (JVM, Spark session, Python workers)
+        and waits instead: when the running driver's process dies it takes over at once
+        from the checkpoint; when that job ends by itself it stands down
+        (docs/operations.md, "Standby drivers").
         """
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
             raise ConfigError(f"job name must be letters, digits, '_', '-' or '.', got {name!r}")
@@ -278,12 +285,33 @@ class StreamEnvironment:
             raise ConfigError(f"ui must be True, False or a port number, got {ui!r}")
         if not isinstance(ui_linger_s, (int, float)) or ui_linger_s < 0:
             raise ConfigError(f"ui_linger_s must be a number of seconds >= 0, got {ui_linger_s!r}")
-        from ember.runner.spark.execution import run_job
-        from ember.savepoints import restore_savepoint
+        if standby and from_savepoint is not None:
+            raise ConfigError("standby and from_savepoint do not go together: a restore starts a new job, a standby "
+                              "takes over a running one (restore first, then start standbys for it)")
+        from ember.runner.spark.execution import leadership, stood_down
 
         graph = self.graph()
         plan(graph)  # what one Spark query cannot run fails here, before a checkpoint is touched
         ckpt = os.path.abspath(os.fspath(checkpoint) if checkpoint is not None else os.path.join(self.config.checkpoint_dir, name))
+        with leadership(self.spark, ckpt, name, bool(standby)) as lead:  # one driver per checkpoint
+            if not lead.leads:
+                return stood_down(name, ckpt)
+            result = self._lead(
+                graph, name, ckpt, seconds=seconds, max_events=max_events, progress=progress, idle=idle,
+                from_savepoint=from_savepoint, min_batches=min_batches, port=port, ui_host=ui_host, ui_linger_s=ui_linger_s,
+            )
+            lead.ended = result.stopped_because
+            return result
+
+    def _lead(
+        self, graph: Any, name: str, ckpt: str, *, seconds: float | None, max_events: int | None,
+        progress: Callable[[dict[str, Any]], None] | bool, idle: float | None, from_savepoint: Any, min_batches: int,
+        port: int | None, ui_host: str | None, ui_linger_s: float,
+    ) -> JobResult:
+        """:meth:`execute` once this driver holds the job's checkpoint."""
+        from ember.runner.spark.execution import run_job
+        from ember.savepoints import restore_savepoint
+
         dashboard = None
         if port is not None:  # bound now: a taken port fails before the job starts
             from ember.ui import Dashboard, JobMonitor

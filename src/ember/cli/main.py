@@ -66,7 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = env.execute(
         name, duration_s=args.duration, max_events=args.max_events, stop_when_idle_s=args.stop_when_idle,
         from_savepoint=args.from_savepoint, ui=args.ui_port if args.ui else False, ui_host=args.ui_host,
-        ui_linger_s=args.ui_linger,
+        ui_linger_s=args.ui_linger, standby=args.standby,
     )
     print(result.summary())
     return 0
@@ -273,7 +273,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     cfg = ChaosConfig(
         args.workload, kills=args.kills, duration_s=args.duration, rate=args.rate, partitions=args.partitions,
         batch=args.batch, master=args.master, cluster=args.cluster, workers=args.workers,
-        state_layout=args.state_layout or "blob", seed=args.seed, keep=args.keep,
+        state_layout=args.state_layout or "blob", seed=args.seed, keep=args.keep, standby=args.standby,
         verbose=not args.json, ui_port=args.ui_port if args.ui else None, ui_host=args.ui_host,
     )
     report = run_chaos(cfg)
@@ -328,6 +328,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="job name (checkpoint subdirectory); default: the file name")
     run.add_argument("--from-savepoint", metavar="PATH",
                      help="start from a savepoint (a new job name: its checkpoint must be new); with --parallelism, rescale")
+    run.add_argument("--standby", action="store_true",
+                     help="if the job already runs: start this driver and wait; take over at once if the running one dies, "
+                          "stand down if it ends by itself")
     ui_options(run)
     run.add_argument("--ui-linger", type=float, default=0.0, metavar="S",
                      help="--ui: keep serving the final state S seconds after the job ended (default 0; Ctrl-C ends it)")
@@ -423,6 +426,8 @@ def _parser() -> argparse.ArgumentParser:
     chaos.add_argument("--workers", type=int, help="--cluster: workers of 1 core each (default 2)")
     chaos.add_argument("--state-layout", choices=["blob", "delta"],
                        help="keyed state as one value per bucket (blob, default) or a delta log (delta)")
+    chaos.add_argument("--standby", action="store_true",
+                       help="keep a standby driver waiting beside the job (ember run --standby): it takes over a killed driver")
     chaos.add_argument("--seed", type=int, help="seed of the kill schedule (default random)")
     chaos.add_argument("--keep", action="store_true", help="keep the work directory (checkpoint, logs)")
     chaos.add_argument("--json", action="store_true", help="print one JSON object")

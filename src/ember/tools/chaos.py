@@ -52,6 +52,7 @@ class ChaosConfig:
     cluster: bool = False  # run on a standalone cluster on loopback; kill executors and workers too
     workers: int | None = None  # the cluster's workers (1 core each; default 2)
     state_layout: str = "blob"  # keyed state: one value per bucket, or a delta log (issue 18)
+    standby: bool = False  # keep a standby driver waiting beside the job: it takes over a killed driver
     seed: int | None = None  # kill schedule; None: random
     keep: bool = False  # keep the work directory (checkpoint, logs)
     verbose: bool = True
@@ -111,7 +112,7 @@ class ChaosRun:
 
         return last_committed_batch(self.checkpoint)
 
-    def start(self) -> _Child:
+    def start(self, standby: bool = False) -> _Child:
         env = dict(os.environ)
         env.update({
             "EMBER_CHAOS_PREFIX": self.prefix,
@@ -120,7 +121,7 @@ class ChaosRun:
             "EMBER_CHAOS_BATCH": str(self.cfg.batch),
             "PYSPARK_PYTHON": sys.executable,
         })
-        log = os.path.join(self.work, f"run-{len(self.log_lines)}.log")
+        log = os.path.join(self.work, f"run-{len(self.log_lines)}{'-standby' if standby else ''}.log")
         self.log_lines.append(log)
         cmd = [
             sys.executable, "-m", "ember.cli", "run", f"ember.tools.chaos_jobs:{self.cfg.workload}",
@@ -129,6 +130,8 @@ class ChaosRun:
             # the streams and stops by itself.
             "--stop-when-idle", str(IDLE_S), "--state-layout", self.cfg.state_layout,
         ]
+        if standby:
+            cmd.append("--standby")
         if self.cfg.cluster:  # one state partition per worker core (not the cores registered when the query starts)
             cmd += ["--parallelism", str(self.cfg.cluster_workers)]
         if self.cfg.ui_port is not None:  # every run serves on the same port: the page reconnects after a kill
@@ -136,6 +139,11 @@ class ChaosRun:
         with open(log, "w") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         return _Child(proc, time.monotonic(), log)
+
+    def standing_by(self, child: _Child) -> bool:
+        """Whether a standby's driver is up and waiting for the lock (leader.py says so)."""
+        with open(child.log, errors="replace") as f:
+            return "standby for the running job" in f.read()
 
     def tail(self, child: _Child, lines: int = 30) -> str:
         with open(child.log, errors="replace") as f:
@@ -197,7 +205,7 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
     )
     stop_producing = threading.Event()
     report: dict[str, Any] = {"workload": cfg.workload, "master": run.master, "state_layout": cfg.state_layout,
-                              "work_dir": run.work}
+                              "standby": cfg.standby, "work_dir": run.work}
     producer_result: dict[str, Any] = {}
 
     def producer() -> None:
@@ -211,6 +219,7 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
     feeder.start()
     t0 = time.monotonic()
     child = run.start()
+    standby: _Child | None = None  # with cfg.standby: the driver waiting to take over
     kills: list[tuple[float, str]] = []  # (time, what was killed)
     recoveries: list[tuple[str, float]] = []  # (what was killed, ms until processing again)
     restarts: list[float] = []  # a driver kill: ms until the new process was about to start its query
@@ -229,6 +238,8 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         ):
             if child.proc.poll() is not None:
                 raise EmberError(f"the job exited on its own (code {child.proc.returncode}):\n{run.tail(child)}")
+            if standby is not None and standby.proc.poll() is not None:
+                raise EmberError(f"the standby exited (code {standby.proc.returncode}):\n{run.tail(standby)}")
             now = time.monotonic()
             if dead_worker is not None and now >= dead_worker[1]:
                 cluster.restart_worker(dead_worker[0])
@@ -245,6 +256,10 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
                 pending_kill = None
                 next_kill = max(next_kill, now + rng.uniform(1.0, 3.0))
             processing = pending_kill is None and dead_worker is None and committed >= 0
+            if cfg.standby and standby is None and processing:
+                standby = run.start(standby=True)  # (not while a new driver starts: they would share the cores)
+            if standby is not None and not run.standing_by(standby):
+                processing = False  # kill once the standby waits, warm
             if len(kills) < cfg.kills and processing and now >= next_kill:
                 target = _pick_target(rng, cluster)
                 at_batch = committed
@@ -253,7 +268,7 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
                     restarted = False
                     _kill_group(child, signal.SIGKILL)
                     child.proc.wait()
-                    child = run.start()
+                    child, standby = (standby, None) if standby is not None else (run.start(), None)
                 elif target == "executor":
                     os.kill(rng.choice(cluster.executor_pids()), signal.SIGKILL)
                 else:
@@ -279,6 +294,11 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
             raise EmberError(f"the job did not drain the streams and stop:\n{run.tail(child)}") from None
         if child.proc.returncode != 0:
             raise EmberError(f"the job failed while draining the streams (code {child.proc.returncode}):\n{run.tail(child)}")
+        if standby is not None:  # the job ended by itself: its standby stands down
+            try:
+                standby.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                raise EmberError(f"the standby did not stand down after the job ended:\n{run.tail(standby)}") from None
         events = producer_result["report"].events
         if cfg.workload == "pipeline":
             report.update(_verify_windows(run, client, produced, events, producer_result["report"].origin_ms))
@@ -286,8 +306,9 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
             report.update(_verify(run, client, produced, events))
     finally:
         stop_producing.set()
-        if child.proc.poll() is None:
-            _kill_group(child, signal.SIGKILL)
+        for proc in (child, standby):
+            if proc is not None and proc.proc.poll() is None:
+                _kill_group(proc, signal.SIGKILL)
     report.update({
         "kills": len(kills),
         "killed": dict(collections.Counter(t for _, t in kills)),

@@ -95,6 +95,13 @@ class CheckpointLayout:
         return self._file(RUNNING)
 
     @property
+    def leader_lock(self) -> str:
+        """Held (``flock``) by the process running the job: one driver per checkpoint (leader.py).
+        Beside the checkpoint directory, not in it: a restore from a savepoint replaces the
+        directory while the lock is held."""
+        return os.path.normpath(self.path) + ".leader.lock"
+
+    @property
     def savepoints_taken(self) -> str:
         """The savepoints taken of this job (savepoints/: path, batch, time), for the dashboard."""
         return self._file("savepoints-taken.json")

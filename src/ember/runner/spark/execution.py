@@ -26,9 +26,10 @@ from ember.runner.spark.checkpoint import (
     write_json,
 )
 from ember.runner.spark.compiler import compile_graph
+from ember.runner.spark.leader import STOOD_DOWN, LeaderLock
 from ember.runner.spark.progress import ProgressFollower
 from ember.runner.spark.restart import check_restart
-from ember.runner.spark.session import configure_for_query, lateness_setting, query_settings, session_settings
+from ember.runner.spark.session import configure_for_query, lateness_setting, query_settings, session_settings, warm_up
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,
     Duration,
@@ -41,7 +42,7 @@ from ember.runner.spark.stopping import (
 )
 from ember.time.clock import Clock
 
-__all__ = ["run_job", "source_origins", "settle_output"]
+__all__ = ["run_job", "source_origins", "settle_output", "leadership", "stood_down", "Leadership"]
 
 POLL_S = 0.1
 
@@ -78,7 +79,8 @@ def run_job(
     """Compile ``graph`` and run it as one streaming query on ``checkpoint`` until a
     stop condition holds; the checkpoint may hold a restored savepoint (savepoints/).
     ``listener`` (the dashboard) hears of the start, every batch and the end; with one,
-    every step counts its output rows (docs/dashboard.md)."""
+    every step counts its output rows (docs/dashboard.md). The caller holds the
+    checkpoint's leader lock (:func:`leadership`)."""
     configure_for_query(spark, config)
     layout = CheckpointLayout(checkpoint)
     bounded_sources = [n for n in graph.sources if n.source.bounded]
@@ -181,6 +183,34 @@ def run_job(
         counters={name: int(c.value) for name, c in job.compilation.counters.items()},
         unreported_batches=sorted(follower.unreported),
     )
+
+
+class Leadership:
+    """``with leadership(...) as lead``: ``lead.leads`` — this process runs the job (else a
+    standby stood down); set ``lead.ended`` to the reason the job ended by itself."""
+
+    def __init__(self, lock: LeaderLock, leads: bool) -> None:
+        self.lock, self.leads, self.ended = lock, leads, "failed"
+
+    def __enter__(self) -> "Leadership":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.leads:
+            self.lock.release(self.ended if exc[0] is None else "failed")
+
+
+def leadership(spark: Any, checkpoint: str, name: str, standby: bool) -> Leadership:
+    """Take the checkpoint's leader lock (leader.py): at once, or — ``standby`` — after
+    warming this driver up and waiting for the running one to die."""
+    lock = LeaderLock(CheckpointLayout(checkpoint).leader_lock, name)
+    return Leadership(lock, lock.acquire(standby, keep_warm=lambda: warm_up(spark)))
+
+
+def stood_down(name: str, checkpoint: str) -> JobResult:
+    """The result of a standby whose job ended by itself."""
+    return JobResult(name=name, checkpoint_dir=checkpoint, batches=0, events=0, seconds=0.0, processing_seconds=0.0,
+                     progress=[], stopped_because=STOOD_DOWN)
 
 
 def settle_output(follower: ProgressFollower, sinks: list[Any], checkpoint: str, committed_before: int) -> None:

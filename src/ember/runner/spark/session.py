@@ -10,7 +10,7 @@ from typing import Any, Iterator
 from ember.job import EnvironmentConfig
 
 __all__ = ["get_or_create_session", "session_defaults", "configure_for_query", "lateness_setting", "query_settings",
-           "session_settings"]
+           "session_settings", "warm_up"]
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -121,3 +121,27 @@ def session_settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+def _import_runtime(frames: Iterator[Any]) -> Iterator[Any]:
+    """A task that imports what Ember's tasks import (keyed runtime, state layouts, Arrow)."""
+    import ember.runner.spark.keyed.delta  # noqa: F401
+    import ember.runner.spark.keyed.runtime  # noqa: F401
+    import ember.runner.spark.keyed.tws  # noqa: F401
+    import ember.runner.spark.keyed.vectorized  # noqa: F401
+
+    yield from frames
+
+
+def warm_up(spark: Any) -> None:
+    """Start what a job's first micro-batch would otherwise wait for, before any checkpoint is
+    read (a standby driver, leader.py): Ember's data sources registered with the session, and
+    in local mode one Python worker per core with Ember's runtime imported (Spark reuses them;
+    it ends workers idle for a minute, so a waiting standby calls this again now and then)."""
+    from ember.runner.spark.datasources import register_sources
+
+    register_sources(spark)
+    if not spark.sparkContext.master.startswith("local"):
+        return  # on a cluster the executors may all be the running driver's until it dies: nothing to warm yet
+    cores = spark.sparkContext.defaultParallelism
+    spark.range(0, cores, 1, cores).mapInPandas(_import_runtime, "id long").collect()
