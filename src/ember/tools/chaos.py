@@ -223,6 +223,7 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
     kills: list[tuple[float, str]] = []  # (time, what was killed)
     recoveries: list[tuple[str, float]] = []  # (what was killed, ms until processing again)
     restarts: list[float] = []  # a driver kill: ms until the new process was about to start its query
+    takeovers: list[float] = []  # ... of which until the new process held the job's leader lock
     restarted = True  # the pending driver kill's new process has started its query
     kill_wall = 0.0  # the last kill's wall-clock time (the marker's mtime is wall-clock)
     pending_kill: tuple[float, int, str] | None = None  # (kill time, last committed batch at the kill, target)
@@ -250,6 +251,9 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
                 restarted = _query_started_since(run.checkpoint, kill_wall)
                 if restarted:
                     restarts.append((time.time() - kill_wall) * 1000)
+                    led = _leader_since(run.checkpoint)
+                    if led is not None and led > kill_wall:
+                        takeovers.append((led - kill_wall) * 1000)
             if pending_kill is not None and committed > pending_kill[1]:
                 recoveries.append((pending_kill[2], (now - pending_kill[0]) * 1000))
                 run.say(f"kill {len(kills)}: processing again after {recoveries[-1][1] / 1000:.1f} s (batch {committed})")
@@ -319,6 +323,10 @@ def _run(cfg: ChaosConfig, client: Any, cluster: Any) -> dict[str, Any]:
         # Spark's session, Ember's compile and restart checks), then until its first new commit.
         "recovery_phases_ms": {
             "restart": _summary(restarts),
+            # the restart split: until the new driver holds the lock (a standby: at once; else its
+            # Python, JVM and Spark session), then compiling the job and starting its query
+            "lock": _summary(takeovers),
+            "compile_and_start": _summary([r - t for r, t in zip(restarts, takeovers)]) if len(takeovers) == len(restarts) else _summary([]),
             "first_batch": _summary([ms - r for (k, ms), r in zip([x for x in recoveries if x[0] == "driver"], restarts)]),
         },
         "seconds": round(time.monotonic() - t0, 1),
@@ -344,6 +352,15 @@ def _pick_target(rng: random.Random, cluster: Any) -> str:
         return "driver"
     choices = ["driver", "worker"] + (["executor"] if cluster.executor_pids() else [])
     return rng.choice(choices)
+
+
+def _leader_since(checkpoint: str) -> float | None:
+    """When the job's current driver took its leader lock (wall clock), if it says."""
+    from ember.runner.spark.checkpoint import CheckpointLayout
+    from ember.runner.spark.leader import LeaderLock
+
+    since = LeaderLock(CheckpointLayout(checkpoint).leader_lock, "chaos").holder().get("since")
+    return float(since) if isinstance(since, (int, float)) else None
 
 
 def _query_started_since(checkpoint: str, wall: float) -> bool:

@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -82,14 +83,19 @@ class LeaderLock:
                     "would corrupt it. Stop it first, or start this one as a standby (execute(standby=True), "
                     "ember run --standby) to take over if it dies"
                 )
+            if keep_warm is not None:
+                keep_warm()  # before saying it stands by: a takeover then finds the driver warm
             print(f"[ember] {self.job}: standby for the running job ({who}); it takes over if that process dies",
                   file=sys.stderr, flush=True)
-            warmed = -float("inf")
-            while not self.try_acquire():
-                if keep_warm is not None and time.monotonic() - warmed >= warm_every_s:
-                    keep_warm()  # Spark ends Python workers idle for a minute
-                    warmed = time.monotonic()
-                time.sleep(POLL_S)
+            done = threading.Event()
+            if keep_warm is not None:  # Spark ends Python workers idle for a minute: warm them again now and then
+                threading.Thread(target=_rewarm, args=(keep_warm, warm_every_s, done), name="ember-standby-warm",
+                                 daemon=True).start()
+            try:
+                while not self.try_acquire():
+                    time.sleep(POLL_S)
+            finally:
+                done.set()
             if self.holder().get("state") == "ended":
                 self.release(None)
                 print(f"[ember] {self.job}: {STOOD_DOWN}", file=sys.stderr, flush=True)
@@ -113,3 +119,11 @@ class LeaderLock:
         data = json.dumps(value).encode()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
+
+
+def _rewarm(keep_warm: Callable[[], None], every_s: float, done: threading.Event) -> None:
+    while not done.wait(every_s):
+        try:
+            keep_warm()
+        except Exception as exc:  # noqa: BLE001 - a standby that cannot warm still takes over
+            print(f"[ember] standby: warming the driver failed ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)

@@ -125,22 +125,36 @@ def session_settings(spark: Any, settings: dict[str, str]) -> Iterator[None]:
 
 def _import_runtime(frames: Iterator[Any]) -> Iterator[Any]:
     """A task that imports what Ember's tasks import (keyed runtime, state layouts, Arrow)."""
+    import importlib
+
     import ember.runner.spark.keyed.delta  # noqa: F401
     import ember.runner.spark.keyed.runtime  # noqa: F401
     import ember.runner.spark.keyed.tws  # noqa: F401
     import ember.runner.spark.keyed.vectorized  # noqa: F401
+
+    for optional in ("psycopg", "redis"):  # the external sinks' clients (extras)
+        try:
+            importlib.import_module(optional)
+        except ImportError:
+            pass
 
     yield from frames
 
 
 def warm_up(spark: Any) -> None:
     """Start what a job's first micro-batch would otherwise wait for, before any checkpoint is
-    read (a standby driver, leader.py): Ember's data sources registered with the session, and
-    in local mode one Python worker per core with Ember's runtime imported (Spark reuses them;
-    it ends workers idle for a minute, so a waiting standby calls this again now and then)."""
+    read (a standby driver, leader.py): Ember's data sources registered with the session, the
+    Py4J callback server (driver-side sinks), RocksDB's native library, and in local mode one
+    Python worker per core with Ember's runtime and the external sinks' clients imported (Spark
+    reuses them; it ends workers idle for a minute, so a waiting standby calls this again now
+    and then)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
     from ember.runner.spark.datasources import register_sources
 
     register_sources(spark)
+    ensure_callback_server_started(spark.sparkContext._gateway)  # driver-side sinks (foreachBatch) call back through it
+    spark._jvm.org.rocksdb.RocksDB.loadLibrary()  # the state store's native library
     if not spark.sparkContext.master.startswith("local"):
         return  # on a cluster the executors may all be the running driver's until it dies: nothing to warm yet
     cores = spark.sparkContext.defaultParallelism
