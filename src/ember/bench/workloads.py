@@ -142,10 +142,11 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
          .process_batches(KeyedCount("host_id"), KEYED_COUNT_SCHEMA, name="count").sink_to(sinks[-1]))
         return env
 
-    prefilled, restore_s = 0, None
+    prefilled, restore_s, unreported = 0, None, []
     if cfg.options.get("prefill"):
         env = job(_env(spark, replace(cfg, max_events_per_batch=2_000_000), ckpt))
-        prefilled = env.execute(name, max_events=keys, progress=cfg.verbose).events
+        first = env.execute(name, max_events=keys, progress=cfg.verbose)
+        prefilled, unreported = first.events, first.unreported_batches
         if cfg.options.get("drop_copies"):  # the measured run's first batch rebuilds every working copy from the log
             from ember.runner.spark.keyed.delta import drop_local_state
 
@@ -166,6 +167,8 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
         verified=bool(result.events) and counted == total and new_keys == distinct,
         detail={"keys": keys, "skew": skew, "state_layout": env.config.state_layout, "events_counted": counted,
                 "keys_created": new_keys, "expected_keys": distinct, "source_events": total, "prefilled_events": prefilled,
+                # batches committed as a run stopped, before Spark reported them (counted from their offsets)
+                "unreported_batches": unreported + result.unreported_batches,
                 "first_batch_after_restart_s": restore_s, "changed_keys_per_batch": round(changed),
                 # a key's state serialized as the delta layout's columns hold it: key and count, 8 bytes each
                 "changed_state_bytes_per_batch": round(changed * 16),
