@@ -24,7 +24,7 @@ from ember.connectors import (
     StateMachineSource,
     YahooSource,
 )
-from ember.errors import ConfigError, EmberError, JobFailedError, PipelineError, UserFunctionError
+from ember.errors import ConfigError, EmberError, JobFailedError, LatencyTargetError, PipelineError, UserFunctionError
 from ember.functions import (
     AggregateFunction,
     KeyedBroadcastProcessFunction,
@@ -71,6 +71,6 @@ __all__ = [
     "YahooSource", "GrepSource", "GroupingSource", "StateMachineSource",
     "FileSource", "RateSource", "ScriptedSource", "RedisStreamSource",
     "CollectSink", "ConsoleSink", "CountSink", "FileSink", "NoopSink", "RedisSink", "RedisStreamSink", "PostgresSink",
-    "EmberError", "ConfigError", "PipelineError", "UserFunctionError", "JobFailedError",
+    "EmberError", "ConfigError", "PipelineError", "UserFunctionError", "JobFailedError", "LatencyTargetError",
     "__version__",
 ]

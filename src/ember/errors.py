@@ -12,6 +12,7 @@ __all__ = [
     "PipelineError",
     "UserFunctionError",
     "JobFailedError",
+    "LatencyTargetError",
     "RestartError",
     "SavepointError",
 ]
@@ -47,3 +48,7 @@ class RestartError(EmberError):
 
 class SavepointError(EmberError):
     """A savepoint cannot be created, read or restored (the message says why)."""
+
+
+class LatencyTargetError(ConfigError):
+    """The job cannot keep its ``latency_target``: even its smallest batches take too long."""

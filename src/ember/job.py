@@ -43,6 +43,7 @@ class EnvironmentConfig:
     fuse_sources: bool = True
     keyed_operator: str = "auto"  # Spark's operator under keyed steps: auto, or always transformWithState
     state_layout: str = "blob"  # keyed state per bucket: one blob (design A) or a delta log (design B, keyed/delta.py)
+    latency_target_ms: int | None = None  # adapt the per-batch bound at run time to keep latency under this (latency.py)
 
 
 @dataclass
@@ -63,6 +64,8 @@ class JobResult:
     # batches committed as the query stopped, before Spark reported them: in ``events`` (where
     # their sources' offsets say how many) and in the sinks, not in ``progress``
     unreported_batches: list[int] = field(default_factory=list)
+    # with a latency target: per batch the bound it ran with, its events and ms (runner/spark/latency.py)
+    batch_bounds: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def final_watermark_ms(self) -> int | None:

@@ -50,3 +50,33 @@ def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, 
     assert lags[-1] == 0
     print(f"\nflow control: {events:,} events, {len(batches)} batches, max lag {max(lags):,}, "
           f"RSS warm {memory.warm / 2**20:.0f} MiB, peak {memory.peak / 2**20:.0f} MiB")
+
+
+def test_a_latency_target_adapts_the_batch_bound_and_loses_nothing(spark, load_example):
+    """Ember's buffer timeout (examples/latency_target.py): at unbounded input the bound moves
+    with the batches' duration — a tight target settles on smaller batches than a loose one —
+    the source keeps to it, and every event reaches the sink once."""
+    runs = load_example("latency_target").run(seconds=6)
+    tight, loose = runs[200], runs[1_000]
+    for r in (tight, loose):
+        assert r["exact"] and len(r["bounds"]) >= 10 and len(set(r["bounds"])) > 1, r
+    assert tight["steady_bound"] < loose["steady_bound"], (tight["bounds"], loose["bounds"])
+
+
+def test_a_latency_target_below_the_floor_fails_clearly(spark, tmp_path):
+    from ember import CountSink, GroupingSource, LatencyTargetError, StreamEnvironment
+
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, latency_target=2)
+    env.from_source(GroupingSource(partitions=2), name="records").key_by("seq_id").sink_to(CountSink())
+    with pytest.raises(LatencyTargetError, match=r"latency target 2 ms is below this job's floor: with 1,000 events per batch"):
+        env.execute("floor", duration_s=60, progress=False)
+
+
+def test_a_latency_target_refuses_a_source_spark_reads_before_the_job_starts(spark, tmp_path):
+    from ember import CountSink, FileSource, PipelineError, StreamEnvironment
+
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, spark=spark, latency_target=250)
+    env.from_source(FileSource(path=str(tmp_path / "in"), format="text"), name="lines").sink_to(CountSink())
+    with pytest.raises(PipelineError, match="read by Spark's own reader"):
+        env.execute("files", duration_s=5, progress=False)
+    assert not (tmp_path / "files" / "offsets").exists()

@@ -69,9 +69,16 @@ class StreamEnvironment:
       table on the executor's disk, so checkpoint bytes per batch follow the keys a batch
       changed, not the state's size (docs/design/keyed-state-at-scale.md). For every
       keyed step with one input (process functions, windows on Ember's operator, rolling
-      aggregations, CEP; ``process_batches`` with one integer key and numeric state);
-      two-input steps keep the blob layout. Needs ``state_backend="rocksdb"``; fixed by
-      a job's first run.
+      aggregations, CEP, two-input steps; ``process_batches`` with one integer key and
+      numeric state). Needs ``state_backend="rocksdb"``; fixed by a job's first run.
+    - ``latency_target``: Ember's buffer timeout — a timedelta (or milliseconds). The
+      runner adapts the per-batch bound after every micro-batch to keep a record's time
+      from its arrival to its batch's commit under the target, as large as that allows
+      (the most throughput), never above ``max_events_per_batch``; a target the job
+      cannot keep even with the smallest batches stops it with a
+      :class:`~ember.errors.LatencyTargetError` naming the floor it measured. Needs
+      Ember's own sources (generators, Redis streams) and ``trigger_interval`` 0
+      (docs/design/latency.md, "The latency-target knob").
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -89,6 +96,7 @@ class StreamEnvironment:
         fuse_sources: bool = True,
         keyed_operator: str = "auto",
         state_layout: str = "blob",
+        latency_target: timedelta | int | None = None,
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,
@@ -111,12 +119,19 @@ class StreamEnvironment:
             raise ConfigError(f"state_backend must be one of {', '.join(_STATE_BACKENDS)}, got {state_backend!r}")
         if keyed_operator == "transform_with_state" and state_backend != "rocksdb":
             raise ConfigError("keyed_operator='transform_with_state' needs state_backend='rocksdb' (Spark's requirement)")
+        target_ms = None if latency_target is None else to_ms(latency_target, "latency_target")
+        trigger_ms = to_ms(trigger_interval, "trigger_interval", allow_zero=True)
+        if target_ms is not None and trigger_ms:
+            raise ConfigError(
+                f"latency_target and trigger_interval ({trigger_ms} ms) do not go together: with a latency target the "
+                "batches run back to back and their size is what adapts (give trigger_interval=0)"
+            )
         ckpt = os.fspath(checkpoint_dir) if checkpoint_dir is not None else os.path.join(os.getcwd(), "ember-checkpoints")
         self.config = EnvironmentConfig(
             master=master,
             checkpoint_dir=os.path.abspath(ckpt),
             parallelism=parallelism,
-            trigger_interval_ms=to_ms(trigger_interval, "trigger_interval", allow_zero=True),
+            trigger_interval_ms=trigger_ms,
             max_events_per_batch=max_events_per_batch,
             state_backend=state_backend,
             changelog_checkpointing=bool(changelog_checkpointing),
@@ -125,6 +140,7 @@ class StreamEnvironment:
             fuse_sources=bool(fuse_sources),
             keyed_operator=keyed_operator,
             state_layout=state_layout,
+            latency_target_ms=target_ms,
         )
         self._spark = spark
         self.clock = clock or SystemClock()

@@ -36,13 +36,14 @@ class Size:
     sweep_bounds: tuple[int, ...]
     max_rate_steps: int
     scaling_duration_s: float
+    sweep_targets_ms: tuple[int, ...] = ()
 
 
 SIZES = {
-    "tiny": Size(3, 1, 0, 40_000, 3, (0, 500), (5_000, 400_000), 1, 4),
-    "quick": Size(6, 1, 0, 1_000_000, 5, (0, 1000), (5_000, 100_000, 2_000_000), 2, 6),
+    "tiny": Size(3, 1, 0, 40_000, 3, (0, 500), (5_000, 400_000), 1, 4, (500,)),
+    "quick": Size(6, 1, 0, 1_000_000, 5, (0, 1000), (5_000, 100_000, 2_000_000), 2, 6, (250, 1000)),
     "full": Size(20, 3, 8, 2_000_000, 15, (0, 100, 250, 500, 1000, 2000),
-                 (5_000, 20_000, 100_000, 500_000, 2_000_000, 4_000_000), 5, 20),
+                 (5_000, 20_000, 100_000, 500_000, 2_000_000, 4_000_000), 5, 20, (100, 250, 500, 1000)),
 }
 
 # The seeds' published throughput per core (WORKLOADS.md), for the workloads that have one.
@@ -88,7 +89,7 @@ def run_report(size: str = "quick", master: str = "local[*]", workloads: list[st
              + (f", baseline {report['baseline_events_per_second']:,}" if "baseline_events_per_second" in report else ""))
     _log(f"{len(names) + 1}/{steps} knob sweep (E3) [{time.monotonic() - started:.0f} s]")
     out["sweep"] = run_sweep(duration_s=s.sweep_duration_s, master=master, triggers_ms=s.sweep_triggers_ms,
-                             batch_bounds=s.sweep_bounds, verbose=False)
+                             batch_bounds=s.sweep_bounds, verbose=False, targets_ms=s.sweep_targets_ms)
     out["sweep"]["command"] = f"ember bench sweep --duration {s.sweep_duration_s:g}"
     _log(f"{len(names) + 2}/{steps} max sustainable rate, grouping [{time.monotonic() - started:.0f} s]")
     cfg = BenchConfig(duration_s=max(s.duration_s, 6), max_events_per_batch=s.max_events_per_batch, master=master, verbose=False)
@@ -175,6 +176,22 @@ def write_report(data: dict[str, Any], directory: str) -> str:
             q = p["latency_ms"] or {}
             lines.append(f"| {kind} | {p['trigger_interval_ms']} ms | {p['max_events_per_batch']:,} | {p['events_per_second']:,} | "
                          f"{q.get('p50', 0):,.0f} ms | {q.get('p90', 0):,.0f} ms | {q.get('p99', 0):,.0f} ms | {p['verified']} |")
+    if sweep.get("latency_targets"):
+        lines += ["", "Ember's buffer timeout, `StreamEnvironment(latency_target=...)` (`ember bench sweep --targets ...`), "
+                  "at unbounded rate: the bound adapts at run time; a record's latency here is its batch's duration, "
+                  "which the knob keeps under ~half the target (the rest is an open-loop record's wait for its batch). "
+                  "Flink's published buffer-timeout points (WORKLOADS.md E3): "
+                  + "; ".join(f"timeout {f['timeout_ms']} ms: {f['events_per_second_per_core']:,} events/s per core, p99 "
+                              f"{f['p99_ms']} ms" for f in sweep.get("flink_buffer_timeout", [])) + ".", "",
+                  "| latency target | events/s | events/s per core | p50 | p99 | bound (median) | verified |",
+                  "|---|---|---|---|---|---|---|"]
+        for p in sweep["latency_targets"]:
+            q = p["latency_ms"] or {}
+            if p.get("below_floor"):
+                lines.append(f"| {p['target_ms']} ms | below the floor: {p['below_floor']} | | | | | {p['verified']} |")
+                continue
+            lines.append(f"| {p['target_ms']} ms | {p['events_per_second']:,} | {p['events_per_second'] // max(1, data['cores']):,} | "
+                         f"{q.get('p50', 0):,.0f} ms | {q.get('p99', 0):,.0f} ms | {p['median_bound']:,} | {p['verified']} |")
     mr = data["max_rate"]
     lines += ["", "## Max sustainable throughput (grouping)", "",
               f"`{mr['command']}`: drains a backlog at {mr['drain_events_per_second']:,} events/s; sustains "
@@ -230,10 +247,24 @@ def _plots(data: dict[str, Any], directory: str) -> list[tuple[str, str]]:
             knob = f"{p['trigger_interval_ms']} ms" if kind == "fixed_rate" else f"{p['max_events_per_batch']:,}/batch"
             ax.annotate(knob, (p["events_per_second"] / cores, p["latency_ms"]["p50"]), fontsize=7,
                         textcoords="offset points", xytext=(4, -10))
+    targets = [p for p in data["sweep"].get("latency_targets", []) if p["latency_ms"]]
+    if targets:
+        ax.plot([p["events_per_second"] / cores for p in targets], [p["latency_ms"]["p99"] for p in targets], "-", marker="^",
+                label="latency target p99 (Ember's buffer timeout)")
+        for p in targets:
+            ax.annotate(f"target {p['target_ms']} ms", (p["events_per_second"] / cores, p["latency_ms"]["p99"]), fontsize=7,
+                        textcoords="offset points", xytext=(4, 4))
+    flink = data["sweep"].get("flink_buffer_timeout", [])
+    if flink:
+        ax.plot([f["events_per_second_per_core"] for f in flink], [f["p99_ms"] for f in flink], ":", marker="x", color="black",
+                label="Flink p99, published (buffer timeout)")
+        for f in flink:
+            ax.annotate(f"Flink timeout {f['timeout_ms']} ms", (f["events_per_second_per_core"], f["p99_ms"]), fontsize=7,
+                        textcoords="offset points", xytext=(4, 4))
     ax.set_xscale("log")
     ax.set_xlabel("events/s per core")
     ax.set_ylabel("latency (ms)")
-    ax.set_title("E3: latency vs throughput across trigger interval and batch bound", fontsize=9)
+    ax.set_title("E3: latency vs throughput across trigger interval, batch bound and latency target", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(directory, "knob.png"), dpi=110)

@@ -55,6 +55,8 @@ def _env_from(args: argparse.Namespace) -> Any:
         kwargs["parallelism"] = args.parallelism
     if getattr(args, "state_layout", None):
         kwargs["state_layout"] = args.state_layout
+    if getattr(args, "latency_target_ms", None) is not None:
+        kwargs["latency_target"] = args.latency_target_ms
     return StreamEnvironment(**kwargs)
 
 
@@ -142,6 +144,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
     if args.workers is not None and (args.workload in ("sweep", "report") or args.max_rate):
         raise ConfigError("bench: --workers runs one workload on a cluster (not sweep, report or --max-rate)")
+    if args.targets and args.workload != "sweep":
+        raise ConfigError("bench: --targets is the latency-target sweep's (ember bench sweep --targets 100,250,...)")
     if args.workload == "sweep":
         return _cmd_sweep(args)
     if args.workload == "report":
@@ -233,7 +237,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     from ember.bench.sweep import run_sweep
 
-    report = run_sweep(rate=args.rate or 500_000, duration_s=args.duration, master=args.master, baseline=not args.no_baseline)
+    if args.targets:
+        try:
+            targets = tuple(int(t) for t in args.targets.split(","))
+        except ValueError:
+            raise ConfigError(f"--targets takes milliseconds separated by commas (e.g. 100,250,500), got {args.targets!r}") from None
+        if any(t <= 0 for t in targets):
+            raise ConfigError(f"--targets must be positive milliseconds, got {args.targets!r}")
+        report = run_sweep(duration_s=args.duration, master=args.master, triggers_ms=(), batch_bounds=(), targets_ms=targets,
+                           target_cap=args.max_events_per_batch, baseline=False)
+    else:
+        report = run_sweep(rate=args.rate or 500_000, duration_s=args.duration, master=args.master, baseline=not args.no_baseline)
     report["command"] = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report["date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     if args.json:
@@ -249,7 +263,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                     base = p["baseline_latency_ms"] or {}
                     print(f"{'  PySpark':10} {'':>10} {'':>12} {p['baseline_events_per_second']:>12,} "
                           f"{base.get('p50', 0):>8,.0f} {base.get('p90', 0):>8,.0f} {base.get('p99', 0):>8,.0f}")
-        print(f"max-rate throughput range: {report['max_rate_throughput_range']}x; verified: {report['verified']}")
+        for p in report["latency_targets"]:
+            lat = p["latency_ms"] or {}
+            what = p.get("below_floor") or (f"{p['events_per_second']:>12,} events/s, p50 {lat.get('p50', 0):,.0f} ms, "
+                                            f"p99 {lat.get('p99', 0):,.0f} ms, bound ~{p['median_bound']:,}")
+            print(f"target {p['target_ms']:>6} ms: {what}  {p['verified']}")
+        if report["max_rate"]:
+            print(f"max-rate throughput range: {report['max_rate_throughput_range']}x")
+        print(f"verified: {report['verified']}")
     return 0 if report["verified"] else 1
 
 
@@ -322,6 +343,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a job until its sources end, a duration, or Ctrl-C")
     job_options(run)
+    run.add_argument("--latency-target-ms", type=int, metavar="MS",
+                     help="Ember's buffer timeout: adapt the per-batch bound to keep latency under MS (Ember's sources)")
     run.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     run.add_argument("--max-events", type=int, help="stop after this many events")
     run.add_argument("--stop-when-idle", type=float, metavar="S", help="stop once no input arrived for S seconds (drain, then stop)")
@@ -396,6 +419,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="bench-report", help="report: output directory (default ./bench-report)")
     bench.add_argument("--max-rate", action="store_true",
                        help="search the highest open-loop rate the workload sustains (bounded lag), after a drain run")
+    bench.add_argument("--targets", metavar="MS,MS,...",
+                       help="sweep: only the latency-target sweep (Ember's buffer timeout), e.g. 100,250,500,1000")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 

@@ -46,6 +46,7 @@ __all__ = [
     "fixed_origin",
     "fixed_token",
     "admission_stopped",
+    "admission_bound",
     "disk_bytes",
     "state_writes",
 ]
@@ -93,6 +94,11 @@ class CheckpointLayout:
     @property
     def running(self) -> str:
         return self._file(RUNNING)
+
+    @property
+    def batch_bound(self) -> str:
+        """The per-batch bound the latency-target controller sets (latency.py); sources read it."""
+        return self._file("batch-bound")
 
     @property
     def leader_lock(self) -> str:
@@ -258,6 +264,19 @@ def admission_stopped(options: dict[str, str]) -> bool:
     option names the job's stop marker): admit nothing new."""
     marker = options.get("stop_marker")
     return marker is not None and marker != "" and os.path.exists(marker)
+
+
+def admission_bound(options: dict[str, str], limit: int) -> int:
+    """In a source reader: the per-batch bound to admit — ``limit``, or less when the driver
+    adapts it to a latency target (the ``bound_file`` option names the file it writes)."""
+    path = options.get("bound_file")
+    if not path:
+        return limit
+    try:
+        with open(path) as f:
+            return max(1, min(limit, int(f.read().strip() or limit)))
+    except (OSError, ValueError):
+        return limit
 
 
 def state_writes(checkpoint: str, last: int) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from ember.errors import EmberError
-from ember.runner.spark.checkpoint import admission_stopped, fixed_origin, offset_log_entry
+from ember.runner.spark.checkpoint import admission_bound, admission_stopped, fixed_origin, offset_log_entry
 
 __all__ = ["register_sources", "END_OF_TIME_MS"]
 
@@ -75,7 +75,7 @@ class SequenceReader(DataSourceStreamReader):
             due = min(due, max(0, int(elapsed_ms * float(rate) // 1000)))
         due_now = due
         if not isinstance(limit, ReadAllAvailable):
-            due = min(due, n0 + int(limit.max_rows))
+            due = min(due, n0 + admission_bound(self.options, int(limit.max_rows)))
         n1 = max(n0, due)
         done = max_events is not None and n1 >= max_events
         end = {"n": n1, "origin_ms": origin, "done": done}

@@ -14,7 +14,7 @@ import re
 import socket
 from typing import Any, Callable
 
-from ember.errors import JobFailedError, PipelineError
+from ember.errors import JobFailedError, LatencyTargetError, PipelineError
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import SqlNode
 from ember.job import EnvironmentConfig, JobResult, RunListener
@@ -26,6 +26,7 @@ from ember.runner.spark.checkpoint import (
     write_json,
 )
 from ember.runner.spark.compiler import compile_graph
+from ember.runner.spark.latency import BELOW_FLOOR, BoundController
 from ember.runner.spark.leader import STOOD_DOWN, LeaderLock
 from ember.runner.spark.progress import ProgressFollower
 from ember.runner.spark.restart import check_restart
@@ -120,6 +121,10 @@ def run_job(
     if max_events is not None:
         conditions.append(MaxEvents(max_events))
     conditions.append(StopRequested(layout.stop_request))
+    knob = None
+    if config.latency_target_ms is not None:  # Ember's buffer timeout: the per-batch bound adapts (latency.py)
+        knob = BoundController(config.latency_target_ms, config.max_events_per_batch, layout.batch_bound)
+        conditions.append(knob)
     if bounded:
         idle_limit = max(10.0, 10 * config.trigger_interval_ms / 1000)
         conditions.append(EndOfInput(len(bounded_sources), layout.end_of_input,
@@ -169,6 +174,8 @@ def run_job(
         listener.job_ended(reason, None if exc is None else _cause(exc))
     if exc is not None:
         raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
+    if knob is not None and reason == BELOW_FLOOR:
+        raise LatencyTargetError(f"job '{name}': {knob.floor_message()}")
     return JobResult(
         name=name,
         checkpoint_dir=checkpoint,
@@ -182,6 +189,7 @@ def run_job(
         start_ms=source_origins(checkpoint, graph),
         counters={name: int(c.value) for name, c in job.compilation.counters.items()},
         unreported_batches=sorted(follower.unreported),
+        batch_bounds=knob.history if knob is not None else [],
     )
 
 

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from ember.runner.spark.checkpoint import admission_stopped
+from ember.runner.spark.checkpoint import admission_bound, admission_stopped
 from ember.runner.spark.json_decode import ARROW_TYPES, decode_json
 
 __all__ = ["RedisStreamsDataSource", "decode_entries", "ZERO_ID"]
@@ -95,7 +95,7 @@ class RedisStreamsReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if admission_stopped(self.options):
             return start
-        budget = self.max_rows if isinstance(limit, ReadAllAvailable) else int(limit.max_rows)
+        budget = admission_bound(self.options, self.max_rows if isinstance(limit, ReadAllAvailable) else int(limit.max_rows))
         share = max(1, budget // len(self.streams))
         redis = self.redis
         infos = _stream_infos(redis, self.streams)

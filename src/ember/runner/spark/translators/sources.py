@@ -34,8 +34,17 @@ def translate_source(comp: Compilation, node: SourceNode) -> Frame:
 
 
 # --------------------------------------------------------------------------- Spark's own
+def _no_latency_target(comp: Compilation, node: SourceNode, what: str) -> None:
+    if comp.config.latency_target_ms is not None:
+        raise PipelineError(
+            f"latency_target adapts how much Ember's sources admit per micro-batch; {what} is read by Spark's own "
+            "reader, which Ember cannot bound at run time (use trigger_interval and the source's own per-batch "
+            "option instead, or an Ember source)", node.name)
+
+
 @builds(FileSource)
 def _files(comp: Compilation, node: SourceNode, src: FileSource) -> Any:
+    _no_latency_target(comp, node, "FileSource")
     comp.unstoppable.append(node.name)
     reader = comp.spark.readStream.format(src.format)
     if src.format != "text":
@@ -49,6 +58,7 @@ def _files(comp: Compilation, node: SourceNode, src: FileSource) -> Any:
 
 @builds(RateSource)
 def _rate(comp: Compilation, node: SourceNode, src: RateSource) -> Any:
+    _no_latency_target(comp, node, "RateSource")
     comp.unstoppable.append(node.name)
     reader = comp.spark.readStream.format("rate").option("rowsPerSecond", src.rows_per_second)
     if src.partitions:
@@ -85,6 +95,11 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
     )
 
 
+def _bound_file(comp: Compilation) -> str:
+    """Where the latency-target controller writes the per-batch bound ("" without a target)."""
+    return comp.layout.batch_bound if comp.config.latency_target_ms is not None else ""
+
+
 # --------------------------------------------------------------------------- external systems
 @builds(RedisStreamSource)
 def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) -> Any:
@@ -104,6 +119,7 @@ def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) 
         .option("json_field", src.json_field or "")
         .option("stop_at_end", "true" if src.stop_at_end else "false")
         .option("stop_marker", comp.stop_marker or "")
+        .option("bound_file", _bound_file(comp))
         .load()
     )
 
@@ -118,7 +134,7 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
     with the origin fixed once in the checkpoint (``ember/origin-<step>``, see ``fixed_origin``).
     """
     per_batch = src.max_events_per_batch or comp.config.max_events_per_batch
-    if src.needs_python_driver:
+    if src.needs_python_driver or comp.config.latency_target_ms is not None:  # (Spark's reader has a fixed bound)
         reader = comp.spark.readStream.format("ember_sequence")
         for option, value in fused.items():  # a step fused into the reader (pack, decode)
             reader = reader.option(option, value)
@@ -127,6 +143,7 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
             .option("spec", json.dumps(source_spec(src, per_batch)))
             .option("stop_marker", comp.stop_marker or "")
             .option("origin_file", comp.layout.origin(node.name))
+            .option("bound_file", _bound_file(comp))
             .load()
         )
     origin = src.start_ms if src.start_ms is not None else fixed_origin(comp.layout.origin(node.name))
