@@ -6,8 +6,10 @@ starts (the batches run back to back) and is done when its batch commits, so its
 is at most about two batch durations. With ``StreamEnvironment(latency_target=...)`` the
 driver keeps the batches' duration under half the target: after every micro-batch that
 took input it scales the per-batch bound by the ratio of that goal to the recent batch
-durations (smoothed; at most halving or x1.5 per batch; raised only while the bound is
-what limits a batch), between :data:`MIN_BOUND` and the job's ``max_events_per_batch``.
+durations (the median of the last three; at most halving or doubling per batch; raised only
+while the bound is what limits a batch), between :data:`MIN_BOUND` and the job's
+``max_events_per_batch``. A run's first batch is not taken into account: it also starts
+Spark's Python workers and loads state.
 Ember's sources read the bound from a file in the checkpoint when they plan the next batch
 (``checkpoint.admission_bound``).
 
@@ -41,7 +43,7 @@ class BoundController(StopCondition):
         self.target_ms, self.max_bound, self.path = target_ms, max_bound, path
         self.goal_ms = GOAL_SHARE * target_ms
         self.bound = max(MIN_BOUND, min(max_bound, start_bound or 20_000))
-        self.smoothed: float | None = None
+        self.recent: list[float] = []  # the last batches' ms
         self.seen = 0  # progress reports looked at
         self.at_floor: list[float] = []  # batch ms while the bound sat at its floor, over the goal
         self.history: list[dict[str, Any]] = []  # (batch, bound it ran with, ms): the knob's trace
@@ -62,12 +64,14 @@ class BoundController(StopCondition):
             return
         ran_with = self.bound
         self.history.append({"batch": int(report.get("batchId", -1)), "bound": ran_with, "events": events, "ms": ms})
-        self.smoothed = ms if self.smoothed is None else 0.5 * self.smoothed + 0.5 * ms
-        ratio = self.goal_ms / self.smoothed
+        if len(self.history) == 1:
+            return  # the run's first batch: start-up costs, not the bound's
+        self.recent = (self.recent + [ms])[-3:]
+        ratio = self.goal_ms / statistics.median(self.recent)
         if ratio < 1.0:
             self.bound = max(MIN_BOUND, int(self.bound * max(0.5, ratio)))
         elif ratio > 1.15 and events >= 0.9 * ran_with:  # the bound limited this batch: let more in
-            self.bound = min(self.max_bound, int(self.bound * min(1.5, ratio)))
+            self.bound = min(self.max_bound, int(self.bound * min(2.0, ratio)))
         if ran_with == MIN_BOUND and ms > self.goal_ms:
             self.at_floor.append(ms)
         else:
