@@ -291,6 +291,14 @@ def _stop_gracefully(query: Any, stop_marker: str, follower: ProgressFollower, c
                 break
             idle_polls = idle_polls + 1 if clean else 0
             clock.sleep(0.01)
+        if unstoppable:  # its commit is in: let Spark report the batch (after its commit) before stopping
+            committed = last_committed_batch(checkpoint)
+            reported_by = clock.monotonic() + 2.0
+            while query.isActive and clock.monotonic() < reported_by:
+                last = query._jsq.lastProgress()
+                if committed < 0 or (last is not None and int(last.batchId()) >= committed):
+                    break
+                clock.sleep(0.01)
     query.stop()
 
 

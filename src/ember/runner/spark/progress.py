@@ -175,8 +175,9 @@ def _events(report: dict[str, Any], sources: list[dict[str, Any]], offsets: list
 
 def offsets_events(start: list[Any], end: list[Any]) -> int | None:
     """The events read between two offset-log entries (one offset per source, in the same
-    order), where every source's offset carries a count: Ember's generators (``n``), Redis
-    streams (``read`` per stream), the end-of-input marker (no user events). None otherwise."""
+    order), where every source's offset carries a count: Ember's generators (``n``; on
+    Spark's ``rate-micro-batch``, ``offset``), Redis streams (``read`` per stream), the
+    end-of-input marker (no user events). None otherwise."""
     total = 0
     for i, raw in enumerate(end):
         to, since = _offset(raw), _offset(start[i]) if i < len(start) else {}
@@ -184,6 +185,8 @@ def offsets_events(start: list[Any], end: list[Any]) -> int | None:
             continue
         if "n" in to:
             total += int(to["n"]) - int(since.get("n", 0))
+        elif isinstance(to.get("offset"), int) and "timestamp" in to:  # Spark's rate-micro-batch: rows so far
+            total += int(to["offset"]) - int(since.get("offset", 0))
         elif isinstance(to.get("read"), dict):
             read = since.get("read")
             before: dict[str, Any] = read if isinstance(read, dict) else {}

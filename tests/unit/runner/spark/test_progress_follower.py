@@ -81,6 +81,14 @@ def test_redis_offsets_count_per_stream_and_a_previous_run_is_not_counted(tmp_pa
     assert follower.unreported == {5: 12} and follower.events == 12
 
 
+def test_an_unreported_batch_of_sparks_rate_micro_batch_counts_its_rows(tmp_path):
+    _log(tmp_path, 0, {"offset": 40_000, "timestamp": 1_000})
+    _log(tmp_path, 1, {"offset": 80_000, "timestamp": 2_000})
+    follower = _Follower(False, "job", ManualClock())
+    follower.account_unreported(str(tmp_path), -1, 1)
+    assert follower.unreported == {0: 40_000, 1: 40_000} and follower.events == 80_000
+
+
 def test_an_unreported_batch_of_a_source_without_counts_is_listed_and_said(tmp_path, capsys):
     _log(tmp_path, 0, {"batch": 1, "done": False})
     _log(tmp_path, 1, {"batch": 2, "done": False})
