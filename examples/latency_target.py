@@ -23,14 +23,15 @@ TARGETS_MS = (1_000, 5_000)  # (on 2 cores a batch of Ember's Python source cost
 SETTLE_BATCHES = 8  # the knob starts at 20,000 events per batch and needs a few batches to settle
 
 
-def run(seconds: float = 15.0, targets_ms: tuple[int, ...] = TARGETS_MS, settle: int = SETTLE_BATCHES) -> dict[int, dict]:
+def run(seconds: float = 15.0, targets_ms: tuple[int, ...] = TARGETS_MS, settle: int = SETTLE_BATCHES,
+        max_events_per_batch: int = 2_000_000) -> dict[int, dict]:
     root = tempfile.mkdtemp(prefix="ember-latency-target-")
     out: dict[int, dict] = {}
     spark = None
     try:
         for target in targets_ms:
             env = StreamEnvironment(master="local[2]", checkpoint_dir=f"{root}/{target}", parallelism=2, spark=spark,
-                                    latency_target=target)
+                                    latency_target=target, max_events_per_batch=max_events_per_batch)
             spark = env.spark
             sink = CountSink(latency_field="ts")
             env.from_source(GroupingSource(partitions=2), name="records").key_by("seq_id").sink_to(sink)
@@ -39,6 +40,7 @@ def run(seconds: float = 15.0, targets_ms: tuple[int, ...] = TARGETS_MS, settle:
             first = steady[0]["batch"] if steady else 0
             out[target] = {
                 "bounds": [b["bound"] for b in result.batch_bounds],
+                "events": [b["events"] for b in result.batch_bounds],
                 "steady_bound": statistics.median(b["bound"] for b in steady) if steady else None,
                 "events_per_second": sum(b["events"] for b in steady) / max(1e-9, sum(b["ms"] for b in steady) / 1000),
                 "latency_ms": percentiles(sink.latencies_after(first - 1)),

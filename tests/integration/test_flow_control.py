@@ -53,14 +53,19 @@ def test_slow_sink_throttles_the_source_with_bounded_memory_and_no_loss(env, r, 
 
 
 def test_a_latency_target_adapts_the_batch_bound_and_loses_nothing(spark, load_example):
-    """Ember's buffer timeout (examples/latency_target.py): at unbounded input the bound moves
-    with the batches' duration — a tight target settles on smaller batches than a loose one —
-    the source keeps to it, and every event reaches the sink once."""
-    runs = load_example("latency_target").run(seconds=5, targets_ms=(1_500, 5_000), settle=5)
-    tight, loose = runs[1_500], runs[5_000]
-    for r in (tight, loose):
-        assert r["exact"] and len(r["bounds"]) >= 7 and len(set(r["bounds"])) > 1, r
-    assert tight["steady_bound"] < loose["steady_bound"], (tight["bounds"], loose["bounds"])
+    """Ember's buffer timeout (examples/latency_target.py), the growing direction: batches far
+    faster than a loose target let the bound double each batch from its start (20,000) up to
+    max_events_per_batch; the source admits no more than each batch's bound, and every event
+    reaches the sink once. (Shrinking: the floor test below and the unit tests; how far a real
+    target moves it is timing, measured in BENCHMARKS.md, not asserted here.)"""
+    runs = load_example("latency_target").run(seconds=4, targets_ms=(60_000,), settle=1, max_events_per_batch=320_000)
+    r = runs[60_000]
+    bounds, events = r["bounds"], r["events"]
+    assert r["exact"] and len(bounds) >= 4, r
+    assert bounds[0] == 20_000 and bounds == sorted(bounds) and max(bounds) <= 320_000, bounds
+    # every batch admitted at most the bound in force when Spark planned it (this one or the one before)
+    assert events[0] <= 20_000 and all(e <= b for e, b in zip(events[1:], bounds)), (events, bounds)
+    assert events == sorted(events) and events[-1] >= 40_000, (events, bounds)
 
 
 def test_a_latency_target_below_the_floor_fails_clearly(spark, tmp_path):

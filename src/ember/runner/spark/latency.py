@@ -43,10 +43,11 @@ class BoundController(StopCondition):
         self.target_ms, self.max_bound, self.path = target_ms, max_bound, path
         self.goal_ms = GOAL_SHARE * target_ms
         self.bound = max(MIN_BOUND, min(max_bound, start_bound or 20_000))
+        self.previous = self.bound  # the bound before the last change
         self.recent: list[float] = []  # the last batches' ms
         self.seen = 0  # progress reports looked at
         self.at_floor: list[float] = []  # batch ms while the bound sat at its floor, over the goal
-        self.history: list[dict[str, Any]] = []  # (batch, bound it ran with, ms): the knob's trace
+        self.history: list[dict[str, Any]] = []  # per batch: the bound when its report came, its events and ms
         self.write()
 
     def write(self) -> None:
@@ -68,11 +69,17 @@ class BoundController(StopCondition):
             return  # the run's first batch: start-up costs, not the bound's
         self.recent = (self.recent + [ms])[-3:]
         ratio = self.goal_ms / statistics.median(self.recent)
+        # Spark plans the next batch as soon as one ends, before the driver sees this one's
+        # report: a batch ran under the bound in force or the one before it.
+        limit = min(self.bound, self.previous)
+        new = self.bound
         if ratio < 1.0:
-            self.bound = max(MIN_BOUND, int(self.bound * max(0.5, ratio)))
-        elif ratio > 1.15 and events >= 0.9 * ran_with:  # the bound limited this batch: let more in
-            self.bound = min(self.max_bound, int(self.bound * min(2.0, ratio)))
-        if ran_with == MIN_BOUND and ms > self.goal_ms:
+            new = max(MIN_BOUND, int(self.bound * max(0.5, ratio)))
+        elif ratio > 1.15 and events >= 0.9 * limit:  # the bound limited this batch: let more in
+            new = min(self.max_bound, int(self.bound * min(2.0, ratio)))
+        if new != self.bound:
+            self.previous, self.bound = self.bound, new
+        if limit == MIN_BOUND and ms > self.goal_ms:
             self.at_floor.append(ms)
         else:
             self.at_floor.clear()
