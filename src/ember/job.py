@@ -64,7 +64,9 @@ class JobResult:
     # batches committed as the query stopped, before Spark reported them: in ``events`` (where
     # their sources' offsets say how many) and in the sinks, not in ``progress``
     unreported_batches: list[int] = field(default_factory=list)
-    # with a latency target: per batch the bound it ran with, its events and ms (runner/spark/latency.py)
+    # with a latency target: per batch the bound in force when its report came, its events and ms
+    # (runner/spark/latency.py; Spark plans a batch before the driver sees the previous report, so
+    # a batch ran under this bound or the one before it)
     batch_bounds: list[dict[str, Any]] = field(default_factory=list)
 
     @property

@@ -282,8 +282,8 @@ class StreamEnvironment:
         One driver runs a job at a time: a second ``execute`` on a checkpoint in use fails
         at once. ``standby=True`` starts this driver (JVM, Spark session, Python workers)
         and waits instead: when the running driver's process dies it takes over at once
-        from the checkpoint; when that job ends by itself it stands down
-        (docs/operations.md, "Standby drivers").
+        from the checkpoint; when that job ends by itself it stands down (README, "One
+        driver per job; standby drivers"; docs/design/exactly-once.md, "Recovery time").
         """
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
             raise ConfigError(f"job name must be letters, digits, '_', '-' or '.', got {name!r}")

@@ -88,6 +88,7 @@ class _Child:
     proc: subprocess.Popen
     started: float
     log: str
+    ready: bool = False  # a standby: said it waits, warm (read from its log until it has)
 
 
 @dataclass
@@ -141,9 +142,12 @@ class ChaosRun:
         return _Child(proc, time.monotonic(), log)
 
     def standing_by(self, child: _Child) -> bool:
-        """Whether a standby's driver is up and waiting for the lock (leader.py says so)."""
-        with open(child.log, errors="replace") as f:
-            return "standby for the running job" in f.read()
+        """Whether a standby's driver is up and waiting for the lock (leader.py says so; its
+        log is read until it has)."""
+        if not child.ready:
+            with open(child.log, errors="replace") as f:
+                child.ready = "standby for the running job" in f.read()
+        return child.ready
 
     def tail(self, child: _Child, lines: int = 30) -> str:
         with open(child.log, errors="replace") as f:
