@@ -70,6 +70,14 @@ def test_grouping_records(env):
     assert all((r["ts"] > 0) == (r["seq_id"] % 100 == 0) for r in rows)
 
 
+def test_grouping_records_with_event_time(env):
+    """``event_time=True``: every record's ts is its event time (``ember bench peers`` windows on it)."""
+    src = GroupingSource(partitions=2, max_events=3_000, hosts=7, nominal_rate=1_000, event_time=True, start_ms=5_000)
+    rows, _ = _collect(env, src)
+    assert sorted((r["seq_id"], r["host_id"], r["ts"]) for r in rows) == [
+        (seq, seq % 7, 5_000 + seq * 1000 // 1_000) for seq in range(3_000)]
+
+
 def test_state_machine_records_match_reference(env):
     src = StateMachineSource(partitions=2, max_events=6_000, active_addresses=50, frames_per_epoch=10, invalid_rate=0.01)
     rows, _ = _collect(env, src)

@@ -146,6 +146,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError("bench: --workers runs one workload on a cluster (not sweep, report or --max-rate)")
     if args.targets and args.workload != "sweep":
         raise ConfigError("bench: --targets is the latency-target sweep's (ember bench sweep --targets 100,250,...)")
+    peers_only = [f for f, v in (("--events", args.events), ("--systems", args.systems), ("--python-events", args.python_events),
+                                 ("--latency-rate", args.latency_rate), ("--latency-seconds", args.latency_seconds)) if v is not None]
+    if peers_only and args.workload != "peers":
+        raise ConfigError(f"bench: {', '.join(peers_only)} belong to ember bench peers")
+    if args.workload == "peers":
+        return _cmd_peers(args)
     if args.workload == "sweep":
         return _cmd_sweep(args)
     if args.workload == "report":
@@ -230,6 +236,50 @@ def _cmd_max_rate(args: argparse.Namespace) -> int:
               f"{report['max_sustainable_events_per_second']:,} events/s open loop (backlog <= "
               f"{report['backlog_bound_s']:g} s of input); verified: {report['verified']}")
     return 0 if report["verified"] else 1
+
+
+def _cmd_peers(args: argparse.Namespace) -> int:
+    from ember.bench.peers.runner import PEER_PACKAGES, PeersConfig, run_peers
+
+    cfg = PeersConfig(master="local[2]" if args.master == "local[*]" else args.master)
+    if args.events is not None:
+        cfg.events = _positive("--events", args.events)
+    if args.keys is not None:
+        cfg.keys = _positive("--keys", args.keys)
+    if args.python_events is not None:
+        cfg.python_events = _positive("--python-events", args.python_events)
+    if args.latency_rate is not None:
+        cfg.latency_rate = _positive("--latency-rate", args.latency_rate)
+    if args.latency_seconds is not None:
+        if args.latency_seconds <= 0:
+            raise ConfigError("bench peers: --latency-seconds must be > 0")
+        cfg.latency_seconds = args.latency_seconds
+    if args.systems is not None:
+        systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+        unknown = sorted(set(systems) - {"ember", *PEER_PACKAGES})
+        if not systems or unknown:
+            raise ConfigError(f"bench peers: --systems takes a list of ember, {', '.join(PEER_PACKAGES)} (got {args.systems!r})")
+        cfg.systems = systems
+    report = run_peers(cfg)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"{'system':8} {'job':72} {'events':>11} {'events/s':>11}  verified")
+        for r in report["throughput"]:
+            eps = f"{r['events_per_second']:,}" if r["events_per_second"] else "n/a"
+            print(f"{r['system']:8} {r['job']:72} {r['events']:>11,} {eps:>11}  {r['verified']}")
+        print(f"\nlatency, paced at {cfg.latency_rate:,} events/s for {cfg.latency_seconds:.0f} s:")
+        print(f"{'system':8} {'job':50} {'p50 ms':>8} {'p99 ms':>8}  verified")
+        for r in report["latency"]:
+            lat = r["latency_ms"]
+            print(f"{r['system']:8} {r['job']:50} {lat.get('p50', 'n/a'):>8} {lat.get('p99', 'n/a'):>8}  {r['verified']}")
+    return 0 if report["verified"] else 1
+
+
+def _positive(flag: str, value: int) -> int:
+    if value <= 0:
+        raise ConfigError(f"bench peers: {flag} must be > 0, got {value}")
+    return value
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -392,6 +442,8 @@ def _parser() -> argparse.ArgumentParser:
                        "connect (E4 checked against rules changing every second: broadcast state) | "
                        "yahoo | yahoo-json (events as JSON texts) | yahoo-redis (open loop, --rate default 100,000; "
                        "counts written to Redis every second and at each window's end; latency percentiles); "
+                       "peers (Ember beside Bytewax and PyFlink, each in its own virtualenv installed on first use: a keyed "
+                       "running count and a 1 s event-time tumbling count over the same --events, throughput and paced latency); "
                        "sweep (E3: the grouping job across trigger intervals at --rate, "
                        "default 500,000, and across per-batch bounds at unbounded rate); report (the whole suite: "
                        "a Markdown report with tables and plots in --out)")
@@ -405,7 +457,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-baseline", action="store_true", help="skip the plain-PySpark baseline")
     bench.add_argument("--warmup", type=float, default=8.0, metavar="S", help="discarded warm-up run of each side (default 8 s)")
     bench.add_argument("--pattern", help="grep: regex to match (default the E1 pattern)")
-    bench.add_argument("--keys", type=int, help="grouping-keyed: distinct keys in the state (default 1000)")
+    bench.add_argument("--keys", type=int, help="grouping-keyed, rolling: distinct keys (default 1000); peers: keys (default 100)")
     bench.add_argument("--skew", action="store_true", help="grouping-keyed: Zipf-like keys (key k ~1/k as often as key 0)")
     bench.add_argument("--prefill", action="store_true",
                        help="grouping-keyed: create every key first (2 M events per batch), then measure from that checkpoint")
@@ -421,6 +473,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="search the highest open-loop rate the workload sustains (bounded lag), after a drain run")
     bench.add_argument("--targets", metavar="MS,MS,...",
                        help="sweep: only the latency-target sweep (Ember's buffer timeout), e.g. 100,250,500,1000")
+    bench.add_argument("--events", type=int, help="peers: events per throughput run (default 10,000,000)")
+    bench.add_argument("--python-events", type=int,
+                       help="peers: events for PyFlink's Python DataStream runs (default 200,000: it runs ~10 k events/s)")
+    bench.add_argument("--systems", metavar="A,B,...", help="peers: which of ember, bytewax, pyflink (default all)")
+    bench.add_argument("--latency-rate", type=int, help="peers: events/s of the paced latency runs (default 2,000)")
+    bench.add_argument("--latency-seconds", type=float, help="peers: seconds of each paced latency run (default 20)")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.set_defaults(func=_cmd_bench)
 

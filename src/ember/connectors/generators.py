@@ -338,7 +338,9 @@ class GroupingSource(GeneratorSource):
     ``ts`` is the record's ingestion wall-clock time (ms) on one record in
     ``sample_every`` (for latency percentiles) and 0 elsewhere. Under a target
     rate, ingestion time is the record's scheduled emission time (open loop);
-    at unbounded speed it is the micro-batch start.
+    at unbounded speed it is the micro-batch start. With ``event_time=True``,
+    ``ts`` is every record's event time instead (``start_ms + seq * 1000 //
+    events_per_second``, in order), for event-time windows over these records.
 
     ``host_id`` is ``seq % hosts`` (round robin: every key equally often), or with
     ``skew`` Zipf-like (exponent ~1: key ``k`` about ``1/k`` as often as key 0, in
@@ -350,6 +352,7 @@ class GroupingSource(GeneratorSource):
     hosts: int = 1000
     sample_every: int = 1000
     skew: bool = False
+    event_time: bool = False
 
     @property
     def skew_levels(self) -> int:
@@ -378,6 +381,8 @@ class GroupingSource(GeneratorSource):
         super().__post_init__()
         _positive_int("GroupingSource", "hosts", self.hosts)
         _positive_int("GroupingSource", "sample_every", self.sample_every)
+        if not isinstance(self.event_time, bool):
+            raise ConfigError(f"GroupingSource: event_time must be True or False, got {self.event_time!r}")
 
     @property
     def schema_ddl(self) -> str:

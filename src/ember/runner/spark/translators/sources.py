@@ -221,7 +221,8 @@ def _grouping(comp: Compilation, node: SourceNode, src: g.GroupingSource) -> Any
     return seq.select(
         F.col("seq").alias("seq_id"),
         host.cast("int").alias("host_id"),
-        F.when(sampled, _ingestion_ms(comp, node, src)).otherwise(F.lit(0)).cast("bigint").alias("ts"),
+        (_event_time(comp, node, src) if src.event_time else F.when(sampled, _ingestion_ms(comp, node, src)).otherwise(F.lit(0)))
+        .cast("bigint").alias("ts"),
         F.lit(bytearray(b"ember-pay-12")).alias("payload"),
     )
 
