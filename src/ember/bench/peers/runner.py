@@ -214,7 +214,14 @@ class _Ember:
         self.cfg = cfg
         self.spark = bench_session(cfg.master)
 
-    def run(self, workload: str, events: int, paced: bool = False) -> tuple[dict[str, Any], float]:
+    def run(self, workload: str, events: int, paced: bool = False) -> tuple[dict[str, Any], float, int]:
+        """One job: ``(tally, seconds of execute, events processed)``.
+
+        Running counts read the generator at unbounded speed (compiled to Spark's own
+        ``rate-micro-batch``, Ember's fastest source) and stop after ``events`` (whole
+        micro-batches: a few more may be processed; they are counted and verified); no event
+        time (the peers' running counts have none). Windows read a bounded generator, so the
+        end of input closes every window, as in the peers' runs."""
         from datetime import timedelta
 
         from ember import Agg, CollectSink, CountSink, GroupingSource, StreamEnvironment, TumblingEventTimeWindows, WatermarkStrategy
@@ -227,13 +234,19 @@ class _Ember:
             # Paced: event time is wall time from a whole second a little ahead (the job's compile
             # and first batch come before it), so 1 s windows align with the events' own.
             origin = (int(time.time()) + 10) * 1000 if paced else 0
+            window = workload == "window"
+            bounded = window or paced
             src = GroupingSource(rate=rate, partitions=self.spark.sparkContext.defaultParallelism, hosts=cfg.keys,
-                                 event_time=True, max_events=events, nominal_rate=cfg.per_second, start_ms=origin)
-            stream = env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
+                                 event_time=True, max_events=events if bounded else None, nominal_rate=cfg.per_second,
+                                 start_ms=origin)
+            if window:
+                stream = env.from_source(src, WatermarkStrategy.for_monotonous_timestamps("ts"), name="events")
+            else:
+                stream = env.from_source(src, name="events")
             rows = stream.select("host_id AS key", "1 AS n", "ts", name="ones")
             count_sink = CountSink(sum_field="n")
             sink = CollectSink()
-            if workload == "window":
+            if window:
                 (rows.key_by("key").window(TumblingEventTimeWindows.of(timedelta(milliseconds=ev.WINDOW_MS)))
                  .aggregate(n=Agg.count(), name="per-second").sink_to(sink))
             elif workload == "running" and not paced:  # 10 M outputs: counted and summed; the last per key collected
@@ -244,9 +257,9 @@ class _Ember:
                 emit = "batch" if workload == "running-batch" else "record"
                 rows.key_by("key").sum("n", emit=emit, name="running-count").sink_to(sink)
             started = time.time()
-            env.execute(f"peers-{workload}", progress=False)
+            result = env.execute(f"peers-{workload}", progress=False, max_events=None if bounded else events)
             seconds = time.time() - started
-            return self._tally(workload, sink, count_sink, paced, origin), seconds
+            return self._tally(workload, sink, count_sink, paced, origin), seconds, int(result.events)
         finally:
             shutil.rmtree(ckpt, ignore_errors=True)
 
@@ -323,7 +336,7 @@ def run_peers(cfg: PeersConfig) -> dict[str, Any]:
             if system not in cfg.systems:
                 continue
             n = cfg.python_events if system == "pyflink" and kw.get("api") == "datastream" else cfg.events
-            one: Callable[[int], tuple[dict[str, Any], float]]
+            one: Run
             if system == "ember":
                 assert ember is not None
                 one = _ember_runner(ember, workload)
@@ -341,9 +354,9 @@ def run_peers(cfg: PeersConfig) -> dict[str, Any]:
             _log(cfg, f"{system}: {label}: paced at {cfg.latency_rate:,} events/s for {cfg.latency_seconds:.0f} s ...")
             if system == "ember":
                 assert ember is not None
-                tally, _ = ember.run(workload, paced_events, paced=True)
+                tally, _, _ = ember.run(workload, paced_events, paced=True)
             else:
-                tally, _ = _peer_runner(system, pythons[system], workload, cfg, kw, paced=True)(paced_events)
+                tally, _, _ = _peer_runner(system, pythons[system], workload, cfg, kw, paced=True)(paced_events)
             ok, detail = verify("per-record" if workload == "running" else "window", tally, paced_events, cfg.keys,
                                 cfg.latency_rate)
             row = {"system": system, "job": label, "workload": workload, "events": paced_events,
@@ -357,36 +370,39 @@ def run_peers(cfg: PeersConfig) -> dict[str, Any]:
     return report
 
 
-def _ember_runner(ember: _Ember, workload: str) -> Callable[[int], tuple[dict[str, Any], float]]:
-    def one(n: int) -> tuple[dict[str, Any], float]:
+Run = Callable[[int], tuple[dict[str, Any], float, int]]  # events asked -> (tally, seconds, events processed)
+
+
+def _ember_runner(ember: _Ember, workload: str) -> Run:
+    def one(n: int) -> tuple[dict[str, Any], float, int]:
         return ember.run(workload, n)
 
     return one
 
 
 def _peer_runner(system: str, python: Path, workload: str, cfg: PeersConfig, kw: dict[str, Any],
-                 paced: bool = False) -> Callable[[int], tuple[dict[str, Any], float]]:
-    def one(n: int) -> tuple[dict[str, Any], float]:
+                 paced: bool = False) -> Run:
+    def one(n: int) -> tuple[dict[str, Any], float, int]:
         job = {"workload": workload, "events": n, "keys": cfg.keys, "paced": paced, "batch": 10_000,
                "per_second": cfg.latency_rate if paced else cfg.per_second, "api": kw.get("api", "datastream"),
                "parallelism": kw.get("parallelism", os.cpu_count() or 2), "processes": kw.get("processes", 1)}
-        return _run_peer(system, python, job, cfg, processes=int(kw.get("processes", 1)) if system == "bytewax" else 1)
+        tally, seconds = _run_peer(system, python, job, cfg, processes=int(kw.get("processes", 1)) if system == "bytewax" else 1)
+        return tally, seconds, n
 
     return one
 
 
-def _throughput_row(system: str, label: str, workload: str, kind: str, n: int,
-                    one: Callable[[int], tuple[dict[str, Any], float]], cfg: PeersConfig) -> dict[str, Any]:
-    small = n // SMALL
-    tally_small, t_small = one(small)
-    tally, t_full = one(n)
-    ok_small, _ = verify(kind, tally_small, small, cfg.keys, cfg.per_second)
-    ok, detail = verify(kind, tally, n, cfg.keys, cfg.per_second)
+def _throughput_row(system: str, label: str, workload: str, kind: str, n: int, one: Run, cfg: PeersConfig) -> dict[str, Any]:
+    tally_small, t_small, n_small = one(n // SMALL)
+    tally, t_full, n_full = one(n)
+    ok_small, _ = verify(kind, tally_small, n_small, cfg.keys, cfg.per_second)
+    ok, detail = verify(kind, tally, n_full, cfg.keys, cfg.per_second)
     slope = t_full - t_small
     return {
-        "system": system, "job": label, "workload": workload, "events": n,
-        "events_per_second": round((n - small) / slope) if slope > 0 else None,
+        "system": system, "job": label, "workload": workload, "events": n_full,
+        "events_per_second": round((n_full - n_small) / slope) if slope > 0 else None,
         "seconds": {"small": round(t_small, 2), "full": round(t_full, 2)},
-        "events_per_second_full_run": round(n / t_full) if t_full > 0 else None,
+        "events_small": n_small,
+        "events_per_second_full_run": round(n_full / t_full) if t_full > 0 else None,
         "verified": ok and ok_small, "detail": detail,
     }

@@ -273,6 +273,11 @@ def _stop_gracefully(query: Any, stop_marker: str, follower: ProgressFollower, c
     exactly-once (it is replayed on restart) but makes Spark log errors, and a
     savepoint wants a clean cut.
 
+    A query whose stateful step has processing-time timeouts is never idle either: Spark
+    runs no-data batches back to back for the timeouts. Once one batch after the stop
+    (necessarily without input) has committed, the runner stops between two of them —
+    before, a bounded job without event time lingered for the whole grace (up to 30 s).
+
     A source read by Spark's own reader (``unstoppable``) keeps admitting input,
     so with a trigger interval of 0 the query is never idle: the runner waits
     only for the batch in flight to be committed and stops then, interrupting
@@ -284,10 +289,17 @@ def _stop_gracefully(query: Any, stop_marker: str, follower: ProgressFollower, c
         last = follower.progress[-1]["durationMs"].get("triggerExecution", 1000) if follower.progress else 10_000
         deadline = clock.monotonic() + min(30.0, 2.0 + 3 * last / 1000)
         in_flight = planned_batch(checkpoint)
+        # Batches Spark runs after the stop marker hold no input; a query whose stateful step
+        # has processing-time timeouts runs them back to back (Spark's no-data batches) and is
+        # never idle: once one of them committed, the query stops between two of them.
+        quiet_after = max(last_committed_batch(checkpoint), -1 if in_flight is None else in_flight)
         idle_polls = 0
         while clock.monotonic() < deadline and query.isActive and idle_polls < 3:
-            clean = not query.status["isTriggerActive"] and planned_batch(checkpoint) is None
+            planned = planned_batch(checkpoint)
+            clean = not query.status["isTriggerActive"] and planned is None
             if unstoppable and (clean or in_flight is None or last_committed_batch(checkpoint) >= in_flight):
+                break
+            if planned is None and last_committed_batch(checkpoint) > quiet_after:
                 break
             idle_polls = idle_polls + 1 if clean else 0
             clock.sleep(0.01)
