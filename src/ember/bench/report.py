@@ -58,8 +58,11 @@ def _log(msg: str) -> None:
     print(f"[ember report] {msg}", file=sys.stderr, flush=True)
 
 
-def run_report(size: str = "quick", master: str = "local[*]", workloads: list[str] | None = None) -> dict[str, Any]:
-    """Run the suite at ``size``; returns everything the report shows."""
+def run_report(size: str = "quick", master: str = "local[*]", workloads: list[str] | None = None,
+               peers: bool = False) -> dict[str, Any]:
+    """Run the suite at ``size``; returns everything the report shows. ``peers``: also
+    ``ember bench peers`` at the size's event counts (Bytewax and PyFlink installed into their
+    own virtualenvs on first use), last."""
     from ember.bench.harness import BenchConfig, bench_session
     from ember.bench.suite import WORKLOADS, run_benchmark
     from ember.bench.sustainable import find_max_rate
@@ -97,6 +100,14 @@ def run_report(size: str = "quick", master: str = "local[*]", workloads: list[st
     out["max_rate"]["command"] = f"ember bench grouping --max-rate --duration {max(s.duration_s, 6):g}"
     _log(f"{len(names) + 3}/{steps} scaling: grouping on local[1] and local[2] [{time.monotonic() - started:.0f} s]")
     out["scaling"] = {m: _subprocess_bench("grouping", m, s) for m in ("local[1]", "local[2]")}
+    if peers:
+        from ember.bench.peers.runner import SIZED, PeersConfig, run_peers
+
+        events, python_events, latency_s = SIZED[size]
+        _log(f"peers: Ember, Bytewax and PyFlink on {events:,} events [{time.monotonic() - started:.0f} s]")
+        out["peers"] = run_peers(PeersConfig(events=events, python_events=python_events, latency_seconds=latency_s,
+                                             stop_spark=False))
+        out["peers"]["command"] = f"ember bench peers --events {events} --python-events {python_events} --latency-seconds {latency_s:g}"
     out["seconds"] = round(time.monotonic() - started)
     return out
 
@@ -202,6 +213,15 @@ def write_report(data: dict[str, Any], directory: str) -> str:
     for master, r in data["scaling"].items():
         eps = f"{r['events_per_second']:,}" if "events_per_second" in r else f"failed: {r.get('error')}"
         lines.append(f"| {master} | {eps} | `{r.get('command', '')}` |")
+    if data.get("peers"):
+        from ember.bench.peers.runner import markdown
+
+        peers = data["peers"]
+        lines += ["", "## Peers side by side", "",
+                  f"`{peers.get('command', 'ember bench peers')}`: the same keyed running count and 1 s event-time tumbling "
+                  f"count on the same events ({peers['keys']} keys) on Ember, " + ", ".join(peers.get("packages", {}).values())
+                  + "; events/s is the slope between a run of 1/5 of the events and the full run (start-up cancels), every "
+                  "row verified against the events.", ""] + markdown(peers)
     lines += ["", "## Plots", ""] + [f"![{title}]({file})" for title, file in plots] + [""]
     path = os.path.join(directory, "report.md")
     with open(path, "w") as f:

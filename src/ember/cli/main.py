@@ -148,6 +148,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError("bench: --targets is the latency-target sweep's (ember bench sweep --targets 100,250,...)")
     peers_only = [f for f, v in (("--events", args.events), ("--systems", args.systems), ("--python-events", args.python_events),
                                  ("--latency-rate", args.latency_rate), ("--latency-seconds", args.latency_seconds)) if v is not None]
+    if args.peers and args.workload != "report":
+        raise ConfigError("bench: --peers belongs to ember bench report (or run ember bench peers)")
     if peers_only and args.workload != "peers":
         raise ConfigError(f"bench: {', '.join(peers_only)} belong to ember bench peers")
     if args.workload == "peers":
@@ -207,7 +209,7 @@ def _bench_on_cluster(args: argparse.Namespace, cfg: Any, command: str) -> dict[
 def _cmd_report(args: argparse.Namespace) -> int:
     from ember.bench.report import run_report, write_report
 
-    data = run_report(size=args.size, master=args.master)
+    data = run_report(size=args.size, master=args.master, peers=args.peers)
     data["command"] = "ember " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     path = write_report(data, args.out)
     print(f"report: {path}")
@@ -473,6 +475,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="search the highest open-loop rate the workload sustains (bounded lag), after a drain run")
     bench.add_argument("--targets", metavar="MS,MS,...",
                        help="sweep: only the latency-target sweep (Ember's buffer timeout), e.g. 100,250,500,1000")
+    bench.add_argument("--peers", action="store_true",
+                       help="report: also run ember bench peers (Bytewax and PyFlink, installed on first use) and include it")
     bench.add_argument("--events", type=int, help="peers: events per throughput run (default 10,000,000)")
     bench.add_argument("--python-events", type=int,
                        help="peers: events for PyFlink's Python DataStream runs (default 200,000: it runs ~10 k events/s)")

@@ -42,3 +42,27 @@ def test_report_has_every_section_and_its_plots(tmp_path):
         with open(os.path.join(tmp_path, png), "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert os.path.exists(os.path.join(tmp_path, "report.json"))
+
+
+def test_report_includes_the_peers_when_they_ran(tmp_path):
+    data = _data()
+    assert "Peers side by side" not in open(write_report(data, str(tmp_path / "without"))).read()
+    data["peers"] = {
+        "command": "ember bench peers --events 2000000", "keys": 100, "latency_rate": 2_000, "latency_seconds": 10.0,
+        "packages": {"bytewax": "bytewax==0.21.1"},
+        "throughput": [
+            {"system": "ember", "job": "1 s tumbling window count", "events": 2_000_000, "events_per_second": 1_530_881,
+             "seconds": {"small": 9.99, "full": 15.21}, "verified": True},
+            {"system": "bytewax", "job": "running count, per record", "events": 2_000_000, "events_per_second": None,
+             "seconds": {"small": 2.0, "full": 1.9}, "verified": False},
+        ],
+        "latency": [{"system": "bytewax", "job": "running count, per record",
+                     "latency_ms": {"p50": 0.3, "p90": 0.4, "p99": 1.0}, "verified": True}],
+    }
+    text = open(write_report(data, str(tmp_path / "with"))).read()
+    for expected in ("## Peers side by side", "`ember bench peers --events 2000000`", "bytewax==0.21.1",
+                     "| ember | 1 s tumbling window count | 2,000,000 | 1,530,881 | 9.99 / 15.21 | yes |",
+                     "| bytewax | running count, per record | 2,000,000 | n/a | 2.0 / 1.9 | no |",
+                     "| bytewax | running count, per record | 0.3 | 0.4 | 1.0 | yes |",
+                     "paced at 2,000 events/s for 10 s"):
+        assert expected in text, expected

@@ -102,3 +102,8 @@ def test_percentiles_nearest_rank():
 def test_peers_options_checked_before_anything_runs(argv, message, capsys):
     assert main(argv) != 0
     assert message in capsys.readouterr().err
+
+
+def test_peers_belongs_to_the_report(capsys):
+    assert main(["bench", "grep", "--peers"]) != 0
+    assert "--peers belongs to ember bench report" in capsys.readouterr().err

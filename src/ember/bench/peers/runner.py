@@ -42,11 +42,14 @@ from typing import Any, Callable
 
 from ember.bench.peers import peer_events as ev
 
-__all__ = ["PeersConfig", "run_peers", "PEER_PACKAGES", "peer_python", "verify", "merge_tallies", "expected_windows"]
+__all__ = ["PeersConfig", "run_peers", "PEER_PACKAGES", "peer_python", "verify", "merge_tallies", "expected_windows",
+           "markdown", "SIZED"]
 
 HERE = Path(__file__).resolve().parent
 PEER_PACKAGES = {"bytewax": "bytewax==0.21.1", "pyflink": "apache-flink==2.3.0"}
 SMALL = 5  # the short run of each pair has events // SMALL events
+# ``ember bench report --peers`` at each report size: (events, python_events, latency_seconds)
+SIZED = {"tiny": (200_000, 5_000, 5.0), "quick": (2_000_000, 40_000, 10.0), "full": (10_000_000, 200_000, 20.0)}
 
 
 @dataclass
@@ -61,6 +64,7 @@ class PeersConfig:
     master: str = "local[2]"
     timeout_s: float = 1800.0
     verbose: bool = True
+    stop_spark: bool = True  # False when the session is shared (ember bench report)
     peers_dir: Path = field(default_factory=lambda: Path(os.environ.get("EMBER_PEERS_DIR", "~/.cache/ember/peers")).expanduser())
 
 
@@ -346,28 +350,37 @@ def run_peers(cfg: PeersConfig) -> dict[str, Any]:
             else:
                 one = _peer_runner(system, pythons[system], workload, cfg, kw)
             _log(cfg, f"{system}: {label}: {n // SMALL:,} then {n:,} events ...")
-            row = _throughput_row(system, label, workload, kind, n, one, cfg)
-            _log(cfg, f"  {row['events_per_second'] or 'n/a'} events/s (runs {row['seconds']['small']} s, "
-                      f"{row['seconds']['full']} s), verified: {row['verified']}")
+            try:
+                row = _throughput_row(system, label, workload, kind, n, one, cfg)
+            except Exception as exc:  # one system's failure is its row's, not the comparison's
+                row = {"system": system, "job": label, "workload": workload, "events": n, "events_per_second": None,
+                       "seconds": {"small": None, "full": None}, "verified": False, "error": str(exc)[-2000:]}
+            _log(cfg, f"  failed: {row['error']}" if "error" in row else
+                 f"  {row['events_per_second'] or 'n/a'} events/s (runs {row['seconds']['small']} s, "
+                 f"{row['seconds']['full']} s), verified: {row['verified']}")
             report["throughput"].append(row)
         paced_events = int(cfg.latency_rate * cfg.latency_seconds)
         for system, label, workload, kw in LATENCY_JOBS:
             if system not in cfg.systems:
                 continue
             _log(cfg, f"{system}: {label}: paced at {cfg.latency_rate:,} events/s for {cfg.latency_seconds:.0f} s ...")
-            if system == "ember":
-                assert ember is not None
-                tally, _, _ = ember.run(workload, paced_events, paced=True)
-            else:
-                tally, _, _ = _peer_runner(system, pythons[system], workload, cfg, kw, paced=True)(paced_events)
-            ok, detail = verify("per-record" if workload == "running" else "window", tally, paced_events, cfg.keys,
-                                cfg.latency_rate)
-            row = {"system": system, "job": label, "workload": workload, "events": paced_events,
-                   "latency_ms": ev.percentiles(tally["latency_ms"]), "verified": ok, "detail": detail}
-            _log(cfg, f"  latency {row['latency_ms']}, verified: {ok}")
+            try:
+                if system == "ember":
+                    assert ember is not None
+                    tally, _, _ = ember.run(workload, paced_events, paced=True)
+                else:
+                    tally, _, _ = _peer_runner(system, pythons[system], workload, cfg, kw, paced=True)(paced_events)
+                ok, detail = verify("per-record" if workload == "running" else "window", tally, paced_events, cfg.keys,
+                                    cfg.latency_rate)
+                row = {"system": system, "job": label, "workload": workload, "events": paced_events,
+                       "latency_ms": ev.percentiles(tally["latency_ms"]), "verified": ok, "detail": detail}
+            except Exception as exc:
+                row = {"system": system, "job": label, "workload": workload, "events": paced_events, "latency_ms": {},
+                       "verified": False, "error": str(exc)[-2000:]}
+            _log(cfg, f"  failed: {row['error']}" if "error" in row else f"  latency {row['latency_ms']}, verified: {row['verified']}")
             report["latency"].append(row)
     finally:
-        if ember is not None:
+        if ember is not None and cfg.stop_spark:
             ember.stop()
     report["verified"] = all(r["verified"] for r in report["throughput"] + report["latency"])
     return report
@@ -381,6 +394,22 @@ def _ember_runner(ember: _Ember, workload: str) -> Run:
         return ember.run(workload, n)
 
     return one
+
+
+def markdown(report: dict[str, Any]) -> list[str]:
+    """The report's two tables (throughput, paced latency) as Markdown lines."""
+    lines = ["| system | job | events | events/s (slope) | runs (s) | verified |", "|---|---|---|---|---|---|"]
+    for r in report["throughput"]:
+        eps = f"{r['events_per_second']:,}" if r["events_per_second"] else "n/a"
+        runs = f"failed: {r['error'].splitlines()[0]}" if r.get("error") else f"{r['seconds']['small']} / {r['seconds']['full']}"
+        lines.append(f"| {r['system']} | {r['job']} | {r['events']:,} | {eps} | {runs} | {'yes' if r['verified'] else 'no'} |")
+    lines += ["", f"| system | job (paced at {report['latency_rate']:,} events/s for {report['latency_seconds']:g} s) | "
+                  "p50 ms | p90 ms | p99 ms | verified |", "|---|---|---|---|---|---|"]
+    for r in report["latency"]:
+        q = r["latency_ms"]
+        lines.append(f"| {r['system']} | {r['job']} | {q.get('p50', 'n/a')} | {q.get('p90', 'n/a')} | {q.get('p99', 'n/a')} | "
+                     f"{'yes' if r['verified'] else 'no'} |")
+    return lines
 
 
 def _peer_runner(system: str, python: Path, workload: str, cfg: PeersConfig, kw: dict[str, Any],
