@@ -33,16 +33,6 @@ def running_count_checksum(events: int, keys: int) -> tuple[int, int]:
     return events, sum(c * (c + 1) // 2 for c in expected_final_counts(events, keys).values())
 
 
-def expected_windows(events: int, keys: int, per_second: int) -> dict[tuple[int, int], int]:
-    """``{(key, window start ms): count}`` of 1 s tumbling event-time windows."""
-    out: dict[tuple[int, int], int] = {}
-    for i in range(events):
-        w = time_of(i, per_second) // WINDOW_MS * WINDOW_MS
-        k = key_of(i, keys)
-        out[(k, w)] = out.get((k, w), 0) + 1
-    return out
-
-
 def event_index(key: int, count: int, keys: int) -> int:
     """The event that made key ``key``'s running count reach ``count``."""
     return (count - 1) * keys + key
