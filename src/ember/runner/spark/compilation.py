@@ -83,6 +83,7 @@ class Compilation:
     # per micro-batch (after the split) a pyspark Observation per step, read once its sink wrote.
     count_rows: bool = False
     observations: dict[str, Any] | None = None  # a branch's observations by step, or None in the streaming query
+    lanes: dict[int, Any] = field(default_factory=dict)  # a fan-out's lanes by step (translators/keyed.py: Lane)
 
     def __post_init__(self) -> None:
         if self.plan is None:
@@ -118,12 +119,21 @@ class Compilation:
 
     def branch(self, fork: Node, rows: Frame) -> "Compilation":
         """A compilation of the steps after ``fork`` on ``rows`` (its output in one micro-batch)."""
+        return self.branch_from([(fork, rows)])
+
+    def branch_from(self, seeds: list[tuple[Node, Frame]], counted: tuple[Node, ...] = ()) -> "Compilation":
+        """A compilation of the steps after the ``seeds`` (each step with its output in one
+        micro-batch: a split's one step, or a fan-out's lanes). ``counted``: seeds whose rows
+        to count here (a fan-out's lanes, counted nowhere else)."""
         branch = replace(self, frames={}, tagged={}, side_types=dict(self.side_types), observations={})
-        if id(fork) in self.tagged:
-            branch.tagged[id(fork)] = rows
-            branch.frames[id(fork)] = main_output(rows)
-        else:
-            branch.frames[id(fork)] = rows
+        for node, rows in seeds:
+            if self.count_rows and any(node is c for c in counted):
+                rows = branch._counted(node, rows, main_of_combined=id(node) in self.tagged)
+            if id(node) in self.tagged:
+                branch.tagged[id(node)] = rows
+                branch.frames[id(node)] = main_output(rows)
+            else:
+                branch.frames[id(node)] = rows
         return branch
 
     def frame(self, node: Node) -> Frame:

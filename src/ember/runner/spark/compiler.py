@@ -21,6 +21,7 @@ from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT
 from ember.runner.spark.fenced_writes import SinkTarget
 from ember.runner.spark.planner import plan
 from ember.runner.spark.spool import clear_spool, read_spool
+from ember.runner.spark.translators.fanout import FannedOut, fan_out
 from ember.runner.spark.translators.sinks import check_sink, prepare_sink, sink_writer, write_batch
 
 # Frame, Compilation and the table are re-exported: they were defined here before compilation.py.
@@ -47,6 +48,7 @@ class CompiledJob:
     frame: Frame
     compilation: Compilation
     fork: Node | None = None
+    fanned: FannedOut | None = None  # a fan-out's shared operator: the split follows it (then fork is None)
     sink_schemas: dict[int, Any] = field(default_factory=dict)  # id(sink node) -> StructType of its rows
     detours: list[Detour] = field(default_factory=list)
     # The sinks written from the streaming query's own rows (not from a detour's spool).
@@ -65,7 +67,7 @@ class CompiledJob:
 
     def writer(self) -> Any:
         """``writeStream`` for the job's sink(s)."""
-        if self.fork is None and not self.detours:
+        if self.fork is None and self.fanned is None and not self.detours:
             return sink_writer(self.sinks[0], self.df, self.target(self.sinks[0]))
         return self.df.writeStream.foreachBatch(self._fan_out)
 
@@ -81,12 +83,16 @@ class CompiledJob:
         """Every sink's branch on one micro-batch of the split step's rows."""
         streamed = self.streamed_sinks
         branches, detoured = [], {}
-        if self.fork is None:
+        if self.fork is None and self.fanned is None:
             write_batch(streamed[0], batch, batch_id, self.target(streamed[0]))
         else:
             batch.persist()
             try:
-                branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
+                if self.fanned is not None:
+                    branch = self.compilation.branch_from(self.fanned.branches(batch), counted=self.fanned.lanes)
+                else:
+                    assert self.fork is not None
+                    branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
                 for sink in streamed:
                     write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
                 branches.append(branch)
@@ -141,10 +147,16 @@ def compile_graph(
         for sink in d.sinks:
             schemas[id(sink)] = comp.branch(d.side, empty).frame(sink.inputs[0]).df.schema
     streamed_sinks = list(physical.streamed_sinks)
+    if physical.fan_out is not None:
+        fanned = fan_out(comp, physical.fan_out)
+        for sink in streamed_sinks:  # every branch checked against the lanes' schemas now, not mid-job
+            schemas[id(sink)] = comp.branch_from(fanned.branches(fanned.frame.df.limit(0))).frame(sink.inputs[0]).df.schema
+        return CompiledJob(graph.sinks, fanned.frame, comp, None, fanned, schemas, detours, streamed_sinks)
     if fork is None:
-        return CompiledJob(graph.sinks, comp.frame(streamed_sinks[0].inputs[0]), comp, None, schemas, detours, streamed_sinks)
+        return CompiledJob(graph.sinks, comp.frame(streamed_sinks[0].inputs[0]), comp, None, None, schemas, detours,
+                           streamed_sinks)
     comp.frame(fork)
     streamed = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
     for sink in streamed_sinks:  # check every branch against the split step's schema now, not mid-job
         schemas[id(sink)] = comp.branch(fork, Frame(streamed.df.limit(0), streamed.time)).frame(sink.inputs[0]).df.schema
-    return CompiledJob(graph.sinks, streamed, comp, fork, schemas, detours, streamed_sinks)
+    return CompiledJob(graph.sinks, streamed, comp, fork, None, schemas, detours, streamed_sinks)

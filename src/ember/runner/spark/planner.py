@@ -14,6 +14,11 @@ a session.
 - **Split.** A job with several sinks runs as one query up to its *split* (the
   last step every sink reads from), and the steps after it on every micro-batch
   in ``foreachBatch``: those branches must be stateless.
+- **Fan-out.** A keyed-runtime step whose output several keyed steps read (or
+  keyed steps and sinks) would be planned once per reader in a Spark query, which
+  is a tree. Its readers run instead as *lanes* of one ``transformWithStateInPandas``
+  operator (keyed/lanes.py): each row goes to every lane that reads it, grouped by
+  ``(lane, state bucket)``, and the job splits after that operator (:class:`FanOut`).
 - **Detours.** When the only obstacle to that is a ``parse_json`` step's dead
   letters read beside a stateful step, the dead letters *detour*: spooled by the
   decoding step and written from the spool after the micro-batch (spool.py).
@@ -56,7 +61,7 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["Plan", "plan", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
+__all__ = ["Plan", "FanOut", "plan", "fan_out_of", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
 
 # Steps that pass each row on with its event time (hidden columns, translators/eventtime.py).
 _CARRIES_TIME = (KeyByNode, FilterNode, MapNode, FlatMapNode)
@@ -104,14 +109,36 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
 
 
 @dataclass(frozen=True)
+class FanOut:
+    """A keyed-runtime step (``source``) whose output several readers take: the keyed
+    steps reading it (``lanes``, each through ``key_by`` and filters only: ``paths``) run
+    as lanes of one Spark operator, and ``through`` says whether other branches (sinks,
+    through stateless steps) read ``source``'s rows too — they then pass the operator on
+    a lane of their own. The job splits after that operator: the lanes' outputs (and
+    ``source``'s, with ``through``) start its stateless branches."""
+
+    source: Node
+    lanes: tuple[Node, ...]
+    paths: tuple[tuple[Node, ...], ...]  # per lane: the steps between source and it, in graph order
+    through: bool
+
+    @property
+    def seeds(self) -> tuple[Node, ...]:
+        """The steps whose rows the branches after the split start from."""
+        return self.lanes + ((self.source,) if self.through else ())
+
+
+@dataclass(frozen=True)
 class Plan:
     """How a graph runs: where its sinks split (None for one streamed sink), which
-    side outputs detour, and which sinks are written from the query's own rows."""
+    side outputs detour, which sinks are written from the query's own rows, and
+    the fan-out of a stateful step into several readers, if any (then ``fork`` is None)."""
 
     graph: Graph
     fork: Node | None
     detours: tuple[SideOutputNode, ...] = ()
     streamed_sinks: tuple[SinkNode, ...] = field(default=())
+    fan_out: FanOut | None = None
 
     def detoured_sinks(self, side: SideOutputNode) -> list[SinkNode]:
         return self.graph.sinks_after(side)
@@ -150,10 +177,92 @@ class Plan:
 def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
-    fork, detours, streamed = _split(graph)
     _check_chains(graph)
     _check_alone(graph)
+    fan = fan_out_of(graph)
+    if fan is not None:
+        return Plan(graph, None, (), tuple(graph.sinks), fan)
+    fork, detours, streamed = _split(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
+
+
+def _readers(graph: Graph) -> dict[int, list[Node]]:
+    """Step -> the steps reading it directly."""
+    out: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        for parent in node.inputs:
+            out.setdefault(id(parent), []).append(node)
+    return out
+
+
+def fan_out_of(graph: Graph) -> FanOut | None:
+    """The job's fan-out (:class:`FanOut`), None when no keyed-runtime step's output is
+    read by a keyed step and by another reader; raises :class:`PipelineError` for a
+    fan-out this runner cannot run yet, naming the step."""
+    readers = _readers(graph)
+    steps = runtime_steps(graph)
+    candidates = []
+    for source in steps:
+        lanes = tuple(n for n in steps if n is not source and _direct_upstream(n, graph) == [source])
+        if not lanes:
+            continue
+        lane_ids = {id(n) for n in lanes}
+        reached, stack = set(), [source]  # what reads source's rows without passing a lane
+        while stack:
+            for reader in readers.get(id(stack.pop()), []):
+                if id(reader) not in lane_ids and id(reader) not in reached:
+                    reached.add(id(reader))
+                    stack.append(reader)
+        through = any(id(s) in reached for s in graph.sinks)
+        if len(lanes) > 1 or through:
+            candidates.append((source, lanes, through))
+    if not candidates:
+        return None
+    if len(candidates) > 1:
+        names = ", ".join(f"'{c[0].name}'" for c in candidates)
+        raise PipelineError(
+            f"the outputs of several stateful steps ({names}) are each read by more than one step; a job "
+            "fans out after one stateful step only, yet: run the rest as its own job", candidates[1][0].name
+        )
+    source, lanes, through = candidates[0]
+    paths = []
+    for lane in lanes:
+        path = tuple(a for a in graph.nodes if any(b is source for b in ancestors(a)) and any(a is b for b in ancestors(lane)))
+        for step in path:
+            if not isinstance(step, (KeyByNode, FilterNode)) or getattr(step, "dead_letter", None) is not None:
+                raise PipelineError(
+                    f"'{step.name}' ({step.kind}) sits between the stateful step '{source.name}' and '{lane.name}', "
+                    f"one of several steps reading '{source.name}'; there only key_by and filter (without dead "
+                    "letters) are supported yet: move it before "
+                    f"'{source.name}' or into a function", step.name,
+                )
+        paths.append(path)
+    for node in steps:
+        if node is source or any(node is lane for lane in lanes):
+            continue
+        if any(a is source for a in ancestors(node)):
+            after = next(a for a in [*lanes] if any(b is a for b in ancestors(node)))
+            raise PipelineError(
+                f"'{node.name}' ({node.kind}) reads the output of '{after.name}', one of several steps reading "
+                f"'{source.name}'; after such a fan-out only stateless steps and sinks are supported yet: run that "
+                "part as its own job", node.name,
+            )
+    for node in graph.nodes:
+        stateful = isinstance(node, (*STATEFUL, SourceNode))
+        if stateful and node is not source and not any(node is a for a in ancestors(source)) \
+                and not any(node is lane for lane in lanes):
+            raise PipelineError(
+                f"'{node.name}' ({node.kind}) is on a branch of its own beside the fan-out after '{source.name}'; "
+                "a job that fans out after a stateful step reads it in every branch, yet: run that branch as "
+                "its own job", node.name,
+            )
+    for sink in graph.sinks:
+        if not any(a is source for a in ancestors(sink)):
+            raise PipelineError(
+                f"the sink '{sink.name}' does not read the output of '{source.name}', after which the job fans "
+                "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
+            )
+    return FanOut(source, lanes, tuple(paths), through)
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:

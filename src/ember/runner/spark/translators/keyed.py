@@ -13,7 +13,7 @@ splits it into the main stream and one stream per side output.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import functions as F
@@ -49,6 +49,21 @@ from ember.runner.spark.translators.windowfns import builtin_aggregate, default_
 from ember.time.watermarks import TimeCharacteristic
 
 BUCKET = "__ember_bucket"
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A keyed step run as a lane of a fan-out's shared operator (translators/fanout.py): its
+    key fields, bucket function (reading packed rows), output schema, whether it runs on event
+    time, its Spark timeout kind, and its state processor on design B (None: the blob layout)."""
+
+    node: Node
+    keys: tuple[str, ...]
+    call: Any
+    schema: T.StructType
+    event_time: bool
+    timeout: Any
+    processor: Any
 
 
 def keyed_input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
@@ -115,7 +130,7 @@ def keyed_operator(
     emit_time = event_time and comp.plan.read_by_step(node)
     advance_ms = _advance_ms(comp, node, up, event_time)
     partials = None
-    if combiner is not None:
+    if combiner is not None and not any(node is lane for lane in (comp.plan.fan_out.lanes if comp.plan.fan_out else ())):
         combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None)
         partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
@@ -143,9 +158,25 @@ def keyed_operator(
     if uses_delta(node, comp.config.state_layout, comp.graph):  # keyed/delta.py, any key type
         processor = DeltaSlotProcessor(bucket_fn, [], ANCHOR if event_time else None,
                                        step_directory(comp.checkpoint, node.name), _delta_counters(comp))
-    grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
-    result = _apply(comp, grouped, bucket_fn, schema, "blob binary", event_time, timeout, processor)
+    result = _run_keyed(comp, node, up, keys, event_time, bucket_fn, schema, "blob binary", timeout, processor,
+                        partials, timed)
     return Frame(result if emit_time else _visible(result), up.time)
+
+
+def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool, bucket_fn: Any,
+               schema: T.StructType, state_type: str, timeout: Any, processor: Any, partials: Any = None,
+               timed: bool = False) -> Any:
+    """The keyed step's output rows: its input grouped by state bucket into its Spark operator —
+    or, for a lane of a fan-out (planner.FanOut), its parts kept for the one operator all
+    lanes share (translators/fanout.py), and an empty frame of its output's shape."""
+    if comp.plan.fan_out is not None and any(node is lane for lane in comp.plan.fan_out.lanes):
+        if partials is not None or timed:
+            raise PipelineError("a pre-aggregating or two-input step cannot be a lane of a fan-out yet", node.name)
+        comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]
+        comp.lanes[id(node)] = Lane(node, keys, unpacking(bucket_fn), schema, event_time, timeout, processor)
+        return comp.spark.createDataFrame([], schema)
+    grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
+    return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor)
 
 
 def _visible(df: Any) -> Any:
@@ -331,8 +362,7 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
         processor = DeltaBucketProcessor(lambda *a: iter(()), [], ANCHOR if event_time else None,
                                          step_directory(comp.checkpoint, node.name), node.keys[0], state_type.names,
                                          numpy_types(state_kinds), node.name, _delta_counters(comp))
-    grouped, bucket_fn = _buckets(comp, node, up, node.keys, event_time, bucket_fn)
-    result = _apply(comp, grouped, bucket_fn, out, "table binary", event_time, timeout, processor)
+    result = _run_keyed(comp, node, up, node.keys, event_time, bucket_fn, out, "table binary", timeout, processor)
     return Frame(_visible(result), up.time)
 
 

@@ -201,17 +201,25 @@ def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
     return _per_record(comp, node, many=True)
 
 
-def python_filter(comp: Compilation, df: Any, node: Any) -> Any:
+def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[int], list[str]] | None = None) -> Any:
+    """``node``'s Python predicate on ``df``'s rows. ``lanes``: ``(lane column, lanes, fields)``
+    — only the rows of those lanes of a fan-out (translators/fanout.py) are tested, on
+    ``fields``; the others pass."""
     fn, step, tag = node.predicate, node.name, node.dead_letter
     ship_by_value(fn)
     if tag is None:
 
-        visible = without_hidden(df.schema).names  # the predicate never sees a row's hidden columns
+        visible = without_hidden(df.schema).names if lanes is None else lanes[2]  # never a row's hidden columns
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 keep = []
-                for record in batch.select(visible).to_pylist():
+                tested = None if lanes is None else set(lanes[1])
+                which = None if lanes is None else batch.column(lanes[0]).to_pylist()
+                for i, record in enumerate(batch.select(visible).to_pylist()):
+                    if which is not None and which[i] not in tested:  # type: ignore[operator]
+                        keep.append(True)
+                        continue
                     try:
                         keep.append(bool(fn(record)))
                     except Exception as exc:

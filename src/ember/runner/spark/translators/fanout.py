@@ -1,0 +1,140 @@
+"""A fan-out: the keyed steps reading one keyed step's output, as lanes of one operator.
+
+The planner (planner.FanOut) finds the step (``source``) and its readers. Here
+``source``'s rows go to every lane that reads them (``explode``), each lane's
+filters apply to its own rows only, each row gets its lane's state bucket offset by
+the lane (``lane * STATE_BUCKETS + pmod(xxhash64(keys), STATE_BUCKETS)``: the bucket
+the step would have alone), and the rows are packed per group and run by one
+``transformWithStateInPandas`` operator (keyed/lanes.py). Each lane is translated by
+its own translator (translators/keyed.py), which hands over its parts instead of an
+operator (``Lane``). The job splits after the operator: :class:`FannedOut` gives each
+branch its lane's rows back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from ember.errors import PipelineError
+from ember.graph.nodes import FilterNode, Node
+from ember.runner.spark.compilation import Compilation, Frame
+from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
+from ember.runner.spark.keyed.packing import PACKED_ROWS, packer
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, without_hidden
+from ember.runner.spark.keyed.tws import BucketProcessor
+from ember.runner.spark.planner import FanOut
+from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, restore_anchor
+from ember.runner.spark.translators.keyed import BUCKET, bucket_of
+from ember.runner.spark.translators.python_ops import python_filter
+from ember.runner.spark.translators.transforms import column
+
+__all__ = ["FannedOut", "fan_out"]
+
+
+@dataclass(frozen=True)
+class FannedOut:
+    """The shared operator's rows (``frame``) and, per seed of the split (the lanes, then
+    ``source`` with a pass-through lane), its output columns and notion of time."""
+
+    frame: Frame
+    seeds: tuple[Node, ...]
+    columns: tuple[tuple[str, ...], ...]
+    times: tuple[Any, ...]
+    lanes: tuple[Node, ...]  # the seeds that are lanes (counted per batch in their branches: nowhere else)
+
+    def branches(self, rows: Any) -> list[tuple[Node, Frame]]:
+        """Each seed's rows (one micro-batch of the operator's, or its streaming rows) under
+        their own names."""
+        out = []
+        for i, (node, cols, time) in enumerate(zip(self.seeds, self.columns, self.times)):
+            df = rows.filter(F.col(LANE) == F.lit(i)).select(*[F.col(lane_column(i, c)).alias(c) for c in cols])
+            out.append((node, Frame(df, time)))
+        return out
+
+
+def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
+    comp.frame(fan.source)
+    main = comp.frames[id(fan.source)]
+    base = comp.tagged.get(id(fan.source)) or main
+    for lane in fan.lanes:
+        comp.frame(lane)  # translates it: keyed.py keeps its parts in comp.lanes
+    lanes = [comp.lanes[id(lane)] for lane in fan.lanes]
+    event_time = lanes[0].event_time
+    for lane in lanes:
+        if lane.event_time != event_time or (event_time and lane.timeout == GroupStateTimeout.ProcessingTimeTimeout):
+            raise PipelineError(
+                f"'{lane.node.name}' runs on {'event' if lane.event_time else 'processing'} time and '{lanes[0].node.name}' "
+                f"on {'event' if event_time else 'processing'} time; the steps reading '{fan.source.name}' share one "
+                "operator, which runs on one notion of time", lane.node.name,
+            )
+    if comp.config.state_backend != "rocksdb":
+        raise PipelineError("a job with several keyed steps runs them on Spark's transformWithStateInPandas, which needs "
+                            "state_backend='rocksdb'", fan.lanes[0].name)
+    n = len(lanes)
+    fields = without_hidden(main.df.schema).names  # the records the lanes read
+    through_columns = [c for c in base.df.columns if c not in HIDDEN]
+    main_lanes = [F.lit(i) for i in range(n)] + ([F.lit(n)] if fan.through else [])
+    lanes_of_row = F.array(*main_lanes)
+    if TAG in base.df.columns:  # side outputs' rows: only the pass-through lane takes them
+        side_lanes = F.array(F.lit(n)) if fan.through else F.array().cast("array<int>")
+        lanes_of_row = F.when(F.col(TAG).isNull(), lanes_of_row).otherwise(side_lanes)
+    df = base.df.withColumn(LANE, F.explode(lanes_of_row))
+    df = _filters(comp, fan, fields, df)
+    # The pass-through lane keeps no state: its rows go in one group per input partition.
+    bucket = F.lit(n * STATE_BUCKETS) + F.pmod(F.spark_partition_id(), F.lit(STATE_BUCKETS))
+    for i in reversed(range(n)):
+        bucket = F.when(F.col(LANE) == F.lit(i), F.lit(i * STATE_BUCKETS) + bucket_of(lanes[i].keys)).otherwise(bucket)
+    df = df.withColumn(BUCKET, bucket.cast("int"))
+    if event_time:
+        df = restore_anchor(df)
+    packed = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
+    rows = df.mapInArrow(packer(BUCKET, (ANCHOR,)), packed)
+    if event_time:
+        rows = restore_anchor(rows)
+    processors: list[Any] = []
+    for lane in lanes:
+        proc = lane.processor or BucketProcessor(lane.call, [], None)
+        proc.call, proc.anchor = lane.call, None
+        processors.append(proc)
+    outputs = [[f.name for f in lane.schema.fields if f.name != ANCHOR] for lane in lanes]
+    out_fields = [T.StructField(LANE, T.IntegerType())]
+    for i, lane in enumerate(lanes):
+        out_fields += [T.StructField(lane_column(i, f.name), f.dataType) for f in lane.schema.fields if f.name != ANCHOR]
+    if fan.through:
+        processors.append(None)
+        outputs.append(through_columns)
+        out_fields += [T.StructField(lane_column(n, f.name), f.dataType) for f in base.df.schema.fields if f.name in through_columns]
+    schema = T.StructType(out_fields)
+    processor = LanesProcessor(processors, outputs, ANCHOR if event_time else None)
+    processor.read(list(rows.columns))
+    if event_time:
+        schema = schema.add(ANCHOR, T.TimestampType())
+        mode = "EventTime"
+    else:
+        timed = any(lane.timeout == GroupStateTimeout.ProcessingTimeTimeout for lane in lanes)
+        mode = "ProcessingTime" if timed else "None"
+    result = rows.groupBy(BUCKET).transformWithStateInPandas(
+        processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else ""
+    )
+    times = [comp.frames[id(lane)].time for lane in fan.lanes] + ([base.time] if fan.through else [])
+    return FannedOut(Frame(result, main.time), fan.seeds, tuple(tuple(c) for c in outputs), tuple(times), fan.lanes)
+
+
+def _filters(comp: Compilation, fan: FanOut, fields: list[str], df: Any) -> Any:
+    """``df`` with each filter on the lanes' paths applied to the rows of the lanes it is on."""
+    done: list[Node] = []
+    for step in (s for path in fan.paths for s in path):
+        if not isinstance(step, FilterNode) or any(step is d for d in done):
+            continue
+        done.append(step)
+        users = [i for i, path in enumerate(fan.paths) if any(step is s for s in path)]
+        if step.is_python:
+            df = python_filter(comp, df, step, (LANE, users, fields))
+        else:
+            df = df.filter(~F.col(LANE).isin(users) | column(step.predicate))
+    return df
