@@ -29,7 +29,7 @@ from ember.errors import RestartError, SavepointError
 from ember.graph.graph import Graph
 from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import EMBER_DIR, CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
-from ember.runner.spark.restart import compare, pipeline_manifest
+from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids
 from ember.runner.spark.state_io import rescale_checkpoint
 from ember.savepoints.state import read_state, write_state
 from ember.savepoints.store import (
@@ -272,9 +272,11 @@ class Savepoint:
             lines.append(f"  written from {d['savepoint']} (batch {d['batch_id']}, operator '{d['operator']}' changed)")
         for i, source in enumerate(m.get("sources", [])):
             lines.append(f"  source {i}: offset {json.dumps(source, sort_keys=True)}")
-        for i, op in enumerate(self.operators):
+        for i, op in zip(spark_operator_ids(self.operators), self.operators):
             keys = ", ".join(op.get("keys", [])) or "-"
             line = f"  operator {i} '{op['name']}': {op['kind']}, key ({keys}), {self.state_bytes(i):,} bytes of state files"
+            if "lane" in op:
+                line += f" (lane {op['lane']}: the files of all its lanes)"
             if spark is not None:
                 frame = self.read_state(op["name"], spark)
                 key_cols = [k for k in op.get("keys", []) if k in frame.columns]

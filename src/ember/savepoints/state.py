@@ -21,6 +21,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ember.errors import SavepointError
+from ember.runner.spark.restart import spark_operator_ids
 from ember.runner.spark.state_io import STATE_KINDS_WRITABLE, check_writable, read_operator_state, write_operator_state
 from ember.savepoints.store import copy_into_checkpoint, cut_checkpoint, verify
 
@@ -29,7 +30,7 @@ __all__ = ["read_state", "write_state", "STATE_KINDS_WRITABLE"]
 
 def _operator(manifest: dict[str, Any], name: str) -> tuple[int, dict[str, Any]]:
     ops = manifest["pipeline"]["operators"]
-    for i, op in enumerate(ops):
+    for i, op in zip(spark_operator_ids(ops), ops):
         if op["name"] == name:
             return i, op
     known = ", ".join(f"'{o['name']}'" for o in ops) or "none"
@@ -66,7 +67,7 @@ def write_state(
     frame = state(read_operator_state(spark, path, batch, op_id, op)) if callable(state) else state
     if not isinstance(frame, pd.DataFrame):
         raise SavepointError(f"the new state must be a pandas DataFrame, got {type(frame).__name__}")
-    operators = len(manifest["pipeline"]["operators"])
+    operators = len(set(spark_operator_ids(manifest["pipeline"]["operators"])))
     partitions = int(manifest.get("partitions") or spark.sparkContext.defaultParallelism)
     with tempfile.TemporaryDirectory(prefix="ember-state-write-") as tmp:
         staging = os.path.join(tmp, "checkpoint")

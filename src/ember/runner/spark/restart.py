@@ -31,9 +31,9 @@ from ember.graph.graph import Graph
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.planner import native_window, runtime_steps
+from ember.runner.spark.planner import fan_out_of, native_window, runtime_steps
 
-__all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare"]
+__all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
 
 MANIFEST_VERSION = 1
 APWS, TWS = "applyInPandasWithState", "transformWithStateInPandas"
@@ -49,8 +49,32 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
             op["spark operator"] = spark_operator
         if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
+    fan = fan_out_of(graph)
+    if fan is not None:  # the readers of a fan-out share one Spark operator, one lane each (keyed/lanes.py)
+        for op in operators:
+            for i, lane in enumerate(fan.lanes):
+                if op["name"] == lane.name:
+                    op["lane"] = i
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
+
+
+def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
+    """Each manifest operator's Spark operator id: its position, except that the lanes of a
+    fan-out (``"lane"``) share the first lane's."""
+    ids, next_id = [], 0
+    for op in operators:
+        if op.get("lane", 0) == 0:
+            ids.append(next_id)
+            next_id += 1
+        else:
+            ids.append(next_id - 1)
+    return ids
+
+
+def _holder(op: dict[str, Any]) -> str:
+    lane = op.get("lane")
+    return "a Spark operator of its own" if lane is None else f"lane {lane} of a fan-out's shared Spark operator"
 
 
 def spark_keyed_operator(graph: Any, keyed_operator: str = "auto") -> str:
@@ -123,6 +147,11 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
                 f"{where}: its state is kept as {layouts[old.get('state layout', 'blob')]} in the checkpoint, and this "
                 f"pipeline keeps it as {layouts[new.get('state layout', 'blob')]}; a checkpoint keeps its layout "
                 "(converting one is not built yet: start from a new checkpoint directory, or keep the layout)"
+            )
+        elif old.get("lane") != new.get("lane"):
+            problems.append(
+                f"{where}: its state is held by {_holder(old)} in the checkpoint, and this pipeline runs it on "
+                f"{_holder(new)} (docs/design/dataflow.md, \"Fan-out\")"
             )
         elif "spark operator" in new and old.get("spark operator", APWS) != new["spark operator"]:
             problems.append(

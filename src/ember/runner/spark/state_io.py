@@ -37,7 +37,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ember.errors import SavepointError
-from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, empty_bucket_state
+from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, STATE_BUCKETS, empty_bucket_state
 from ember.runner.spark.translators.keyed import bucket_of
 
 __all__ = ["read_operator_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
@@ -53,9 +53,17 @@ def _state_frame(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> Any:
     return spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id).load(checkpoint)
 
 
-def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> dict[int, Any]:
-    """bucket -> its unpickled state (Ember's keyed operators; the checkpoint is the job's own)."""
+def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, tws: bool = False) -> dict[int, Any]:
+    """bucket -> its unpickled state (Ember's keyed operators; the checkpoint is the job's own).
+    ``tws``: the operator is a ``transformWithStateInPandas`` (keyed/tws.py: the blob is its
+    ``blob`` value state), else an ``applyInPandasWithState``."""
     out = {}
+    if tws:
+        frame = (spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id)
+                 .option("stateVarName", "blob").load(checkpoint))
+        for row in frame.collect():
+            out[int(row["key"][0])] = pickle.loads(bytes(row["value"][0]))
+        return out
     for row in _state_frame(spark, checkpoint, batch_id, op_id).collect():
         blob = row["value"]["groupState"][0]
         out[int(row["key"][0])] = pickle.loads(blob)
@@ -103,9 +111,11 @@ def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, 
     a step on design B (``"state layout": "delta"``) reads as the same frame."""
     keys = list(op["keys"])
     delta = op.get("state layout") == "delta"
+    tws = op.get("spark operator") == "transformWithStateInPandas"
     if op["kind"] in KEYED:
         rows = []
-        buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, False) if delta else _buckets(spark, checkpoint, batch_id, op_id)
+        buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, False) if delta else _buckets(spark, checkpoint, batch_id, op_id, tws)
+        buckets = _lane(buckets, op)
         for blob in buckets.values():
             for key, slot in blob["keys"].items():
                 key_values = list(key) if len(keys) > 1 else [key]
@@ -113,7 +123,8 @@ def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, 
         frame = pd.DataFrame(rows, columns=[*keys, "state", "value"])
         return frame.sort_values([*keys, "state"], ignore_index=True) if len(frame) else frame
     if op["kind"] == VECTORISED:
-        buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, True) if delta else _buckets(spark, checkpoint, batch_id, op_id)
+        buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, True) if delta else _buckets(spark, checkpoint, batch_id, op_id, tws)
+        buckets = _lane(buckets, op)
         tables = [t for t in buckets.values() if len(t)]
         if not tables:
             return pd.DataFrame(columns=keys)
@@ -274,9 +285,23 @@ def _refuse_delta(op: dict[str, Any], what: str) -> None:
         )
 
 
+def _lane(buckets: dict[int, Any], op: dict[str, Any]) -> dict[int, Any]:
+    """The buckets of ``op`` among its Spark operator's: a fan-out's lane (``"lane"``) holds
+    the grouping keys ``lane * STATE_BUCKETS + bucket`` (keyed/lanes.py)."""
+    lane = op.get("lane")
+    if lane is None:
+        return buckets
+    return {k - lane * STATE_BUCKETS: v for k, v in buckets.items() if k // STATE_BUCKETS == lane}
+
+
 def check_writable(op: dict[str, Any]) -> None:
     """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
     _refuse_delta(op, "writing")
+    if "lane" in op or op.get("spark operator") == "transformWithStateInPandas":
+        raise SavepointError(
+            f"operator '{op['name']}' runs on Spark's transformWithStateInPandas (a job with several keyed steps): "
+            "writing its state is not built yet (reading it is)"
+        )
     if op["kind"] not in STATE_KINDS_WRITABLE:
         raise SavepointError(
             f"operator '{op['name']}' is a {op['kind']}: writing state is supported for "

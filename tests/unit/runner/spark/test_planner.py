@@ -145,3 +145,93 @@ def test_a_plain_window_next_to_another_stateful_step_runs_on_the_operator(env, 
     graph = env.graph()
     assert not native_window(next(n for n in graph.nodes if n.name == "plain"), graph)
     assert "plain: window tumbling 1000 ms (event time) by k: n=count(*) (python, keyed state)" in env.explain(spark_plan=False)
+
+
+# -- fan-out: a keyed step read by several steps (planner.FanOut) ---------------------------------
+
+KEYED = "ts bigint, k string"
+
+
+def _node(p, name):
+    return next(n for n in p.graph.nodes if n.name == name)
+
+
+def test_a_keyed_step_read_by_two_keyed_steps_and_a_sink_fans_out(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.filter("k <> 'x'", name="not-x").key_by("k").process(_Count(), KEYED, name="left").sink_to(CollectSink(), name="l")
+    first.key_by("ts").window(TumblingEventTimeWindows.of(1000)).count(name="right").sink_to(CollectSink(), name="r")
+    first.sink_to(CollectSink(), name="raw")
+    p = plan(env.graph())
+    fan = p.fan_out
+    assert p.fork is None and fan is not None and p.chained
+    assert fan.source.name == "first" and [n.name for n in fan.lanes] == ["left", "right"] and fan.through
+    assert [type(s).__name__ for s in fan.paths[0]] == ["FilterNode", "KeyByNode"] and fan.paths[0][0].name == "not-x"
+    assert [type(s).__name__ for s in fan.paths[1]] == ["KeyByNode"]
+    assert [n.name for n in fan.seeds] == ["left", "right", "first"]
+    assert p.read_by_step(_node(p, "first")) and p.upstream_step(_node(p, "right")) is fan.source
+
+
+def test_a_fan_out_into_keyed_steps_only_has_no_pass_through_lane(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    a = first.key_by("k").process(_Count(), KEYED, name="a")
+    b = first.key_by("ts").process(_Count(), KEYED, name="b")
+    a.union(b).sink_to(CollectSink(), name="both")  # the lanes' outputs meet again after the split
+    fan = plan(env.graph()).fan_out
+    assert fan is not None and not fan.through and [n.name for n in fan.seeds] == ["a", "b"]
+
+
+def test_a_chain_without_fan_out_plans_as_before(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.key_by("k").process(_Count(), KEYED, name="second").sink_to(CollectSink())
+    assert plan(env.graph()).fan_out is None
+
+
+def test_a_map_between_a_fanned_out_step_and_a_reader_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.map(lambda r: r, name="reshape").key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'reshape'.*between the stateful step 'first' and 'a'.*only key_by and filter"):
+        plan(env.graph())
+
+
+def test_a_stateful_step_after_a_lane_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.key_by("k").process(_Count(), KEYED, name="a").key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink())
+    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'a2'.*reads the output of 'a', one of several steps reading 'first'"):
+        plan(env.graph())
+
+
+def test_fan_outs_after_two_steps_are_refused(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.sink_to(CollectSink(), name="raw")
+    second = first.key_by("k").process(_Count(), KEYED, name="second")
+    second.sink_to(CollectSink(), name="raw2")
+    second.key_by("k").process(_Count(), KEYED, name="third").sink_to(CollectSink(), name="out")
+    with pytest.raises(PipelineError, match="several stateful steps \\('first', 'second'\\)"):
+        plan(env.graph())
+
+
+def test_a_sink_beside_the_fan_out_is_refused_naming_it(env, events):
+    src = events()
+    src.sink_to(CollectSink(), name="raw")
+    first = src.key_by("k").process(_Count(), KEYED, name="first")
+    first.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="sink 'raw' does not read the output of 'first'"):
+        plan(env.graph())
+
+
+def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, events):
+    from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids
+
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    for name in ("a", "b"):
+        first.key_by("k").process(_Count(), KEYED, name=name).sink_to(CollectSink(), name=f"out-{name}")
+    manifest = pipeline_manifest(env.graph())
+    ops = manifest["operators"]
+    assert [(o["name"], o.get("lane")) for o in ops] == [("first", None), ("a", 0), ("b", 1)]
+    assert spark_operator_ids(ops) == [0, 1, 1]
+    swapped = dict(manifest, operators=[ops[0], dict(ops[2], name="a", lane=1), dict(ops[1], name="b", lane=0)])
+    problems = compare(manifest, swapped)
+    assert any("'a'" in p and "lane 0 of a fan-out" in p and "lane 1" in p for p in problems), problems
