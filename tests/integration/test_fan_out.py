@@ -1,0 +1,113 @@
+"""Fan-out (issue 17): a keyed step's output read by several keyed steps and sinks in one
+job — the readers run as lanes of one Spark operator (keyed/lanes.py). Checked against the
+independent model (tests/flink_model.py) and against a plain-Python count, batch-split
+invariant, and through a savepoint rescaled 2 -> 4."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import flink_model as model
+import pytest
+from test_chains import BOUND, SCHEMA, CountSum, Dedupe, _distinct, _fired
+
+from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, TumblingEventTimeWindows
+from ember.state.descriptors import ValueStateDescriptor
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_dedupe_feeding_two_windows_and_a_sink_equals_the_flink_model(env):
+    """Each window reads the deduplicated records through its own filter (SQL on one
+    lane, Python on the other) and fires in the micro-batch Flink fires it; the raw
+    sink gets every distinct record once; each lane drops its own late records."""
+    batches = model.random_batches(8)
+    with_duplicates = [b + b[:2] for b in batches]
+    distinct = _distinct(with_duplicates)
+    small_expected = model.windows([[r for r in b if r[2] > 0] for b in distinct], 1_000, "tumbling", 2_000)
+    large_expected = model.windows([[r for r in b if r[1] != "c"] for b in distinct], 1_000, "tumbling", 6_000)
+    assert small_expected.late > 0 and large_expected.late > 0
+    small, large, raw = CollectSink(), CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(with_duplicates, SCHEMA), BOUND, name="events")
+    deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    (deduped.filter("v > 0").key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small").sink_to(small))
+    (deduped.filter(lambda r: r["k"] != "c").key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="large").sink_to(large))
+    deduped.sink_to(raw, name="raw")
+    result = env.execute("fan-out-windows", progress=False)
+    assert _fired(small, batches, "v") == small_expected.fired
+    assert _fired(large, batches, "v") == large_expected.fired
+    assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in distinct for r in b)
+    assert result.late_dropped == small_expected.late + large_expected.late
+
+
+class Running(KeyedProcessFunction):
+    """Per key of the step: the count and sum so far, with every record."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n", default=0))
+        self.total = ctx.get_state(ValueStateDescriptor("total", default=0))
+
+    def process_element(self, value, ctx):
+        n, total = self.n.value() + 1, self.total.value() + value["v"]
+        self.n.update(n)
+        self.total.update(total)
+        if n % 3 == 0:
+            ctx.output(THIRDS, {"key": str(value[self.key]), "n": n})
+        yield {"key": str(value[self.key]), "n": n, "total": total}
+
+
+THIRDS = OutputTag("thirds", "key string, n bigint")
+RUNNING = "key string, n bigint, total bigint"
+
+
+def _records(parts):
+    records = [(i, "abcde"[(i * i) % 5], (i * 7) % 11, i % 3) for i in range(120)]
+    return model.split_evenly(records, parts)
+
+
+def _expected(records, key):
+    """Per key: its counts 1..n and final sum (the order of a key's records across
+    partitions is Spark's, as across parallel instances in Flink), and the thirds."""
+    n, total = Counter(), Counter()
+    for r in records:
+        n[str(r[key])] += 1
+        total[str(r[key])] += r[2]
+    thirds = sorted((k, i) for k in n for i in range(3, n[k] + 1, 3))
+    return {k: (list(range(1, n[k] + 1)), total[k]) for k in n}, thirds
+
+
+@pytest.mark.parametrize("parts", [1, pytest.param(5, marks=pytest.mark.slow), pytest.param(17, marks=pytest.mark.slow)])
+def test_processing_time_lanes_give_the_same_results_however_the_input_splits_into_batches(spark, tmp_path, parts):
+    """Without event time: a pass-through step read by two running aggregates keyed
+    differently (one's side output read by a sink) and a sink; per key, each lane's
+    sequence is the plain-Python one for 1, 5 or 17 micro-batches."""
+    batches = _records(parts)
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "ckpt", parallelism=2, spark=spark)
+    by_k, by_g, thirds, raw = CollectSink(), CollectSink(), CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(batches, "i bigint, k string, v bigint, g bigint"), name="events")
+    first = src.key_by("i").process(Dedupe(), "i bigint, k string, v bigint, g bigint", name="first")
+    k_lane = first.key_by("k").process(Running("k"), RUNNING, name="by-k")
+    k_lane.sink_to(by_k, name="by-k-out")
+    k_lane.get_side_output(THIRDS).sink_to(thirds, name="thirds-out")
+    first.filter("g <> 2").key_by("g").process(Running("g"), RUNNING, name="by-g").sink_to(by_g, name="by-g-out")
+    first.select("i", name="ids").sink_to(raw, name="raw")
+    env.execute(f"fan-out-split-{parts}", progress=False)
+    records = [r for b in batches for r in b]
+    want_k, want_thirds = _expected(records, 1)
+    want_g, _ = _expected([r for r in records if r[3] != 2], 3)
+
+    def running(sink):
+        seqs = defaultdict(list)
+        for r in sink.rows():
+            seqs[r["key"]].append((r["n"], r["total"]))
+        return {k: ([n for n, _ in sorted(v)], max(v)[1]) for k, v in seqs.items()}
+
+    assert running(by_k) == want_k
+    assert running(by_g) == want_g
+    assert sorted((r["key"], r["n"]) for r in thirds.rows()) == want_thirds
+    assert sorted(r["i"] for r in raw.rows()) == list(range(120))
