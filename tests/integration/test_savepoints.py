@@ -366,3 +366,51 @@ def test_three_stateful_steps_stop_with_savepoint_rescale_2_to_4_equals_an_unint
     assert create_savepoint(str(root / "three-p4"), root=str(tmp_path / "sp")).partitions == 4
     assert 0 < len(head) < len(whole)
     assert Counter(head + rows(sink)) == Counter(whole)
+
+
+class Doubled(KeyedProcessFunction):
+    """Passes each record on with its value doubled (a keyed step read by a fan-out)."""
+
+    def process_element(self, value, ctx):
+        yield {**value, "v": value["v"] * 2}
+
+
+def test_a_fan_out_stops_with_a_savepoint_rescales_2_to_4_and_its_lanes_state_reads_back(spark, tmp_path):
+    """Issue 17: a keyed step read by two keyed steps (lanes of one Spark operator) and a
+    sink, stopped with a savepoint mid-way and restored with 4 state partitions: the three
+    outputs equal the uninterrupted run's, and each lane's state reads as its own."""
+    root = tmp_path / "ckpt"
+
+    def job(parallelism, trigger_ms=0):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=parallelism, trigger_interval=trigger_ms,
+                                spark=spark)
+        by_k, by_ts, raw = CollectSink(), CollectSink(), CollectSink()
+        doubled = env.from_source(ScriptedSource(BATCHES, SCHEMA), None, name="events").key_by("k").process(
+            Doubled(), SCHEMA, name="doubled")
+        doubled.key_by("k").process(RunningTotal(), OUT, name="by-k").sink_to(by_k, name="by-k-out")
+        doubled.filter("v % 3 <> 0").key_by("ts").process(RunningTotal(), OUT, name="by-ts").sink_to(by_ts, name="by-ts-out")
+        doubled.sink_to(raw, name="raw")
+        return env, (by_k, by_ts, raw)
+
+    def rows(sinks):
+        return [sorted(tuple(sorted(r.items())) for r in sink.rows()) for sink in sinks]
+
+    env, sinks = job(2)
+    env.execute("whole", progress=False)
+    whole = rows(sinks)
+    env, sinks = job(2, trigger_ms=250)
+    point = _stop_with_savepoint(env, "fan", root, str(tmp_path / "sp"), 4)
+    head = rows(sinks)
+    assert [(op["name"], op.get("lane")) for op in point.operators] == [("doubled", None), ("by-k", 0), ("by-ts", 1)]
+    state = point.read_state("by-k", spark)
+    n_by_key = state[state["state"] == "n"].set_index("k")["value"].to_dict()
+    assert n_by_key == Counter(dict(r)["k"] for r in head[0])  # one output per record the lane counted
+    ts_state = point.read_state("by-ts", spark)
+    assert set(ts_state["ts"]) == {dict(r)["ts"] for r in head[1]}
+    env, sinks = job(4)
+    env.execute("fan-p4", progress=False, from_savepoint=point.path)
+    assert create_savepoint(str(root / "fan-p4"), root=str(tmp_path / "sp")).partitions == 4
+    tail = rows(sinks)
+    assert 0 < len(head[2]) < len(whole[2])
+    for before, after, uninterrupted in zip(head, tail, whole):
+        assert Counter(before + after) == Counter(uninterrupted)

@@ -60,15 +60,16 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
 
 
 def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
-    """Each manifest operator's Spark operator id: its position, except that the lanes of a
-    fan-out (``"lane"``) share the first lane's."""
-    ids, next_id = [], 0
-    for op in operators:
-        if op.get("lane", 0) == 0:
-            ids.append(next_id)
-            next_id += 1
-        else:
-            ids.append(next_id - 1)
+    """Each manifest operator's Spark operator id (the ``operatorId`` of its state). Spark
+    numbers a query's stateful operators from its sink back towards its sources (checked on
+    4.3: a chain's last step is operator 0), and the lanes of a fan-out (``"lane"``) share
+    one operator."""
+    shared = [op.get("lane", 0) == 0 for op in operators]  # whether an entry starts a Spark operator
+    count = sum(shared)
+    ids, seen = [], 0
+    for starts in shared:
+        seen += starts
+        ids.append(count - seen)
     return ids
 
 

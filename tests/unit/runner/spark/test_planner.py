@@ -231,7 +231,8 @@ def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, 
     manifest = pipeline_manifest(env.graph())
     ops = manifest["operators"]
     assert [(o["name"], o.get("lane")) for o in ops] == [("first", None), ("a", 0), ("b", 1)]
-    assert spark_operator_ids(ops) == [0, 1, 1]
+    assert spark_operator_ids(ops) == [1, 0, 0]  # Spark numbers from the sink back
+    assert spark_operator_ids([{}, {}, {}]) == [2, 1, 0]
     swapped = dict(manifest, operators=[ops[0], dict(ops[2], name="a", lane=1), dict(ops[1], name="b", lane=0)])
     problems = compare(manifest, swapped)
     assert any("'a'" in p and "lane 0 of a fan-out" in p and "lane 1" in p for p in problems), problems
