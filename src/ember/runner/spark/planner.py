@@ -98,12 +98,23 @@ def _keyed_state(node: Node, graph: Graph) -> bool:
 
 
 def physical_notes(graph: Graph) -> Callable[[Node], str]:
-    """How each window step runs, for ``explain`` ("" for other steps: they say it themselves)."""
+    """How each window step runs and which steps are a fan-out's lanes, for ``explain`` ("" for
+    other steps: they say it themselves)."""
+
+    try:
+        fan = fan_out_of(graph)
+    except PipelineError:
+        fan = None  # explained as declared; plan() says why it cannot run
 
     def note(node: Node) -> str:
+        how = ""
         if isinstance(node, WindowNode):
-            return "native" if native_window(node, graph) else "python, keyed state"
-        return ""
+            how = "native" if native_window(node, graph) else "python, keyed state"
+        for i, lane in enumerate(fan.lanes if fan is not None else ()):
+            if lane is node:
+                shared = f"lane {i} of the Spark operator shared by the steps reading '{fan.source.name}'"  # type: ignore[union-attr]
+                how = f"{how}; {shared}" if how else shared
+        return how
 
     return note
 

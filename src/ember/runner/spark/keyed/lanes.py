@@ -6,8 +6,9 @@ output (planner.FanOut), they run instead as *lanes* of one operator: every inpu
 carries its lane, the grouping key is ``lane * STATE_BUCKETS + state bucket``, and this
 processor hands each group to its lane's processor (keyed/tws.py) with the bucket it
 would have alone — so a lane's state, timers and outputs are the step's own. A lane
-without a processor passes its rows through unchanged: the rows other branches (sinks)
-read from the fanned-out step.
+without a processor passes its rows through unchanged, still packed (one output row per
+packed input row, :data:`PACKED_ROWS` under the lane's prefix): the rows other branches
+(sinks) read from the fanned-out step, unpacked after the split.
 
 Each output row carries its lane (``LANE``) and its fields under the lane's prefix
 (:func:`lane_column`); the other lanes' columns are null. The job splits after this
@@ -21,7 +22,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, StatefulProcessor, StatefulProcessorHandle, TimerValues
 
 from ember.runner.spark.keyed.packing import PACKED_ROWS
@@ -105,9 +105,7 @@ class LanesProcessor(StatefulProcessor):
     def _through(self, rows: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for pdf in rows:
             pdf.columns = self.columns
-            tables = [pa.ipc.open_stream(blob).read_all() for blob in pdf[PACKED_ROWS] if blob]
-            if tables:
-                yield pa.concat_tables(tables).to_pandas(integer_object_nulls=True)
+            yield pdf[[PACKED_ROWS]]
 
     def _widen(self, lane: int, pdf: pd.DataFrame) -> pd.DataFrame:
         """``pdf`` (lane ``lane``'s rows) in the operator's output shape."""

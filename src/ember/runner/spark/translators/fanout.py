@@ -45,6 +45,7 @@ class FannedOut:
     seeds: tuple[Node, ...]
     columns: tuple[tuple[str, ...], ...]
     times: tuple[Any, ...]
+    through: Any  # the pass-through lane's record type (its rows stay packed until the split), or None
     lanes: tuple[Node, ...]  # the seeds that are lanes (counted per batch in their branches: nowhere else)
 
     def branches(self, rows: Any) -> list[tuple[Node, Frame]]:
@@ -53,8 +54,25 @@ class FannedOut:
         out = []
         for i, (node, cols, time) in enumerate(zip(self.seeds, self.columns, self.times)):
             df = rows.filter(F.col(LANE) == F.lit(i)).select(*[F.col(lane_column(i, c)).alias(c) for c in cols])
+            if self.through is not None and i == len(self.seeds) - 1:
+                df = df.mapInArrow(_unpacker(self.through.names), self.through)
             out.append((node, Frame(df, time)))
         return out
+
+
+def _unpacker(names: list[str]) -> Any:
+    """The ``mapInArrow`` function unpacking the pass-through lane's packed rows (``names``: its columns)."""
+
+    def unpack(batches: Any) -> Any:
+        import pyarrow as pa
+
+        for batch in batches:
+            for blob in batch.column(0).to_pylist():
+                if blob:
+                    for records in pa.ipc.open_stream(blob):
+                        yield records.select(names)
+
+    return unpack
 
 
 def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
@@ -105,10 +123,12 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     out_fields = [T.StructField(LANE, T.IntegerType())]
     for i, lane in enumerate(lanes):
         out_fields += [T.StructField(lane_column(i, f.name), f.dataType) for f in lane.schema.fields if f.name != ANCHOR]
+    through = None
     if fan.through:
         processors.append(None)
-        outputs.append(through_columns)
-        out_fields += [T.StructField(lane_column(n, f.name), f.dataType) for f in base.df.schema.fields if f.name in through_columns]
+        outputs.append([PACKED_ROWS])
+        out_fields.append(T.StructField(lane_column(n, PACKED_ROWS), T.BinaryType()))
+        through = T.StructType([f for f in base.df.schema.fields if f.name in through_columns])
     schema = T.StructType(out_fields)
     processor = LanesProcessor(processors, outputs, ANCHOR if event_time else None)
     processor.read(list(rows.columns))
@@ -122,7 +142,7 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else ""
     )
     times = [comp.frames[id(lane)].time for lane in fan.lanes] + ([base.time] if fan.through else [])
-    return FannedOut(Frame(result, main.time), fan.seeds, tuple(tuple(c) for c in outputs), tuple(times), fan.lanes)
+    return FannedOut(Frame(result, main.time), fan.seeds, tuple(tuple(c) for c in outputs), tuple(times), through, fan.lanes)
 
 
 def _filters(comp: Compilation, fan: FanOut, fields: list[str], df: Any) -> Any:
