@@ -83,21 +83,23 @@ def _expected(records, key):
 
 @pytest.mark.parametrize("parts", [1, pytest.param(5, marks=pytest.mark.slow), pytest.param(17, marks=pytest.mark.slow)])
 def test_processing_time_lanes_give_the_same_results_however_the_input_splits_into_batches(spark, tmp_path, parts):
-    """Without event time: a pass-through step read by two running aggregates keyed
-    differently (one's side output read by a sink) and a sink; per key, each lane's
-    sequence is the plain-Python one for 1, 5 or 17 micro-batches."""
+    """Without event time: a keyed step and a map after it, read by two running aggregates
+    keyed differently (one's side output read by a sink, the other behind a filter) and a
+    sink; per key, each lane's counts and sums are the plain-Python ones for 1, 5 or 17
+    micro-batches."""
     batches = _records(parts)
     env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "ckpt", parallelism=2, spark=spark)
     by_k, by_g, thirds, raw = CollectSink(), CollectSink(), CollectSink(), CollectSink()
     src = env.from_source(ScriptedSource(batches, "i bigint, k string, v bigint, g bigint"), name="events")
-    first = src.key_by("i").process(Dedupe(), "i bigint, k string, v bigint, g bigint", name="first")
+    first = (src.key_by("i").process(Dedupe(), "i bigint, k string, v bigint, g bigint", name="first")
+             .map(lambda r: {**r, "v": r["v"] * 2}, name="doubled"))  # shared by every reader: runs once
     k_lane = first.key_by("k").process(Running("k"), RUNNING, name="by-k")
     k_lane.sink_to(by_k, name="by-k-out")
     k_lane.get_side_output(THIRDS).sink_to(thirds, name="thirds-out")
     first.filter("g <> 2").key_by("g").process(Running("g"), RUNNING, name="by-g").sink_to(by_g, name="by-g-out")
     first.select("i", name="ids").sink_to(raw, name="raw")
     env.execute(f"fan-out-split-{parts}", progress=False)
-    records = [r for b in batches for r in b]
+    records = [(i, k, v * 2, g) for b in batches for i, k, v, g in b]
     want_k, want_thirds = _expected(records, 1)
     want_g, _ = _expected([r for r in records if r[3] != 2], 3)
 
@@ -111,3 +113,15 @@ def test_processing_time_lanes_give_the_same_results_however_the_input_splits_in
     assert running(by_g) == want_g
     assert sorted((r["key"], r["n"]) for r in thirds.rows()) == want_thirds
     assert sorted(r["i"] for r in raw.rows()) == list(range(120))
+
+
+def test_click_fan_out_example(spark, load_example):
+    example = load_example("click_fan_out")
+    sinks = example.run()
+    unique = {c[3]: c for b in example.BATCHES for c in b}.values()  # the first of each click id (all equal)
+    windows = Counter((c[0] - c[0] % 2_000, c[2]) for c in unique)
+    assert Counter({(r["window_start"], r["campaign"]): r["count"] for r in sinks["per_campaign"].rows()}) == windows
+    per_user = Counter(c[1] for c in unique)
+    assert Counter(r["user"] for r in sinks["per_user"].rows()) == per_user  # one running count per click
+    assert sorted(r["user"] for r in sinks["flagged"].rows()) == sorted(u for u, n in per_user.items() if n >= 3)
+    assert sorted(r["click_id"] for r in sinks["clicks"].rows()) == sorted(c[3] for c in unique)

@@ -122,21 +122,22 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
 @dataclass(frozen=True)
 class FanOut:
     """A keyed-runtime step (``source``) whose output several readers take: the keyed
-    steps reading it (``lanes``, each through ``key_by`` and filters only: ``paths``) run
-    as lanes of one Spark operator, and ``through`` says whether other branches (sinks,
-    through stateless steps) read ``source``'s rows too — they then pass the operator on
-    a lane of their own. The job splits after that operator: the lanes' outputs (and
+    steps reading it (``lanes``, each through ``key_by`` and filters only after the
+    ``stem``: ``paths``) run as lanes of one Spark operator, and ``through`` says whether
+    other branches (sinks, through stateless steps) read the stem's rows too — they then
+    pass the operator on a lane of their own. The job splits after that operator: the lanes' outputs (and
     ``source``'s, with ``through``) start its stateless branches."""
 
     source: Node
     lanes: tuple[Node, ...]
-    paths: tuple[tuple[Node, ...], ...]  # per lane: the steps between source and it, in graph order
+    paths: tuple[tuple[Node, ...], ...]  # per lane: the steps between the stem and it, in graph order
     through: bool
+    stem: Node  # where the rows fan out: source, or the last step after it that every reader passes
 
     @property
     def seeds(self) -> tuple[Node, ...]:
         """The steps whose rows the branches after the split start from."""
-        return self.lanes + ((self.source,) if self.through else ())
+        return self.lanes + ((self.stem,) if self.through else ())
 
 
 @dataclass(frozen=True)
@@ -236,16 +237,17 @@ def fan_out_of(graph: Graph) -> FanOut | None:
             "fans out after one stateful step only, yet: run the rest as its own job", candidates[1][0].name
         )
     source, lanes, through = candidates[0]
+    stem = _stem(graph, source, lanes, readers)
     paths = []
     for lane in lanes:
-        path = tuple(a for a in graph.nodes if any(b is source for b in ancestors(a)) and any(a is b for b in ancestors(lane)))
+        path = tuple(a for a in graph.nodes if any(b is stem for b in ancestors(a)) and any(a is b for b in ancestors(lane)))
         for step in path:
             if not isinstance(step, (KeyByNode, FilterNode)) or getattr(step, "dead_letter", None) is not None:
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between the stateful step '{source.name}' and '{lane.name}', "
-                    f"one of several steps reading '{source.name}'; there only key_by and filter (without dead "
-                    "letters) are supported yet: move it before "
-                    f"'{source.name}' or into a function", step.name,
+                    f"one of several steps reading '{source.name}'; after the point where they part only key_by and "
+                    "filter (without dead letters) are supported yet: let every reader share it (one step before "
+                    f"they part), move it before '{source.name}', or into a function", step.name,
                 )
         paths.append(path)
     for node in steps:
@@ -273,7 +275,24 @@ def fan_out_of(graph: Graph) -> FanOut | None:
                 f"the sink '{sink.name}' does not read the output of '{source.name}', after which the job fans "
                 "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
             )
-    return FanOut(source, lanes, tuple(paths), through)
+    return FanOut(source, lanes, tuple(paths), through, stem)
+
+
+def _stem(graph: Graph, source: Node, lanes: tuple[Node, ...], readers: dict[int, list[Node]]) -> Node:
+    """Where the rows of ``source`` fan out: the last step after it (or itself) that every
+    lane and every sink reading ``source`` pass through — the steps up to it (``map``,
+    filters...) run once, on the stream, before the rows are copied per lane."""
+    def before_all(node: Node) -> bool:
+        reading = [s for s in graph.sinks if any(a is source for a in ancestors(s))]
+        return all(node is n or any(a is node for a in ancestors(n)) for n in [*lanes, *reading])
+
+    stem = source
+    while True:
+        nexts = readers.get(id(stem), [])
+        if len(nexts) != 1 or not isinstance(nexts[0], _CARRIES_TIME) or not before_all(nexts[0]) \
+                or getattr(nexts[0], "dead_letter", None) is not None or any(nexts[0] is lane for lane in lanes):
+            return stem
+        stem = nexts[0]
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:

@@ -236,3 +236,15 @@ def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, 
     swapped = dict(manifest, operators=[ops[0], dict(ops[2], name="a", lane=1), dict(ops[1], name="b", lane=0)])
     problems = compare(manifest, swapped)
     assert any("'a'" in p and "lane 0 of a fan-out" in p and "lane 1" in p for p in problems), problems
+
+
+def test_steps_every_reader_shares_run_once_before_the_rows_fan_out(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    shared = first.map(lambda r: r, name="reshape").filter("k <> 'x'", name="not-x")
+    shared.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink(), name="out-a")
+    shared.key_by("ts").process(_Count(), KEYED, name="b").sink_to(CollectSink(), name="out-b")
+    shared.select("k", name="keys").sink_to(CollectSink(), name="keys-out")
+    fan = plan(env.graph()).fan_out
+    assert fan is not None and fan.source.name == "first" and fan.stem.name == "not-x" and fan.through
+    assert [[type(s).__name__ for s in path] for path in fan.paths] == [["KeyByNode"], ["KeyByNode"]]
+    assert [n.name for n in fan.seeds] == ["a", "b", "not-x"]

@@ -76,9 +76,9 @@ def _unpacker(names: list[str]) -> Any:
 
 
 def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
-    comp.frame(fan.source)
-    main = comp.frames[id(fan.source)]
-    base = comp.tagged.get(id(fan.source)) or main
+    comp.frame(fan.stem)
+    main = comp.frames[id(fan.stem)]
+    base = comp.tagged.get(id(fan.stem)) or main
     for lane in fan.lanes:
         comp.frame(lane)  # translates it: keyed.py keeps its parts in comp.lanes
     lanes = [comp.lanes[id(lane)] for lane in fan.lanes]
