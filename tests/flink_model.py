@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 END = "end"  # the batch label of what fires at the end of input
 
@@ -66,10 +67,15 @@ class Windowed:
 
 
 def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, slide: int | None = None, *,
-            in_batch: bool = False) -> Windowed:
+            in_batch: bool = False, keep: Callable[[tuple], bool] | None = None) -> Windowed:
     """Count and sum per key and window. ``kind``: tumbling (``size``), sliding (``size``,
-    ``slide``) or session (``size`` = the gap)."""
+    ``slide``) or session (``size`` = the gap). ``keep``: the records the window reads (a
+    filter or a split upstream of it), while the watermark follows every record of the
+    source, as the job's does."""
     result = Windowed()
+    firing = _firing_watermarks(batches, bound_ms, in_batch)
+    if keep is not None:
+        batches = [[r for r in b if keep(r)] for b in batches]
     open_: dict[tuple, list[int]] = {}  # (key, start, end) -> [count, sum]
 
     def fire(k: int, wm: int | None) -> None:
@@ -78,7 +84,7 @@ def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, sli
                 n, total = open_.pop(w)
                 result.fired[w] = (n, total, k)
 
-    for k, (batch, (wm, after)) in enumerate(zip(batches, _firing_watermarks(batches, bound_ms, in_batch))):
+    for k, (batch, (wm, after)) in enumerate(zip(batches, firing)):
         fire(k, wm)
         for ts, key, value in batch:
             if kind == "session":

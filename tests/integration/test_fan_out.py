@@ -12,6 +12,7 @@ import pytest
 from test_chains import BOUND, SCHEMA, CountSum, Dedupe, _distinct, _fired
 
 from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, TumblingEventTimeWindows
+from ember.errors import PipelineError
 from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -24,8 +25,8 @@ def test_a_dedupe_feeding_two_windows_and_a_sink_equals_the_flink_model(env):
     batches = model.random_batches(8)
     with_duplicates = [b + b[:2] for b in batches]
     distinct = _distinct(with_duplicates)
-    small_expected = model.windows([[r for r in b if r[2] > 0] for b in distinct], 1_000, "tumbling", 2_000)
-    large_expected = model.windows([[r for r in b if r[1] != "c"] for b in distinct], 1_000, "tumbling", 6_000)
+    small_expected = model.windows(distinct, 1_000, "tumbling", 2_000, keep=lambda r: r[2] > 0)
+    large_expected = model.windows(distinct, 1_000, "tumbling", 6_000, keep=lambda r: r[1] != "c")
     assert small_expected.late > 0 and large_expected.late > 0
     small, large, raw = CollectSink(), CollectSink(), CollectSink()
     src = env.from_source(ScriptedSource(with_duplicates, SCHEMA), BOUND, name="events")
@@ -125,3 +126,55 @@ def test_click_fan_out_example(spark, load_example):
     assert Counter(r["user"] for r in sinks["per_user"].rows()) == per_user  # one running count per click
     assert sorted(r["user"] for r in sinks["flagged"].rows()) == sorted(u for u, n in per_user.items() if n >= 3)
     assert sorted(r["click_id"] for r in sinks["clicks"].rows()) == sorted(c[3] for c in unique)
+
+
+ODD = OutputTag("odd", SCHEMA)
+
+
+class SplitOdd(KeyedProcessFunction):
+    """Even values to the main output, odd ones to the side output ``odd``."""
+
+    def process_element(self, value, ctx):
+        if value["v"] % 2:
+            ctx.output(ODD, value)
+        else:
+            yield value
+
+
+@pytest.mark.parametrize("fanned", [False, True], ids=["chain", "fan-out"])
+def test_a_side_output_feeds_a_window_with_its_records_event_time(env, fanned):
+    """Flink: a side output's records carry their timestamps, so a window reading it fires as
+    one reading the main output would. Alone (a chain through the side output) and beside a
+    window and a sink of the main output (a fan-out), against the model."""
+    batches = model.random_batches(8)
+    odd_expected = model.windows(batches, 1_000, "tumbling", 2_000, keep=lambda r: r[2] % 2 == 1)
+    even_expected = model.windows(batches, 1_000, "tumbling", 6_000, keep=lambda r: r[2] % 2 == 0)
+    assert odd_expected.fired and even_expected.fired
+    odd, even, raw = CollectSink(), CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
+    (split.get_side_output(ODD).key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="odd-windows").sink_to(odd, name="odd-out"))
+    if fanned:
+        (split.key_by("k").window(TumblingEventTimeWindows.of(6_000))
+            .aggregate(CountSum(), output_schema="n bigint, v bigint", name="even-windows").sink_to(even, name="even-out"))
+        split.sink_to(raw, name="raw")
+    result = env.execute("side-output-window", progress=False)
+    assert _fired(odd, batches, "v") == odd_expected.fired
+    late = odd_expected.late
+    if fanned:
+        assert _fired(even, batches, "v") == even_expected.fired
+        assert sorted((r["ts"], r["k"], r["v"]) for r in raw.rows()) == sorted(
+            r for b in batches for r in b if r[2] % 2 == 0)
+        late += even_expected.late
+    assert result.late_dropped == late
+
+
+def test_a_filter_on_a_side_output_read_in_a_fan_out_is_refused_naming_it(env):
+    src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
+    split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
+    split.get_side_output(ODD).filter("v > 1", name="big").key_by("k").process(SplitOdd(), SCHEMA, name="b").sink_to(
+        CollectSink())
+    split.sink_to(CollectSink(), name="raw")
+    with pytest.raises(PipelineError, match="step 'big'.*on a side output, key_by only"):
+        env.execute("refused", progress=False)

@@ -63,8 +63,9 @@ from ember.graph.nodes import (
 
 __all__ = ["Plan", "FanOut", "plan", "fan_out_of", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
 
-# Steps that pass each row on with its event time (hidden columns, translators/eventtime.py).
-_CARRIES_TIME = (KeyByNode, FilterNode, MapNode, FlatMapNode)
+# Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
+# a keyed step's side output carries each record's too.
+_CARRIES_TIME = (KeyByNode, FilterNode, MapNode, FlatMapNode, SideOutputNode)
 
 
 def native_window(node: WindowNode, graph: Graph) -> bool:
@@ -241,13 +242,16 @@ def fan_out_of(graph: Graph) -> FanOut | None:
     paths = []
     for lane in lanes:
         path = tuple(a for a in graph.nodes if any(b is stem for b in ancestors(a)) and any(a is b for b in ancestors(lane)))
-        for step in path:
-            if not isinstance(step, (KeyByNode, FilterNode)) or getattr(step, "dead_letter", None) is not None:
+        side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
+        for step in path[1:] if side else path:
+            if not isinstance(step, (KeyByNode, FilterNode) if not side else KeyByNode) \
+                    or getattr(step, "dead_letter", None) is not None:
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between the stateful step '{source.name}' and '{lane.name}', "
                     f"one of several steps reading '{source.name}'; after the point where they part only key_by and "
-                    "filter (without dead letters) are supported yet: let every reader share it (one step before "
-                    f"they part), move it before '{source.name}', or into a function", step.name,
+                    "filter (without dead letters; on a side output, key_by only) are supported yet: let every "
+                    f"reader share it (one step before they part), move it before '{source.name}', or into a "
+                    "function", step.name,
                 )
         paths.append(path)
     for node in steps:
@@ -400,10 +404,16 @@ def _check_chains(graph: Graph) -> None:
             continue
         between = [a for a in ancestors(node) if any(b is direct[0] for b in ancestors(a))]
         for step in between:
+            if isinstance(step, SideOutputNode) and step.inputs[0] is not direct[0]:
+                raise PipelineError(
+                    f"'{node.name}' reads the side output '{step.tag.name}' of '{step.inputs[0].name}', a step between "
+                    f"it and the stateful step '{direct[0].name}'; a keyed step reads side outputs of keyed steps "
+                    "only, yet", step.name,
+                )
             if not isinstance(step, _CARRIES_TIME):
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between the stateful steps '{direct[0].name}' and "
-                    f"'{node.name}'; between two stateful steps only key_by, filter, map and flat_map are "
+                    f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map and a side output are "
                     "supported yet (a step there must pass each record's event time on): move it before "
                     f"'{direct[0].name}' or into its function",
                     step.name,

@@ -118,6 +118,7 @@ class BucketFunction:
         rt.now = state.getCurrentProcessingTimeMs()
         out: list[Any] = []
         rt.out, rt.marks = out, ([] if self.emit_time else None)
+        rt.ahead = True
         batches: Iterable[pd.DataFrame] = frames
         if self.previous_watermark is not None:
             batches, late_frames = self._split_pre(frames)
@@ -129,6 +130,7 @@ class BucketFunction:
                 rt.watermark = watermark
         self._fire_due(rt, out)
         ahead = len(out)  # the rows emitted before this step's watermark reached the batch's
+        rt.ahead = False
         for pdf in batches:
             seen = self._process(rt, pdf, out)
             self.touched = True
@@ -294,18 +296,18 @@ class BucketFunction:
                 main[c] = None
             yield main[columns_out]
         if rt.side:
-            by_tag: dict[str, list[Any]] = {}
-            for tag, record in rt.side:
-                by_tag.setdefault(tag, []).append(record)
+            by_tag: dict[str, list[tuple[Any, int | None, bool]]] = {}
+            for tag, record, ts, pre in rt.side:
+                by_tag.setdefault(tag, []).append((record, ts, pre))
             rt.side = []
-            for tag, records in by_tag.items():
+            for tag, emitted in by_tag.items():
                 fields = self.side_outputs[tag]
-                given = rows_frame(records, fields)
-                empty = pd.Series([None] * len(records), dtype=object)
+                given = rows_frame([r for r, _, _ in emitted], fields)
+                empty = pd.Series([None] * len(emitted), dtype=object)
                 data = {c: empty for c in columns_out}
                 data.update({side_column(tag, f): given[f] for f in fields})
-                data[TAG] = pd.Series([tag] * len(records), dtype=object)
-                if self.emit_time:
-                    data[columns_out[-2]] = pd.Series([None] * len(records), dtype="Int64")
-                    data[PRE] = pd.Series([False] * len(records), dtype=bool)
+                data[TAG] = pd.Series([tag] * len(emitted), dtype=object)
+                if self.emit_time:  # Flink: a side output carries the record's (or timer's) timestamp
+                    data[columns_out[-2]] = pd.Series([t for _, t, _ in emitted], dtype="Int64")
+                    data[PRE] = pd.Series([p for _, _, p in emitted], dtype=bool)
                 yield pd.DataFrame(data, columns=columns_out)

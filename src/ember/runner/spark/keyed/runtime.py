@@ -173,7 +173,10 @@ class KeyedRuntime(RuntimeContext, Context):
         self.blob: dict[str, Any] = empty_bucket_state()
         self.ttl_ms: dict[str, int] = {}
         self.side_tags = side_tags
-        self.side: list[tuple[str, Any]] = []
+        # Side outputs of the call: (tag, record, event time, emitted ahead of the step's
+        # watermark advance) — the time and flag read only by a keyed step chained after one.
+        self.side: list[tuple[str, Any, int | None, bool]] = []
+        self.ahead = False  # whether the call is before its watermark advance (bucket.py)
         self.counts: dict[str, int] = {}
         # The call's output list, and, when a downstream step needs the outputs' event time,
         # (position in it, timestamp) marks: row i has the timestamp of the last mark at or
@@ -212,7 +215,7 @@ class KeyedRuntime(RuntimeContext, Context):
         if name is None:
             raise UserFunctionError(f"output takes an OutputTag, got {tag!r}")
         if name in self.side_tags:
-            self.side.append((name, record))
+            self.side.append((name, record, self.timestamp, self.ahead))
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counts[counter] = self.counts.get(counter, 0) + n

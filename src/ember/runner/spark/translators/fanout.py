@@ -21,11 +21,11 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import FilterNode, Node
+from ember.graph.nodes import FilterNode, Node, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
-from ember.runner.spark.keyed.packing import PACKED_ROWS, packer
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, without_hidden
+from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.planner import FanOut
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, restore_anchor
@@ -96,17 +96,27 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     n = len(lanes)
     fields = without_hidden(main.df.schema).names  # the records the lanes read
     through_columns = [c for c in base.df.columns if c not in HIDDEN]
-    main_lanes = [F.lit(i) for i in range(n)] + ([F.lit(n)] if fan.through else [])
-    lanes_of_row = F.array(*main_lanes)
-    if TAG in base.df.columns:  # side outputs' rows: only the pass-through lane takes them
-        side_lanes = F.array(F.lit(n)) if fan.through else F.array().cast("array<int>")
-        lanes_of_row = F.when(F.col(TAG).isNull(), lanes_of_row).otherwise(side_lanes)
+    # Which output of the stem each lane reads: its main output (None) or a side output's tag.
+    reads = [path[0].tag.name if isinstance(path[0], SideOutputNode) else None for path in fan.paths]
+    passing = [F.lit(n)] if fan.through else []
+
+    def copies(tag: str | None) -> Any:
+        return F.array(*[F.lit(i) for i in range(n) if reads[i] == tag], *passing).cast("array<int>")
+
+    lanes_of_row = copies(None)
+    if TAG in base.df.columns:  # a side output's rows: the lanes reading it, and the pass-through lane
+        lanes_of_row = F.when(F.col(TAG).isNull(), lanes_of_row)
+        for tag in sorted({t for t in reads if t is not None}):
+            lanes_of_row = lanes_of_row.when(F.col(TAG) == F.lit(tag), copies(tag))
+        lanes_of_row = lanes_of_row.otherwise(F.array(*passing).cast("array<int>"))
     df = base.df.withColumn(LANE, F.explode(lanes_of_row))
     df = _filters(comp, fan, fields, df)
     # The pass-through lane keeps no state: its rows go in one group per input partition.
     bucket = F.lit(n * STATE_BUCKETS) + F.pmod(F.spark_partition_id(), F.lit(STATE_BUCKETS))
     for i in reversed(range(n)):
-        bucket = F.when(F.col(LANE) == F.lit(i), F.lit(i * STATE_BUCKETS) + bucket_of(lanes[i].keys)).otherwise(bucket)
+        tag = reads[i]
+        keys = lanes[i].keys if tag is None else tuple(side_column(tag, k) for k in lanes[i].keys)
+        bucket = F.when(F.col(LANE) == F.lit(i), F.lit(i * STATE_BUCKETS) + bucket_of(keys)).otherwise(bucket)
     df = df.withColumn(BUCKET, bucket.cast("int"))
     if event_time:
         df = restore_anchor(df)
@@ -115,9 +125,12 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     if event_time:
         rows = restore_anchor(rows)
     processors: list[Any] = []
-    for lane in lanes:
-        proc = lane.processor or BucketProcessor(lane.call, [], None)
-        proc.call, proc.anchor = lane.call, None
+    for lane, tag in zip(lanes, reads):
+        fn = lane.fn
+        if tag is not None:  # its records' fields under their own names
+            fn = _renamed(fn, {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names})
+        proc = lane.processor or BucketProcessor(unpacking(fn), [], None)
+        proc.call, proc.anchor = unpacking(fn), None
         processors.append(proc)
     outputs = [[f.name for f in lane.schema.fields if f.name != ANCHOR] for lane in lanes]
     out_fields = [T.StructField(LANE, T.IntegerType())]
@@ -143,6 +156,20 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     )
     times = [comp.frames[id(lane)].time for lane in fan.lanes] + ([base.time] if fan.through else [])
     return FannedOut(Frame(result, main.time), fan.seeds, tuple(tuple(c) for c in outputs), tuple(times), through, fan.lanes)
+
+
+def _renamed(run: Any, names: dict[str, str]) -> Any:
+    """Bucket function ``run`` reading a side output's rows: their columns renamed by ``names``
+    (side column -> field), the main output's columns of the same names dropped first."""
+
+    def call(key: Any, frames: Any, state: Any) -> Any:
+        def named() -> Any:
+            for pdf in frames:
+                yield pdf.drop(columns=[c for c in names.values() if c in pdf.columns]).rename(columns=names)
+
+        return run(key, named(), state)
+
+    return call
 
 
 def _filters(comp: Compilation, fan: FanOut, fields: list[str], df: Any) -> Any:

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.connectors.hashing import INT_KINDS
 from ember.errors import PipelineError
+from ember.graph.graph import ancestors
 from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
@@ -43,6 +44,7 @@ from ember.runner.spark.keyed.windows import (
     make_combiner,
 )
 from ember.runner.spark.pickling import ship_by_value
+from ember.runner.spark.planner import runtime_steps
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
@@ -59,7 +61,7 @@ class Lane:
 
     node: Node
     keys: tuple[str, ...]
-    call: Any
+    fn: Any  # its bucket function (reading unpacked rows)
     schema: T.StructType
     event_time: bool
     timeout: Any
@@ -173,7 +175,7 @@ def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], 
         if partials is not None or timed:
             raise PipelineError("a pre-aggregating or two-input step cannot be a lane of a fan-out yet", node.name)
         comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]
-        comp.lanes[id(node)] = Lane(node, keys, unpacking(bucket_fn), schema, event_time, timeout, processor)
+        comp.lanes[id(node)] = Lane(node, keys, bucket_fn, schema, event_time, timeout, processor)
         return comp.spark.createDataFrame([], schema)
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
     return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor)
@@ -433,4 +435,10 @@ def _side_output(comp: Compilation, node: SideOutputNode) -> Frame:
     comp.frame(producer)  # translates it, recording its combined frame and side types
     struct = comp.side_types[id(producer)][tag]
     df = comp.tagged[id(producer)].df.filter(F.col(TAG) == F.lit(tag))
-    return Frame(df.select(*[F.col(side_column(tag, f.name)).alias(f.name) for f in struct.fields]), None)
+    columns = [F.col(side_column(tag, f.name)).alias(f.name) for f in struct.fields]
+    if any(comp.plan.upstream_step(n) is producer and any(a is node for a in ancestors(n)) for n in runtime_steps(comp.graph)):
+        # read by a keyed step: each record's event time goes with it (Flink: the record's or timer's)
+        columns += [F.col(c) for c in HIDDEN if c in df.columns]
+        up = comp.frames[id(producer)]
+        return Frame(df.select(*columns), up.time)
+    return Frame(df.select(*columns), None)
