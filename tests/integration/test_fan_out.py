@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 import flink_model as model
 import pytest
-from test_chains import BOUND, SCHEMA, CountSum, Dedupe, _distinct, _fired
+from test_chains import BOUND, SCHEMA, CountSum, Dedupe, Report, _distinct, _fired, _label
 
 from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, TumblingEventTimeWindows
 from ember.errors import PipelineError
@@ -178,3 +178,38 @@ def test_a_filter_on_a_side_output_read_in_a_fan_out_is_refused_naming_it(env):
     split.sink_to(CollectSink(), name="raw")
     with pytest.raises(PipelineError, match="step 'big'.*on a side output, key_by only"):
         env.execute("refused", progress=False)
+
+
+def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(env):
+    """dedupe -> {2 s window -> a process function with timers, 6 s window, raw sink}: the
+    process function reads the window lane's results (a second level of lanes) with Flink's
+    timestamps and watermark and fires its timers when Flink would; the other outputs pass
+    the second level and equal the model's."""
+    batches = model.random_batches(8)
+    given = [b + b[:1] for b in batches]
+    distinct = _distinct(given)
+    seen, fired = model.window_then_timers(distinct, 1_000, 2_000, 1_500)
+    large_expected = model.windows(distinct, 1_000, "tumbling", 6_000)
+    reports, large, raw = CollectSink(), CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(given, SCHEMA), BOUND, name="events")
+    deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    (deduped.key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
+        .key_by("k").process(Report(1_500), "k string, what string, end bigint, n bigint, ts bigint, wm bigint",
+                             name="report").sink_to(reports, name="reports"))
+    (deduped.key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="large").sink_to(large, name="large-out"))
+    deduped.sink_to(raw, name="raw")
+    env.execute("fan-out-levels", progress=False)
+    got_seen, got_fired = [], []
+    for b in reports.batches:
+        label = _label(b.batch_id, batches)
+        for r in b.rows:
+            if r["what"] == "result":
+                got_seen.append((r["k"], r["end"], r["n"], r["ts"], "?" if label == model.END else r["wm"], label))
+            else:
+                got_fired.append((r["k"], r["ts"], label))
+    assert sorted(got_seen, key=str) == seen
+    assert sorted(got_fired, key=str) == fired
+    assert _fired(large, batches, "v") == large_expected.fired
+    assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in distinct for r in b)

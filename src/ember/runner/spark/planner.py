@@ -61,7 +61,7 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["Plan", "FanOut", "plan", "fan_out_of", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
+__all__ = ["Plan", "FanOut", "Level", "plan", "fan_out_of", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
 
 # Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
 # a keyed step's side output carries each record's too.
@@ -111,10 +111,12 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
         how = ""
         if isinstance(node, WindowNode):
             how = "native" if native_window(node, graph) else "python, keyed state"
-        for i, lane in enumerate(fan.lanes if fan is not None else ()):
-            if lane is node:
-                shared = f"lane {i} of the Spark operator shared by the steps reading '{fan.source.name}'"  # type: ignore[union-attr]
-                how = f"{how}; {shared}" if how else shared
+        where = fan.where(node) if fan is not None else None
+        if where is not None:
+            level, lane = where
+            shared = (f"lane {lane} of the Spark operator shared by the steps reading '{fan.source.name}'" if level == 0  # type: ignore[union-attr]
+                      else f"lane {lane} of the fan-out's level-{level} operator")
+            how = f"{how}; {shared}" if how else shared
         return how
 
     return note
@@ -134,11 +136,37 @@ class FanOut:
     paths: tuple[tuple[Node, ...], ...]  # per lane: the steps between the stem and it, in graph order
     through: bool
     stem: Node  # where the rows fan out: source, or the last step after it that every reader passes
+    # Keyed steps reading the lanes, level by level: each level one more shared operator, whose
+    # lanes read lanes of the level before (``Level``); that level's rows pass it packed.
+    after: tuple["Level", ...] = ()
 
     @property
     def seeds(self) -> tuple[Node, ...]:
         """The steps whose rows the branches after the split start from."""
         return self.lanes + ((self.stem,) if self.through else ())
+
+    @property
+    def levels(self) -> tuple[tuple[Node, ...], ...]:
+        """Every level's lanes: the first level's (reading the stem), then ``after``'s."""
+        return (self.lanes, *(level.lanes for level in self.after))
+
+    def where(self, node: Node) -> tuple[int, int] | None:
+        """(level, lane) of a keyed step running as a lane, else None."""
+        for k, lanes in enumerate(self.levels):
+            for i, lane in enumerate(lanes):
+                if lane is node:
+                    return k, i
+        return None
+
+
+@dataclass(frozen=True)
+class Level:
+    """Keyed steps of a fan-out reading the lanes of the level before (``reads``: per lane,
+    the lane it reads there and which of its outputs — None for the main one, else a side
+    output's tag; through ``key_by`` only)."""
+
+    lanes: tuple[Node, ...]
+    reads: tuple[tuple[int, str | None], ...]
 
 
 @dataclass(frozen=True)
@@ -231,13 +259,16 @@ def fan_out_of(graph: Graph) -> FanOut | None:
             candidates.append((source, lanes, through))
     if not candidates:
         return None
-    if len(candidates) > 1:
-        names = ", ".join(f"'{c[0].name}'" for c in candidates)
+    # The first fan-out; the steps after its lanes (a fan-out of a lane included) run as further
+    # levels of lanes below.
+    top = [c for c in candidates if not any(o[0] is a for o in candidates for a in ancestors(c[0]))]
+    if len(top) > 1:
+        names = ", ".join(f"'{c[0].name}'" for c in top)
         raise PipelineError(
-            f"the outputs of several stateful steps ({names}) are each read by more than one step; a job "
-            "fans out after one stateful step only, yet: run the rest as its own job", candidates[1][0].name
+            f"the outputs of several stateful steps ({names}) on separate branches are each read by more than one "
+            "step; a job fans out after one stateful step only, yet: run the rest as its own job", top[1][0].name
         )
-    source, lanes, through = candidates[0]
+    source, lanes, through = top[0]
     stem = _stem(graph, source, lanes, readers)
     paths = []
     for lane in lanes:
@@ -254,20 +285,12 @@ def fan_out_of(graph: Graph) -> FanOut | None:
                     "function", step.name,
                 )
         paths.append(path)
-    for node in steps:
-        if node is source or any(node is lane for lane in lanes):
-            continue
-        if any(a is source for a in ancestors(node)):
-            after = next(a for a in [*lanes] if any(b is a for b in ancestors(node)))
-            raise PipelineError(
-                f"'{node.name}' ({node.kind}) reads the output of '{after.name}', one of several steps reading "
-                f"'{source.name}'; after such a fan-out only stateless steps and sinks are supported yet: run that "
-                "part as its own job", node.name,
-            )
+    after = _levels(graph, source, lanes)
+    every_lane = [lane for level in (lanes, *(lv.lanes for lv in after)) for lane in level]
     for node in graph.nodes:
         stateful = isinstance(node, (*STATEFUL, SourceNode))
         if stateful and node is not source and not any(node is a for a in ancestors(source)) \
-                and not any(node is lane for lane in lanes):
+                and not any(node is lane for lane in every_lane):
             raise PipelineError(
                 f"'{node.name}' ({node.kind}) is on a branch of its own beside the fan-out after '{source.name}'; "
                 "a job that fans out after a stateful step reads it in every branch, yet: run that branch as "
@@ -279,7 +302,38 @@ def fan_out_of(graph: Graph) -> FanOut | None:
                 f"the sink '{sink.name}' does not read the output of '{source.name}', after which the job fans "
                 "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
             )
-    return FanOut(source, lanes, tuple(paths), through, stem)
+    return FanOut(source, lanes, tuple(paths), through, stem, after)
+
+
+def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level, ...]:
+    """The keyed steps after a fan-out's first lanes, level by level (:class:`Level`)."""
+    levels: list[Level] = []
+    previous = lanes
+    rest = [n for n in runtime_steps(graph) if any(a is source for a in ancestors(n)) and not any(n is lane for lane in lanes)]
+    while rest:
+        level, reads = [], []
+        for node in rest:
+            upstream = _direct_upstream(node, graph)[0]  # one, by _check_chains
+            j = next((j for j, lane in enumerate(previous) if lane is upstream), None)
+            if j is None:
+                continue
+            path = [a for a in graph.nodes if any(b is upstream for b in ancestors(a)) and any(a is b for b in ancestors(node))]
+            side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
+            for step in path[1:] if side is not None else path:
+                if not isinstance(step, KeyByNode):
+                    raise PipelineError(
+                        f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
+                        f"the fan-out after '{source.name}'; there only key_by is supported yet (a side output and then "
+                        f"key_by): move it into '{upstream.name}' or '{node.name}'", step.name,
+                    )
+            level.append(node)
+            reads.append((j, side))
+        if not level:  # not reached: every keyed step after source reads a lane of some level
+            raise PipelineError(f"'{rest[0].name}' cannot be placed after the fan-out after '{source.name}'", rest[0].name)
+        levels.append(Level(tuple(level), tuple(reads)))
+        rest = [n for n in rest if not any(n is lane for lane in level)]
+        previous = tuple(level)
+    return tuple(levels)
 
 
 def _stem(graph: Graph, source: Node, lanes: tuple[Node, ...], readers: dict[int, list[Node]]) -> Node:

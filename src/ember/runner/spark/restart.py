@@ -50,11 +50,13 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
         if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
     fan = fan_out_of(graph)
-    if fan is not None:  # the readers of a fan-out share one Spark operator, one lane each (keyed/lanes.py)
-        for op in operators:
-            for i, lane in enumerate(fan.lanes):
-                if op["name"] == lane.name:
-                    op["lane"] = i
+    if fan is not None:  # the readers of a fan-out share one Spark operator per level, one lane each (keyed/lanes.py)
+        for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
+            where = fan.where(node)
+            if where is not None:
+                op["lane"] = where[1]
+                if where[0]:
+                    op["level"] = where[0]
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
 
@@ -62,20 +64,23 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
 def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
     """Each manifest operator's Spark operator id (the ``operatorId`` of its state). Spark
     numbers a query's stateful operators from its sink back towards its sources (checked on
-    4.3: a chain's last step is operator 0), and the lanes of a fan-out (``"lane"``) share
-    one operator."""
-    shared = [op.get("lane", 0) == 0 for op in operators]  # whether an entry starts a Spark operator
-    count = sum(shared)
-    ids, seen = [], 0
-    for starts in shared:
-        seen += starts
-        ids.append(count - seen)
-    return ids
+    4.3: a chain's last step is operator 0); the lanes of one level of a fan-out (``"lane"``,
+    ``"level"``) share one operator, the levels following the steps before the fan-out."""
+    groups: list[tuple[str, int]] = []  # Spark's operators from the sources on
+    for i, op in enumerate(operators):
+        group = ("level", int(op.get("level", 0))) if "lane" in op else ("step", i)
+        if group not in groups:
+            groups.append(group)
+    groups.sort(key=lambda g: (g[0] == "level", g[1]))  # every step before the fan-out comes first
+    order = {g: len(groups) - 1 - n for n, g in enumerate(groups)}
+    return [order[("level", int(op.get("level", 0))) if "lane" in op else ("step", i)] for i, op in enumerate(operators)]
 
 
 def _holder(op: dict[str, Any]) -> str:
     lane = op.get("lane")
-    return "a Spark operator of its own" if lane is None else f"lane {lane} of a fan-out's shared Spark operator"
+    if lane is None:
+        return "a Spark operator of its own"
+    return f"lane {lane} of a fan-out's shared Spark operator" + (f" (level {op['level']})" if op.get("level") else "")
 
 
 def spark_keyed_operator(graph: Any, keyed_operator: str = "auto") -> str:
@@ -149,7 +154,7 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
                 f"pipeline keeps it as {layouts[new.get('state layout', 'blob')]}; a checkpoint keeps its layout "
                 "(converting one is not built yet: start from a new checkpoint directory, or keep the layout)"
             )
-        elif old.get("lane") != new.get("lane"):
+        elif (old.get("lane"), old.get("level")) != (new.get("lane"), new.get("level")):
             problems.append(
                 f"{where}: its state is held by {_holder(old)} in the checkpoint, and this pipeline runs it on "
                 f"{_holder(new)} (docs/design/dataflow.md, \"Fan-out\")"

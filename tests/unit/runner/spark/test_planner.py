@@ -194,21 +194,35 @@ def test_a_map_between_a_fanned_out_step_and_a_reader_is_refused_naming_it(env, 
         plan(env.graph())
 
 
-def test_a_stateful_step_after_a_lane_is_refused_naming_it(env, events):
+def test_keyed_steps_after_the_lanes_run_as_further_levels(env, events):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
-    first.key_by("k").process(_Count(), KEYED, name="a").key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink())
+    first.key_by("k").process(_Count(), KEYED, name="a").key_by("ts").process(_Count(), KEYED, name="a2").sink_to(CollectSink())
+    b = first.key_by("k").process(_Count(), KEYED, name="b")
+    b.sink_to(CollectSink(), name="b-out")  # b is read by a sink and by b2: a fan-out inside the fan-out
+    b.key_by("k").process(_Count(), KEYED, name="b2").key_by("k").process(_Count(), KEYED, name="b3").sink_to(CollectSink())
+    p = plan(env.graph())
+    fan = p.fan_out
+    assert [[n.name for n in level] for level in fan.levels] == [["a", "b"], ["a2", "b2"], ["b3"]]
+    assert [lv.reads for lv in fan.after] == [((0, None), (1, None)), ((1, None),)]
+    assert fan.where(_node(p, "b3")) == (2, 0) and fan.where(_node(p, "first")) is None
+
+
+def test_a_map_between_two_levels_of_a_fan_out_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    a = first.key_by("k").process(_Count(), KEYED, name="a")
+    a.map(lambda r: r, name="reshape").key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink())
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'a2'.*reads the output of 'a', one of several steps reading 'first'"):
+    with pytest.raises(PipelineError, match="step 'reshape'.*between 'a' and 'a2'.*only key_by"):
         plan(env.graph())
 
 
-def test_fan_outs_after_two_steps_are_refused(env, events):
-    first = events().key_by("k").process(_Count(), KEYED, name="first")
-    first.sink_to(CollectSink(), name="raw")
-    second = first.key_by("k").process(_Count(), KEYED, name="second")
-    second.sink_to(CollectSink(), name="raw2")
-    second.key_by("k").process(_Count(), KEYED, name="third").sink_to(CollectSink(), name="out")
-    with pytest.raises(PipelineError, match="several stateful steps \\('first', 'second'\\)"):
+def test_fan_outs_on_separate_branches_are_refused(env, events):
+    src = events()
+    for name in ("x", "y"):
+        step = src.key_by("k").process(_Count(), KEYED, name=name)
+        step.sink_to(CollectSink(), name=f"{name}-raw")
+        step.key_by("k").process(_Count(), KEYED, name=f"{name}2").sink_to(CollectSink(), name=f"{name}-out")
+    with pytest.raises(PipelineError, match="several stateful steps \\('x', 'y'\\) on separate branches"):
         plan(env.graph())
 
 
@@ -233,6 +247,8 @@ def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, 
     assert [(o["name"], o.get("lane")) for o in ops] == [("first", None), ("a", 0), ("b", 1)]
     assert spark_operator_ids(ops) == [1, 0, 0]  # Spark numbers from the sink back
     assert spark_operator_ids([{}, {}, {}]) == [2, 1, 0]
+    # levels share an operator each, whatever the graph order of their lanes
+    assert spark_operator_ids([{}, {"lane": 0}, {"lane": 0, "level": 1}, {"lane": 1}]) == [2, 1, 0, 1]
     swapped = dict(manifest, operators=[ops[0], dict(ops[2], name="a", lane=1), dict(ops[1], name="b", lane=0)])
     problems = compare(manifest, swapped)
     assert any("'a'" in p and "lane 0 of a fan-out" in p and "lane 1" in p for p in problems), problems

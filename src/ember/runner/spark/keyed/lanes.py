@@ -71,12 +71,13 @@ class LanesProcessor(StatefulProcessor):
 
     ``lanes[i]``: lane ``i``'s processor (a keyed/tws.py ``BucketProcessor``), or None
     for the pass-through lane; ``outputs[i]``: its output columns; ``anchor``: the null
-    event-time column Spark's watermark rides on, or None."""
+    event-time column Spark's watermark rides on, or None; ``lane``: the output column
+    naming each row's lane (one per level of a fan-out)."""
 
-    def __init__(self, lanes: list[Any], outputs: list[list[str]], anchor: str | None) -> None:
-        self.lanes, self.outputs, self.anchor = lanes, outputs, anchor
+    def __init__(self, lanes: list[Any], outputs: list[list[str]], anchor: str | None, lane: str = LANE) -> None:
+        self.lanes, self.outputs, self.anchor, self.lane = lanes, outputs, anchor, lane
         self.columns: list[str] = []
-        self.names = [LANE] + [lane_column(i, c) for i, cols in enumerate(outputs) for c in cols]
+        self.names = [lane] + [lane_column(i, c) for i, cols in enumerate(outputs) for c in cols]
         if anchor is not None:
             self.names.append(anchor)
 
@@ -110,7 +111,7 @@ class LanesProcessor(StatefulProcessor):
     def _widen(self, lane: int, pdf: pd.DataFrame) -> pd.DataFrame:
         """``pdf`` (lane ``lane``'s rows) in the operator's output shape."""
         n = len(pdf)
-        data: dict[str, Any] = {LANE: np.full(n, lane, dtype=np.int32)}
+        data: dict[str, Any] = {self.lane: np.full(n, lane, dtype=np.int32)}
         empty = pd.Series([None] * n, dtype=object)
         for i, cols in enumerate(self.outputs):
             for c in cols:

@@ -25,9 +25,9 @@ from ember.graph.nodes import FilterNode, Node, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
 from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS, TAG, side_column, without_hidden
+from ember.runner.spark.keyed.runtime import SIDE_PREFIX, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
-from ember.runner.spark.planner import FanOut
+from ember.runner.spark.planner import FanOut, Level
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, restore_anchor
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
 from ember.runner.spark.translators.python_ops import python_filter
@@ -38,24 +38,32 @@ __all__ = ["FannedOut", "fan_out"]
 
 @dataclass(frozen=True)
 class FannedOut:
-    """The shared operator's rows (``frame``) and, per seed of the split (the lanes, then
-    ``source`` with a pass-through lane), its output columns and notion of time."""
+    """One level's shared operator: its rows (``frame``), the column its rows name their lane
+    in (``lane``), and per lane (then the pass-through) the seed of the split it gives, its
+    output columns and notion of time; ``through``: the rows the pass-through lane carries
+    packed (their record type), or None; ``before``: the level before, whose rows those are."""
 
     frame: Frame
+    lane: str
     seeds: tuple[Node, ...]
     columns: tuple[tuple[str, ...], ...]
     times: tuple[Any, ...]
-    through: Any  # the pass-through lane's record type (its rows stay packed until the split), or None
-    lanes: tuple[Node, ...]  # the seeds that are lanes (counted per batch in their branches: nowhere else)
+    through: Any
+    lanes: tuple[Node, ...]  # every level's lanes (counted per batch in their branches: nowhere else)
+    before: "FannedOut | None" = None
 
     def branches(self, rows: Any) -> list[tuple[Node, Frame]]:
         """Each seed's rows (one micro-batch of the operator's, or its streaming rows) under
-        their own names."""
+        their own names — the levels before this one's included, unpacked from its pass-through."""
         out = []
         for i, (node, cols, time) in enumerate(zip(self.seeds, self.columns, self.times)):
-            df = rows.filter(F.col(LANE) == F.lit(i)).select(*[F.col(lane_column(i, c)).alias(c) for c in cols])
+            shown = [c for c in cols if c not in HIDDEN]  # (what only a next level's lane reads stays here)
+            df = rows.filter(F.col(self.lane) == F.lit(i)).select(*[F.col(lane_column(i, c)).alias(c) for c in shown])
             if self.through is not None and i == len(self.seeds) - 1:
                 df = df.mapInArrow(_unpacker(self.through.names), self.through)
+                if self.before is not None:  # the level before's rows
+                    out += self.before.branches(df)
+                    continue
             out.append((node, Frame(df, time)))
         return out
 
@@ -76,19 +84,20 @@ def _unpacker(names: list[str]) -> Any:
 
 
 def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
+    """The fan-out's shared operators, level by level; the last one's rows end the query."""
     comp.frame(fan.stem)
     main = comp.frames[id(fan.stem)]
     base = comp.tagged.get(id(fan.stem)) or main
-    for lane in fan.lanes:
+    for lane in (lane for level in fan.levels for lane in level):
         comp.frame(lane)  # translates it: keyed.py keeps its parts in comp.lanes
     lanes = [comp.lanes[id(lane)] for lane in fan.lanes]
     event_time = lanes[0].event_time
-    for lane in lanes:
+    for lane in [comp.lanes[id(lane)] for level in fan.levels for lane in level]:
         if lane.event_time != event_time or (event_time and lane.timeout == GroupStateTimeout.ProcessingTimeTimeout):
             raise PipelineError(
                 f"'{lane.node.name}' runs on {'event' if lane.event_time else 'processing'} time and '{lanes[0].node.name}' "
-                f"on {'event' if event_time else 'processing'} time; the steps reading '{fan.source.name}' share one "
-                "operator, which runs on one notion of time", lane.node.name,
+                f"on {'event' if event_time else 'processing'} time; the steps after '{fan.source.name}' share "
+                "operators, which run on one notion of time", lane.node.name,
             )
     if comp.config.state_backend != "rocksdb":
         raise PipelineError("a job with several keyed steps runs them on Spark's transformWithStateInPandas, which needs "
@@ -111,12 +120,64 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         lanes_of_row = lanes_of_row.otherwise(F.array(*passing).cast("array<int>"))
     df = base.df.withColumn(LANE, F.explode(lanes_of_row))
     df = _filters(comp, fan, fields, df)
+    keys: list[tuple[str, ...]] = []
+    names: list[dict[str, str] | None] = []
+    for lane, tag in zip(lanes, reads):
+        keys.append(lane.keys if tag is None else tuple(side_column(tag, k) for k in lane.keys))
+        names.append(None if tag is None else {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names})
+    through = T.StructType([f for f in base.df.schema.fields if f.name in through_columns]) if fan.through else None
+    times = [comp.frames[id(lane)].time for lane in fan.lanes] + ([base.time] if fan.through else [])
+    level = _operator(comp, df, LANE, lanes, keys, names, through, event_time, fan.seeds, times, fan.levels, None)
+    for k, after in enumerate(fan.after, start=1):
+        level = _next_level(comp, level, k, after, event_time, fan.levels)
+    return level
+
+
+def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, event_time: bool,
+                levels: tuple[tuple[Node, ...], ...]) -> FannedOut:
+    """Level ``k``'s operator: its lanes read lanes of the level ``before``, whose rows all pass
+    it packed (the branches after the split unpack them)."""
+    lane = f"{LANE}_{k}"
+    rows = before.frame.df
+    n = len(after.lanes)
+    lanes = [comp.lanes[id(node)] for node in after.lanes]
+    copies = []
+    for i, (j, tag) in enumerate(after.reads):
+        reading = F.col(before.lane) == F.lit(j)
+        has_tag = lane_column(j, TAG) in rows.columns
+        if has_tag:
+            which = F.col(lane_column(j, TAG))
+            reading = reading & (which.isNull() if tag is None else which == F.lit(tag))
+        copies.append(F.when(reading, F.array(F.lit(i))).otherwise(F.array().cast("array<int>")))
+    df = rows.withColumn(lane, F.explode(F.concat(*copies, F.array(F.lit(n)))))
+    keys: list[tuple[str, ...]] = []
+    names: list[dict[str, str] | None] = []
+    for node, (j, tag) in zip(lanes, after.reads):
+        fields = before.columns[j]
+        if tag is None:
+            renamed = {lane_column(j, f): f for f in fields if f != TAG and not f.startswith(SIDE_PREFIX)}
+        else:
+            renamed = {lane_column(j, side_column(tag, f)): f for f in comp.side_types[id(before.seeds[j])][tag].names}
+            renamed.update({lane_column(j, h): h for h in HIDDEN if h in fields})
+        keys.append(tuple(next(c for c, f in renamed.items() if f == key) for key in node.keys))
+        names.append(renamed)
+    through = T.StructType([f for f in rows.schema.fields if f.name != ANCHOR])
+    seeds = after.lanes + (before.seeds[0],)  # the last seed stands for the level before (its rows)
+    times = [comp.frames[id(node)].time for node in after.lanes] + [None]
+    return _operator(comp, df, lane, lanes, keys, names, through, event_time, seeds, times, levels, before)
+
+
+def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: list[tuple[str, ...]],
+              names: list[dict[str, str] | None], through: Any, event_time: bool, seeds: tuple[Node, ...],
+              times: list[Any], levels: tuple[tuple[Node, ...], ...], before: FannedOut | None) -> FannedOut:
+    """One shared operator on ``df`` (each row a copy for the lane in column ``lane``; the
+    last lane the pass-through when ``through`` is its rows' type): state bucket per copy,
+    packing, the lanes' processors (``names``: a lane's columns renamed for it)."""
+    n = len(lanes)
     # The pass-through lane keeps no state: its rows go in one group per input partition.
     bucket = F.lit(n * STATE_BUCKETS) + F.pmod(F.spark_partition_id(), F.lit(STATE_BUCKETS))
     for i in reversed(range(n)):
-        tag = reads[i]
-        keys = lanes[i].keys if tag is None else tuple(side_column(tag, k) for k in lanes[i].keys)
-        bucket = F.when(F.col(LANE) == F.lit(i), F.lit(i * STATE_BUCKETS) + bucket_of(keys)).otherwise(bucket)
+        bucket = F.when(F.col(lane) == F.lit(i), F.lit(i * STATE_BUCKETS) + bucket_of(keys[i])).otherwise(bucket)
     df = df.withColumn(BUCKET, bucket.cast("int"))
     if event_time:
         df = restore_anchor(df)
@@ -125,37 +186,34 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     if event_time:
         rows = restore_anchor(rows)
     processors: list[Any] = []
-    for lane, tag in zip(lanes, reads):
-        fn = lane.fn
-        if tag is not None:  # its records' fields under their own names
-            fn = _renamed(fn, {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names})
-        proc = lane.processor or BucketProcessor(unpacking(fn), [], None)
+    for parts, renamed in zip(lanes, names):
+        fn = parts.fn if renamed is None else _renamed(parts.fn, renamed)  # its records' fields under their own names
+        proc = parts.processor or BucketProcessor(unpacking(fn), [], None)
         proc.call, proc.anchor = unpacking(fn), None
         processors.append(proc)
-    outputs = [[f.name for f in lane.schema.fields if f.name != ANCHOR] for lane in lanes]
-    out_fields = [T.StructField(LANE, T.IntegerType())]
-    for i, lane in enumerate(lanes):
-        out_fields += [T.StructField(lane_column(i, f.name), f.dataType) for f in lane.schema.fields if f.name != ANCHOR]
-    through = None
-    if fan.through:
+    outputs = [[f.name for f in parts.schema.fields if f.name != ANCHOR] for parts in lanes]
+    out_fields = [T.StructField(lane, T.IntegerType())]
+    for i, parts in enumerate(lanes):
+        out_fields += [T.StructField(lane_column(i, f.name), f.dataType) for f in parts.schema.fields if f.name != ANCHOR]
+    if through is not None:
         processors.append(None)
         outputs.append([PACKED_ROWS])
         out_fields.append(T.StructField(lane_column(n, PACKED_ROWS), T.BinaryType()))
-        through = T.StructType([f for f in base.df.schema.fields if f.name in through_columns])
     schema = T.StructType(out_fields)
-    processor = LanesProcessor(processors, outputs, ANCHOR if event_time else None)
+    processor = LanesProcessor(processors, outputs, ANCHOR if event_time else None, lane)
     processor.read(list(rows.columns))
     if event_time:
         schema = schema.add(ANCHOR, T.TimestampType())
         mode = "EventTime"
     else:
-        timed = any(lane.timeout == GroupStateTimeout.ProcessingTimeTimeout for lane in lanes)
+        timed = any(parts.timeout == GroupStateTimeout.ProcessingTimeTimeout for parts in lanes)
         mode = "ProcessingTime" if timed else "None"
     result = rows.groupBy(BUCKET).transformWithStateInPandas(
         processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else ""
     )
-    times = [comp.frames[id(lane)].time for lane in fan.lanes] + ([base.time] if fan.through else [])
-    return FannedOut(Frame(result, main.time), fan.seeds, tuple(tuple(c) for c in outputs), tuple(times), through, fan.lanes)
+    every = tuple(node for level in levels for node in level)
+    return FannedOut(Frame(result, times[0]), lane, seeds, tuple(tuple(c) for c in outputs), tuple(times), through,
+                     every, before)
 
 
 def _renamed(run: Any, names: dict[str, str]) -> Any:

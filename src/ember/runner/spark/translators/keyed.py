@@ -132,7 +132,7 @@ def keyed_operator(
     emit_time = event_time and comp.plan.read_by_step(node)
     advance_ms = _advance_ms(comp, node, up, event_time)
     partials = None
-    if combiner is not None and not any(node is lane for lane in (comp.plan.fan_out.lanes if comp.plan.fan_out else ())):
+    if combiner is not None and not (comp.plan.fan_out is not None and comp.plan.fan_out.where(node) is not None):
         combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None)
         partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
@@ -171,7 +171,7 @@ def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], 
     """The keyed step's output rows: its input grouped by state bucket into its Spark operator —
     or, for a lane of a fan-out (planner.FanOut), its parts kept for the one operator all
     lanes share (translators/fanout.py), and an empty frame of its output's shape."""
-    if comp.plan.fan_out is not None and any(node is lane for lane in comp.plan.fan_out.lanes):
+    if comp.plan.fan_out is not None and comp.plan.fan_out.where(node) is not None:
         if partials is not None or timed:
             raise PipelineError("a pre-aggregating or two-input step cannot be a lane of a fan-out yet", node.name)
         comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]
