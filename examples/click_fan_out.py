@@ -3,13 +3,15 @@
 Clicks arrive with duplicates (a client re-sends). One ``process`` step drops them; its
 output then feeds three readers at once:
 
-- clicks per campaign per 2 s of event time (a window keyed by campaign),
+- clicks per campaign per 2 s of event time (a window keyed by campaign), whose results a
+  further process function reads: a campaign with 3 or more clicks in a window is hot,
 - a running count per user that flags the user at 3 clicks (a process function keyed by
   user, with a side output of flagged users),
 - every deduplicated click, to a sink.
 
-The readers of the dedupe run as lanes of one Spark operator (docs/design/dataflow.md,
-"Fan-out"): one query, one checkpoint, each step with its own key, state and event time.
+The readers of the dedupe run as lanes of one Spark operator, the hot-campaign check as a
+second level (docs/design/dataflow.md, "Fan-out"): one query, one checkpoint, each step with
+its own key, state and event time.
 
     python examples/click_fan_out.py
 """
@@ -69,17 +71,27 @@ class ClicksPerUser(KeyedProcessFunction):
         yield {"user": click["user"], "clicks": n}
 
 
+class HotCampaigns(KeyedProcessFunction):
+    """A window result with 3 clicks or more: the campaign is hot in that window."""
+
+    def process_element(self, counted, ctx):
+        if counted["count"] >= 3:
+            yield {"campaign": counted["campaign"], "window_start": counted["window_start"], "clicks": counted["count"]}
+
+
 def run() -> dict[str, CollectSink]:
     root = tempfile.mkdtemp(prefix="ember-fan-out-")
-    sinks = {name: CollectSink() for name in ("per_campaign", "per_user", "flagged", "clicks")}
+    sinks = {name: CollectSink() for name in ("per_campaign", "hot", "per_user", "flagged", "clicks")}
     try:
         env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2)
         clicks = env.from_source(
             ScriptedSource(BATCHES, SCHEMA),
             WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=500), "ts"), name="clicks")
         unique = clicks.key_by("click_id").process(Dedupe(), SCHEMA, name="dedupe")
-        (unique.key_by("campaign").window(TumblingEventTimeWindows.of(2_000)).count(name="clicks-per-campaign")
-         .sink_to(sinks["per_campaign"], name="per-campaign"))
+        per_campaign = unique.key_by("campaign").window(TumblingEventTimeWindows.of(2_000)).count(name="clicks-per-campaign")
+        per_campaign.sink_to(sinks["per_campaign"], name="per-campaign")
+        (per_campaign.key_by("campaign").process(HotCampaigns(), "campaign string, window_start bigint, clicks bigint",
+                                                 name="hot-campaigns").sink_to(sinks["hot"], name="hot"))
         per_user = unique.key_by("user").process(ClicksPerUser(), "user string, clicks bigint", name="clicks-per-user")
         per_user.sink_to(sinks["per_user"], name="per-user")
         per_user.get_side_output(FLAGGED).sink_to(sinks["flagged"], name="flagged-users")
@@ -96,6 +108,8 @@ def main() -> int:
     print("\nclicks per campaign per 2 s window:")
     for r in sorted(sinks["per_campaign"].rows(), key=lambda r: (r["window_start"], r["campaign"])):
         print(f"  [{r['window_start']:>5}, {r['window_end']:>5}) {r['campaign']:5} {r['count']}")
+    hot = sorted((r["window_start"], r["campaign"], r["clicks"]) for r in sinks["hot"].rows())
+    print("hot campaigns (3+ clicks in a window):", ", ".join(f"{c} from {w} ({n})" for w, c, n in hot) or "none")
     counts = {}
     for r in sinks["per_user"].rows():
         counts[r["user"]] = max(counts.get(r["user"], 0), r["clicks"])

@@ -122,6 +122,9 @@ def test_click_fan_out_example(spark, load_example):
     unique = {c[3]: c for b in example.BATCHES for c in b}.values()  # the first of each click id (all equal)
     windows = Counter((c[0] - c[0] % 2_000, c[2]) for c in unique)
     assert Counter({(r["window_start"], r["campaign"]): r["count"] for r in sinks["per_campaign"].rows()}) == windows
+    assert sorted((r["window_start"], r["campaign"], r["clicks"]) for r in sinks["hot"].rows()) == sorted(
+        (w, c, n) for (w, c), n in windows.items() if n >= 3)
+    assert any(n >= 3 for n in windows.values())
     per_user = Counter(c[1] for c in unique)
     assert Counter(r["user"] for r in sinks["per_user"].rows()) == per_user  # one running count per click
     assert sorted(r["user"] for r in sinks["flagged"].rows()) == sorted(u for u, n in per_user.items() if n >= 3)
@@ -141,7 +144,7 @@ class SplitOdd(KeyedProcessFunction):
             yield value
 
 
-@pytest.mark.parametrize("fanned", [False, True], ids=["chain", "fan-out"])
+@pytest.mark.parametrize("fanned", [pytest.param(False, marks=pytest.mark.slow), True], ids=["chain", "fan-out"])
 def test_a_side_output_feeds_a_window_with_its_records_event_time(env, fanned):
     """Flink: a side output's records carry their timestamps, so a window reading it fires as
     one reading the main output would. Alone (a chain through the side output) and beside a

@@ -368,6 +368,11 @@ def test_three_stateful_steps_stop_with_savepoint_rescale_2_to_4_equals_an_unint
     assert Counter(head + rows(sink)) == Counter(whole)
 
 
+class Forward(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield value
+
+
 class Doubled(KeyedProcessFunction):
     """Passes each record on with its value doubled (a keyed step read by a fan-out)."""
 
@@ -376,9 +381,10 @@ class Doubled(KeyedProcessFunction):
 
 
 def test_a_fan_out_stops_with_a_savepoint_rescales_2_to_4_and_its_lanes_state_reads_back(spark, tmp_path):
-    """Issue 17: a keyed step read by two keyed steps (lanes of one Spark operator) and a
-    sink, stopped with a savepoint mid-way and restored with 4 state partitions: the three
-    outputs equal the uninterrupted run's, and each lane's state reads as its own."""
+    """Issue 17: a keyed step read by two keyed steps (lanes of one Spark operator, one of
+    them read by a further keyed step: a second level) and a sink, stopped with a savepoint
+    mid-way and restored with 4 state partitions: the three outputs equal the uninterrupted
+    run's, and each lane's state reads as its own."""
     root = tmp_path / "ckpt"
 
     def job(parallelism, trigger_ms=0):
@@ -387,7 +393,8 @@ def test_a_fan_out_stops_with_a_savepoint_rescales_2_to_4_and_its_lanes_state_re
         by_k, by_ts, raw = CollectSink(), CollectSink(), CollectSink()
         doubled = env.from_source(ScriptedSource(BATCHES, SCHEMA), None, name="events").key_by("k").process(
             Doubled(), SCHEMA, name="doubled")
-        doubled.key_by("k").process(RunningTotal(), OUT, name="by-k").sink_to(by_k, name="by-k-out")
+        (doubled.key_by("k").process(RunningTotal(), OUT, name="by-k")
+         .key_by("n").process(Forward(), OUT, name="by-n").sink_to(by_k, name="by-k-out"))  # a second level
         doubled.filter("v % 3 <> 0").key_by("ts").process(RunningTotal(), OUT, name="by-ts").sink_to(by_ts, name="by-ts-out")
         doubled.sink_to(raw, name="raw")
         return env, (by_k, by_ts, raw)
@@ -401,7 +408,8 @@ def test_a_fan_out_stops_with_a_savepoint_rescales_2_to_4_and_its_lanes_state_re
     env, sinks = job(2, trigger_ms=250)
     point = _stop_with_savepoint(env, "fan", root, str(tmp_path / "sp"), 4)
     head = rows(sinks)
-    assert [(op["name"], op.get("lane")) for op in point.operators] == [("doubled", None), ("by-k", 0), ("by-ts", 1)]
+    assert [(op["name"], op.get("lane"), op.get("level")) for op in point.operators] == [
+        ("doubled", None, None), ("by-k", 0, None), ("by-n", 0, 1), ("by-ts", 1, None)]
     state = point.read_state("by-k", spark)
     n_by_key = state[state["state"] == "n"].set_index("k")["value"].to_dict()
     assert n_by_key == Counter(dict(r)["k"] for r in head[0])  # one output per record the lane counted
