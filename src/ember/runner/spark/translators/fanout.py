@@ -7,8 +7,9 @@ the lane (``lane * STATE_BUCKETS + pmod(xxhash64(keys), STATE_BUCKETS)``: the bu
 the step would have alone), and the rows are packed per group and run by one
 ``transformWithStateInPandas`` operator (keyed/lanes.py). Each lane is translated by
 its own translator (translators/keyed.py), which hands over its parts instead of an
-operator (``Lane``). The job splits after the operator: :class:`FannedOut` gives each
-branch its lane's rows back.
+operator (``Lane``). Keyed steps reading the lanes run as further levels, each one more
+shared operator over the level before's rows (which pass it packed). The job splits after
+the last operator: :class:`FannedOut` gives each branch its lane's rows back, level by level.
 """
 
 from __future__ import annotations
