@@ -93,6 +93,20 @@ def _label(batch_id, batches):
     return batch_id if batch_id < len(batches) else model.END
 
 
+def _reported(sink, batches):
+    """What ``Report`` emitted: the window results it saw and the timers it fired, each with
+    its batch (sorted as model.window_then_timers returns them)."""
+    got_seen, got_fired = [], []
+    for b in sink.batches:
+        label = _label(b.batch_id, batches)
+        for r in b.rows:
+            if r["what"] == "result":
+                got_seen.append((r["k"], r["end"], r["n"], r["ts"], "?" if label == model.END else r["wm"], label))
+            else:
+                got_fired.append((r["k"], r["ts"], label))
+    return sorted(got_seen, key=str), sorted(got_fired, key=str)
+
+
 def _fired(sink, batches, total="total"):
     fired = {}
     for b in sink.batches:
@@ -149,16 +163,7 @@ def test_window_results_reach_a_process_function_with_flinks_timestamps_and_wate
         .key_by("k").process(Report(1_500), "k string, what string, end bigint, n bigint, ts bigint, wm bigint",
                              name="report").sink_to(sink))
     env.execute("window-report", progress=False)
-    got_seen, got_fired = [], []
-    for b in sink.batches:
-        label = _label(b.batch_id, batches)
-        for r in b.rows:
-            if r["what"] == "result":
-                got_seen.append((r["k"], r["end"], r["n"], r["ts"], "?" if label == model.END else r["wm"], label))
-            else:
-                got_fired.append((r["k"], r["ts"], label))
-    assert sorted(got_seen, key=str) == seen
-    assert sorted(got_fired, key=str) == fired
+    assert _reported(sink, batches) == (seen, fired)
 
 
 class RunningCount(KeyedProcessFunction):

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 import flink_model as model
 import pytest
-from test_chains import BOUND, SCHEMA, CountSum, Dedupe, Report, _distinct, _fired, _label
+from test_chains import BOUND, SCHEMA, CountSum, Dedupe, Report, _distinct, _fired, _reported
 
 from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, TumblingEventTimeWindows
 from ember.errors import PipelineError
@@ -204,15 +204,6 @@ def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(e
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="large").sink_to(large, name="large-out"))
     deduped.sink_to(raw, name="raw")
     env.execute("fan-out-levels", progress=False)
-    got_seen, got_fired = [], []
-    for b in reports.batches:
-        label = _label(b.batch_id, batches)
-        for r in b.rows:
-            if r["what"] == "result":
-                got_seen.append((r["k"], r["end"], r["n"], r["ts"], "?" if label == model.END else r["wm"], label))
-            else:
-                got_fired.append((r["k"], r["ts"], label))
-    assert sorted(got_seen, key=str) == seen
-    assert sorted(got_fired, key=str) == fired
+    assert _reported(reports, batches) == (seen, fired)
     assert _fired(large, batches, "v") == large_expected.fired
     assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in distinct for r in b)

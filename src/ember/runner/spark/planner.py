@@ -200,6 +200,10 @@ class Plan:
         """Whether another keyed-runtime step reads ``node``'s output (it then emits event time)."""
         return any(self.upstream_step(n) is node for n in runtime_steps(self.graph) if n is not node)
 
+    def lane(self, node: Node) -> bool:
+        """Whether ``node`` runs as a lane of a fan-out's shared operator (translators/fanout.py)."""
+        return self.fan_out is not None and self.fan_out.where(node) is not None
+
     def native(self, node: WindowNode) -> bool:
         return native_window(node, self.graph)
 
@@ -272,7 +276,7 @@ def fan_out_of(graph: Graph) -> FanOut | None:
     stem = _stem(graph, source, lanes, readers)
     paths = []
     for lane in lanes:
-        path = tuple(a for a in graph.nodes if any(b is stem for b in ancestors(a)) and any(a is b for b in ancestors(lane)))
+        path = _between(graph, stem, lane)
         side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
         for step in path[1:] if side else path:
             if not isinstance(step, (KeyByNode, FilterNode) if not side else KeyByNode) \
@@ -305,6 +309,11 @@ def fan_out_of(graph: Graph) -> FanOut | None:
     return FanOut(source, lanes, tuple(paths), through, stem, after)
 
 
+def _between(graph: Graph, upstream: Node, node: Node) -> tuple[Node, ...]:
+    """The steps after ``upstream`` that ``node`` reads through, in graph order."""
+    return tuple(a for a in graph.nodes if any(b is upstream for b in ancestors(a)) and any(a is b for b in ancestors(node)))
+
+
 def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level, ...]:
     """The keyed steps after a fan-out's first lanes, level by level (:class:`Level`)."""
     levels: list[Level] = []
@@ -317,7 +326,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
             j = next((j for j, lane in enumerate(previous) if lane is upstream), None)
             if j is None:
                 continue
-            path = [a for a in graph.nodes if any(b is upstream for b in ancestors(a)) and any(a is b for b in ancestors(node))]
+            path = _between(graph, upstream, node)
             side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
             for step in path[1:] if side is not None else path:
                 if not isinstance(step, KeyByNode):
@@ -340,9 +349,10 @@ def _stem(graph: Graph, source: Node, lanes: tuple[Node, ...], readers: dict[int
     """Where the rows of ``source`` fan out: the last step after it (or itself) that every
     lane and every sink reading ``source`` pass through — the steps up to it (``map``,
     filters...) run once, on the stream, before the rows are copied per lane."""
+    readers_of_source = [*lanes, *(s for s in graph.sinks if any(a is source for a in ancestors(s)))]
+
     def before_all(node: Node) -> bool:
-        reading = [s for s in graph.sinks if any(a is source for a in ancestors(s))]
-        return all(node is n or any(a is node for a in ancestors(n)) for n in [*lanes, *reading])
+        return all(node is n or any(a is node for a in ancestors(n)) for n in readers_of_source)
 
     stem = source
     while True:

@@ -66,14 +66,10 @@ def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
     numbers a query's stateful operators from its sink back towards its sources (checked on
     4.3: a chain's last step is operator 0); the lanes of one level of a fan-out (``"lane"``,
     ``"level"``) share one operator, the levels following the steps before the fan-out."""
-    groups: list[tuple[str, int]] = []  # Spark's operators from the sources on
-    for i, op in enumerate(operators):
-        group = ("level", int(op.get("level", 0))) if "lane" in op else ("step", i)
-        if group not in groups:
-            groups.append(group)
-    groups.sort(key=lambda g: (g[0] == "level", g[1]))  # every step before the fan-out comes first
+    owners = [("level", int(op.get("level", 0))) if "lane" in op else ("step", i) for i, op in enumerate(operators)]
+    groups = sorted(set(owners), key=lambda g: (g[0] == "level", g[1]))  # Spark's operators from the sources on
     order = {g: len(groups) - 1 - n for n, g in enumerate(groups)}
-    return [order[("level", int(op.get("level", 0))) if "lane" in op else ("step", i)] for i, op in enumerate(operators)]
+    return [order[owner] for owner in owners]
 
 
 def _holder(op: dict[str, Any]) -> str:

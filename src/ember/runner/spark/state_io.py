@@ -38,6 +38,7 @@ import pandas as pd
 
 from ember.errors import SavepointError
 from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, STATE_BUCKETS, empty_bucket_state
+from ember.runner.spark.restart import TWS
 from ember.runner.spark.translators.keyed import bucket_of
 
 __all__ = ["read_operator_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
@@ -48,9 +49,14 @@ STATE_KINDS_WRITABLE = ("process function", VECTORISED)
 NO_TIMEOUT = -1
 
 
-def _state_frame(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> Any:
-    """Operator ``op_id``'s state rows at ``batch_id`` (Spark's state data source)."""
-    return spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id).load(checkpoint)
+def _state_frame(spark: Any, checkpoint: str, batch_id: int, op_id: int, variable: str | None = None) -> Any:
+    """Operator ``op_id``'s state rows at ``batch_id`` (Spark's state data source); of a
+    ``transformWithStateInPandas`` operator, its state ``variable`` (a list as one array per
+    key, in its order)."""
+    reader = spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id)
+    if variable is not None:
+        reader = reader.option("stateVarName", variable).option("flattenCollectionTypes", "false")
+    return reader.load(checkpoint)
 
 
 def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, tws: bool = False) -> dict[int, Any]:
@@ -59,9 +65,7 @@ def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, tws: bool =
     ``blob`` value state), else an ``applyInPandasWithState``."""
     out = {}
     if tws:
-        frame = (spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id)
-                 .option("stateVarName", "blob").load(checkpoint))
-        for row in frame.collect():
+        for row in _state_frame(spark, checkpoint, batch_id, op_id, "blob").collect():
             out[int(row["key"][0])] = pickle.loads(bytes(row["value"][0]))
         return out
     for row in _state_frame(spark, checkpoint, batch_id, op_id).collect():
@@ -76,12 +80,8 @@ def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vecto
     layout's ``{"keys": {key: slot}}`` (the overflow of collided keys included)."""
     from ember.runner.spark.keyed.delta import BINARY, DELETED, KEY, OVERFLOW, decode_part, fold_parts
 
-    def variable(name: str) -> Any:  # a list as one array per key, in its order (the log's order matters)
-        return (spark.read.format("statestore").option("batchId", int(batch_id)).option("operatorId", op_id)
-                .option("stateVarName", name).option("flattenCollectionTypes", "false").load(checkpoint))
-
-    parts: dict[int, list[bytes]] = {}
-    for row in variable("parts").collect():
+    parts: dict[int, list[bytes]] = {}  # each bucket's log, in its order (the order matters)
+    for row in _state_frame(spark, checkpoint, batch_id, op_id, "parts").collect():
         parts.setdefault(int(row["key"][0]), []).extend(bytes(v[0]) for v in row["list_value"])
     out: dict[int, Any] = {}
     if vectorised:
@@ -92,7 +92,7 @@ def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vecto
             keys, columns = fold_parts(blobs, fields, types)
             out[bucket] = pd.DataFrame(dict(zip(fields, columns)), index=pd.Index(keys))
         return out
-    metas = {int(row["key"][0]): pickle.loads(bytes(row["value"][0])) for row in variable("blob").collect()}
+    metas = {int(row["key"][0]): pickle.loads(bytes(row["value"][0])) for row in _state_frame(spark, checkpoint, batch_id, op_id, "blob").collect()}
     for bucket in set(parts) | set(metas):
         table: dict[Any, Any] = {}
         if bucket in parts:
@@ -111,7 +111,7 @@ def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, 
     a step on design B (``"state layout": "delta"``) reads as the same frame."""
     keys = list(op["keys"])
     delta = op.get("state layout") == "delta"
-    tws = op.get("spark operator") == "transformWithStateInPandas"
+    tws = op.get("spark operator") == TWS
     if op["kind"] in KEYED:
         rows = []
         buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, False) if delta else _buckets(spark, checkpoint, batch_id, op_id, tws)
@@ -297,7 +297,7 @@ def _lane(buckets: dict[int, Any], op: dict[str, Any]) -> dict[int, Any]:
 def check_writable(op: dict[str, Any]) -> None:
     """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
     _refuse_delta(op, "writing")
-    if "lane" in op or op.get("spark operator") == "transformWithStateInPandas":
+    if "lane" in op or op.get("spark operator") == TWS:
         raise SavepointError(
             f"operator '{op['name']}' runs on Spark's transformWithStateInPandas (a job with several keyed steps): "
             "writing its state is not built yet (reading it is)"

@@ -188,9 +188,9 @@ def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: lis
         rows = restore_anchor(rows)
     processors: list[Any] = []
     for parts, renamed in zip(lanes, names):
-        fn = parts.fn if renamed is None else _renamed(parts.fn, renamed)  # its records' fields under their own names
-        proc = parts.processor or BucketProcessor(unpacking(fn), [], None)
-        proc.call, proc.anchor = unpacking(fn), None
+        call = unpacking(parts.fn if renamed is None else _renamed(parts.fn, renamed))  # fields under their own names
+        proc = parts.processor or BucketProcessor(call, [], None)
+        proc.call, proc.anchor = call, None  # (design B's processor was made before the call was known)
         processors.append(proc)
     outputs = [[f.name for f in parts.schema.fields if f.name != ANCHOR] for parts in lanes]
     out_fields = [T.StructField(lane, T.IntegerType())]

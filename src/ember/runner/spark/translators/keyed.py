@@ -132,7 +132,7 @@ def keyed_operator(
     emit_time = event_time and comp.plan.read_by_step(node)
     advance_ms = _advance_ms(comp, node, up, event_time)
     partials = None
-    if combiner is not None and not (comp.plan.fan_out is not None and comp.plan.fan_out.where(node) is not None):
+    if combiner is not None and not comp.plan.lane(node):
         combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None)
         partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
@@ -171,10 +171,10 @@ def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], 
     """The keyed step's output rows: its input grouped by state bucket into its Spark operator —
     or, for a lane of a fan-out (planner.FanOut), its parts kept for the one operator all
     lanes share (translators/fanout.py), and an empty frame of its output's shape."""
-    if comp.plan.fan_out is not None and comp.plan.fan_out.where(node) is not None:
+    comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
+    if comp.plan.lane(node):
         if partials is not None or timed:
             raise PipelineError("a pre-aggregating or two-input step cannot be a lane of a fan-out yet", node.name)
-        comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]
         comp.lanes[id(node)] = Lane(node, keys, bucket_fn, schema, event_time, timeout, processor)
         return comp.spark.createDataFrame([], schema)
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
@@ -246,7 +246,6 @@ def _buckets(
     """``up``'s rows grouped by state bucket and packed per bucket (keyed/packing.py) —
     by the source itself where it can, else by a ``mapInArrow`` step — or, when a
     window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
-    comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if partials is not None:
         if MARKER in partials.columns:  # the combiner's rows telling each bucket the batch's latest time
             return partials.withColumn(BUCKET, F.coalesce(F.col(MARKER), bucket_of(keys))).drop(MARKER).groupBy(BUCKET), bucket_fn

@@ -210,11 +210,11 @@ def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[
     if tag is None:
 
         visible = without_hidden(df.schema).names if lanes is None else lanes[2]  # never a row's hidden columns
+        tested = None if lanes is None else set(lanes[1])
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 keep = []
-                tested = None if lanes is None else set(lanes[1])
                 which = None if lanes is None else batch.column(lanes[0]).to_pylist()
                 for i, record in enumerate(batch.select(visible).to_pylist()):
                     if which is not None and which[i] not in tested:  # type: ignore[operator]
