@@ -9,6 +9,10 @@ the same copy of the rules in broadcast state, written by ``process_broadcast_el
 read by ``process_element``. A rule applies to the payments stamped at or after its own
 timestamp (in the micro-batch it arrives in, records go in timestamp order, a rule first).
 
+Payments arrive at least once (an upstream retries): a keyed ``process`` step before the check
+forwards each payment's first delivery only, for a minute of event time. The broadcast step
+reads that stateful step's output as any chained step does (docs/design/dataflow.md).
+
     python examples/fraud_rules.py
 """
 
@@ -19,14 +23,21 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from ember import CollectSink, KeyedBroadcastProcessFunction, ScriptedSource, StreamEnvironment, WatermarkStrategy
+from ember import (
+    CollectSink,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    ScriptedSource,
+    StreamEnvironment,
+    WatermarkStrategy,
+)
 from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
 
 # (event time ms, account, amount, country), in micro-batches.
 PAYMENTS = [
     [(1_000, "acc-1", 90, "DE"), (1_500, "acc-2", 2_500, "FR")],
     [(3_000, "acc-1", 40, "DE"), (3_200, "acc-1", 35, "DE"), (3_300, "acc-1", 20, "DE"), (4_000, "acc-2", 700, "FR")],
-    [(6_000, "acc-3", 1_200, "NL"), (6_000, "acc-1", 10, "DE")],
+    [(6_000, "acc-3", 1_200, "NL"), (6_000, "acc-1", 10, "DE"), (3_200, "acc-1", 35, "DE")],  # 3 200: delivered again
     [(20_000, "acc-2", 3_000, "FR")],
 ]
 # (event time ms, rule, kind, threshold): -1 withdraws a rule.
@@ -43,6 +54,24 @@ ALERT_SCHEMA = "account string, ts bigint, rule string, detail string"
 RULE_BOOK = MapStateDescriptor("rules")  # rule name -> (kind, threshold): broadcast state
 RECENT = ValueStateDescriptor("recent", default=0)  # per account: payments in the current 10 s burst window
 BURST_WINDOW_MS = 10_000
+SEEN = ValueStateDescriptor("seen")  # per (account, ts): a delivery of this payment went through
+REDELIVERY_MS = 60_000  # how long a payment's deliveries are remembered (event time)
+
+
+class FirstDelivery(KeyedProcessFunction):
+    """Forwards the first delivery of each payment (keyed by account and timestamp)."""
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(SEEN)
+
+    def process_element(self, payment, ctx):
+        if self.seen.value() is None:
+            self.seen.update(True)
+            ctx.register_event_time_timer(payment["ts"] + REDELIVERY_MS)
+            yield payment
+
+    def on_timer(self, timestamp, ctx):
+        self.seen.clear()
 
 
 class FraudCheck(KeyedBroadcastProcessFunction):
@@ -79,7 +108,8 @@ def run() -> CollectSink:
         payments = env.from_source(ScriptedSource(PAYMENTS, PAYMENT_SCHEMA), bound, name="payments")
         rules = env.from_source(ScriptedSource(RULES, RULE_SCHEMA), bound, name="rules")
         alerts = CollectSink()
-        (payments.key_by("account").connect(rules.broadcast(RULE_BOOK))
+        (payments.key_by("account", "ts").process(FirstDelivery(), PAYMENT_SCHEMA, name="first-delivery")
+         .key_by("account").connect(rules.broadcast(RULE_BOOK))
          .process(FraudCheck(), ALERT_SCHEMA, name="fraud-check")
          .sink_to(alerts))
         env.execute("fraud-rules", progress=False)

@@ -233,14 +233,16 @@ def random_batches(seed: int, *, batches: int = 9, bound_ms: int = 1_000, keys: 
 # watermark -> downstream's watermark advances and fires -> upstream takes the records.
 
 
-def _tumbling_results(batches: list[list[tuple]], bound_ms: int, size: int):
+def _tumbling_results(batches: list[list[tuple]], bound_ms: int, size: int, watermarks: list[int | None] | None = None):
     """Per batch, the (key, end - 1, count, sum) results a tumbling count/sum window emits
     when the batch's watermark fires them (the last entry: at the end of input), and the
-    records it dropped late."""
+    records it dropped late. ``watermarks``: per batch, when not the batches' own."""
     per_batch: list[list[tuple]] = []
     open_: dict[tuple, list[int]] = {}
     late = 0
-    for batch, wm in zip(batches, flink_watermarks(batches, bound_ms)):
+    marks = watermarks or flink_watermarks(batches, bound_ms)
+    for k, wm in enumerate(marks):  # (watermarks may go one past the batches: after the last)
+        batch = batches[k] if k < len(batches) else []
         due = sorted(w for w in open_ if wm is not None and w[2] - 1 <= wm)
         per_batch.append([(w[0], w[2] - 1, *open_.pop(w)) for w in due])
         for ts, key, value in batch:
@@ -342,14 +344,16 @@ def rolling(batches: list[list[tuple]], kind: str) -> list[tuple]:
 # (by the end of input).
 
 
-def two_input_watermarks(first: list[list[tuple]], second: list[list[tuple]], bound_ms: int) -> list[int | None]:
+def two_input_watermarks(first: list[list[tuple]], second: list[list[tuple]], bound_ms: int, *,
+                         after_last: bool = False) -> list[int | None]:
     """The watermark of a two-input step before each micro-batch: the least of the inputs'
     (each ``max - bound - 1`` over earlier batches; an input without records yet does not
-    count, as in Spark), never going back; None before any input has one."""
+    count, as in Spark), never going back; None before any input has one. ``after_last``:
+    and the one after the last batch (before the end of input's)."""
     marks: list[int | None] = [None, None]
     wm: int | None = None
     out: list[int | None] = []
-    for k in range(max(len(first), len(second))):
+    for k in range(max(len(first), len(second)) + (1 if after_last else 0)):
         present = [m for m in marks if m is not None]
         if present and (wm is None or min(present) > wm):
             wm = min(present)
@@ -408,7 +412,13 @@ def split_evenly(records: list[tuple], parts: int) -> list[list[tuple]]:
 # rest at the end); within a batch a key's records of both streams go in timestamp order.
 
 
-def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: int, expiry_ms: int) -> list[tuple]:
+def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: int, expiry_ms: int, *,
+               ahead: list[list[tuple]] | None = None) -> list[tuple]:
+    """``ahead``: the first input is a keyed step's output instead of ``events`` (which then
+    only make the watermark, as the source before that step): per batch, then for the
+    watermark after the last batch, then for the end of input, the records that step emitted
+    ahead of the batch's watermark (results its timers fired); they reach this step first,
+    before its own timers fire. What happens after the last batch is labelled END."""
     out: list[tuple] = []
     limits: dict[str, int] = {}
     timers: dict[str, set[int]] = {}
@@ -420,21 +430,41 @@ def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: in
             limits.pop(key, None)
             out.append((label, "expired", key, t))
 
-    for k, wm in enumerate(two_input_watermarks(events, rules, bound_ms)):
+    def check(label: int | str, ts: int, key: str, v: int) -> None:
+        if key in limits and v > limits[key]:
+            out.append((label, "alert", key, ts))
+
+    last = max(len(events), len(rules))
+    for k, wm in enumerate(two_input_watermarks(events, rules, bound_ms, after_last=ahead is not None)):
+        label = k if k < last else END
+        for ts, key, v in sorted(ahead[k]) if ahead is not None else []:
+            check(label, ts, key, v)
         if wm is not None:
-            fire(k, wm)
-        batch = [(ts, 1, key, v) for ts, key, v in (events[k] if k < len(events) else [])]
+            fire(label, wm)
+        batch = [] if ahead is not None else [(ts, 1, key, v) for ts, key, v in (events[k] if k < len(events) else [])]
         batch += [(ts, 2, key, v) for ts, key, v in (rules[k] if k < len(rules) else [])]
         for ts, side, key, v in sorted(batch):
             if side == 2:
                 limits[key] = v
                 timers.setdefault(key, set()).add(ts + expiry_ms)
-            elif key in limits and v > limits[key]:
-                out.append((k, "alert", key, ts))
+            else:
+                check(label, ts, key, v)
         if wm is not None:
-            fire(k, wm)  # registered behind the watermark: the same batch, after its records
+            fire(label, wm)  # registered behind the watermark: the same batch, after its records
+    for ts, key, v in sorted(ahead[-1]) if ahead is not None else []:
+        check(END, ts, key, v)
     fire(END, float("inf"))
     return out
+
+
+def tumbling_sums(batches: list[list[tuple]], bound_ms: int, size: int,
+                  watermarks: list[int | None] | None = None) -> list[list[tuple]]:
+    """A tumbling window's results as records ``(end - 1, key, sum)``, per batch whose
+    watermark fires them (fired first thing in it), and last those of the end of input.
+    ``watermarks``: per batch, when not the batches' own (Spark keeps one watermark per
+    query: the least of all its sources')."""
+    per_batch, _ = _tumbling_results(batches, bound_ms, size, watermarks)
+    return [[(ts, key, total) for key, ts, _n, total in results] for results in per_batch]
 
 
 def broadcast_rules(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: int, expiry_ms: int) -> list[tuple]:

@@ -77,10 +77,21 @@ def test_bad_declarations_fail_naming_the_step(env, events, rules):
         connected.process(Check(), None)
 
 
-def test_a_stateful_step_before_a_broadcast_step_is_refused(env, events, rules):
+def test_a_broadcast_step_chains_after_a_stateful_step(env, events, rules):
     deduped = events().key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
     deduped.key_by("k").connect(rules.broadcast(RULES)).process(Check(), "k string, r int", name="check").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'dedupe' comes before the connected step 'check'"):
+    graph = env.graph()
+    steps = {n.name: n for n in graph.nodes}
+    physical = plan(graph)
+    assert physical.upstream_step(steps["check"]) is steps["dedupe"] and physical.read_by_step(steps["dedupe"])
+
+
+def test_a_broadcast_step_reading_two_stateful_streams_is_refused(env, events):
+    source = events()
+    a = source.key_by("k").process(Pass(), "ts bigint, k string", name="a")
+    b = source.key_by("k").process(Pass(), "ts bigint, k string", name="b")
+    a.key_by("k").connect(b.broadcast(RULES)).process(Check(), "k string, r int", name="check").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'check' reads the outputs of several stateful steps \\(b, a\\)"):
         plan(env.graph())
 
 

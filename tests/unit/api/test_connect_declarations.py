@@ -50,11 +50,13 @@ def test_bad_declarations_fail_naming_the_step(env, events, rules):
         stream.connect("rules")
 
 
-def test_a_stateful_step_before_a_connected_step_is_refused(env, events, rules):
+def test_a_connected_step_chains_after_a_stateful_step_on_either_input(env, events, rules):
     deduped = events().key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
-    deduped.connect(rules).key_by("k", "name").process(Both(), "ts bigint, k string", name="both").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'dedupe' comes before the connected step 'both'"):
-        plan(env.graph())
+    rules.connect(deduped).key_by("name", "k").process(Both(), "ts bigint, k string", name="both").sink_to(CollectSink())
+    graph = env.graph()
+    steps = {n.name: n for n in graph.nodes}
+    physical = plan(graph)
+    assert physical.upstream_step(steps["both"]) is steps["dedupe"] and physical.read_by_step(steps["dedupe"])
 
 
 def test_two_unnamed_co_maps_in_one_job_get_names_of_their_own(env, events, rules):

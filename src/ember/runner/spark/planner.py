@@ -9,8 +9,9 @@ a session.
   window) may read another's output, through ``key_by``, filters, ``map`` and ``flat_map``;
   with several such steps each runs on ``transformWithStateInPandas`` (Spark runs
   one ``applyInPandasWithState`` per query), and event time flows between them as
-  in Flink (docs/design/dataflow.md). A step reading two stateful streams is
-  refused, naming it.
+  in Flink (docs/design/dataflow.md). A two-input step (co-process, broadcast
+  state, window join) may read one stateful step's output on either input; a
+  step reading two stateful streams is refused, naming it.
 - **Split.** A job with several sinks runs as one query up to its *split* (the
   last step every sink reads from), and the steps after it on every micro-batch
   in ``foreachBatch``: those branches must be stateless.
@@ -44,7 +45,6 @@ from typing import Callable
 from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
-    CoProcessNode,
     FilterNode,
     FlatMapNode,
     IntervalJoinNode,
@@ -461,7 +461,8 @@ def _check_chains(graph: Graph) -> None:
         if len(direct) > 1:
             raise PipelineError(
                 f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}); "
-                "a step reading two stateful streams is not supported yet",
+                "a step reading two stateful streams is not supported yet (a two-input step may read one: "
+                "run the other's part as its own job)",
                 node.name,
             )
         if not direct:
@@ -486,15 +487,12 @@ def _check_chains(graph: Graph) -> None:
 
 # Steps that must be a job's only stateful step on their path (before / after them), yet:
 # Spark plans an interval join and a SQL step on records with their own event time, which
-# Ember's steps carry in hidden columns; a co-process step would have to merge two steps'
-# event time (after it, steps chain as after any keyed step).
+# Ember's steps carry in hidden columns. (A co-process step runs on Ember's keyed runtime
+# and chains like any keyed step: _check_chains.)
 _ALONE: tuple[tuple[type[Node], str, bool, str], ...] = (
     (IntervalJoinNode, "the interval join", True,
      "a join with other stateful steps in one job is not supported yet: run that part as its own job, "
      "linked by a sink and a source (e.g. RedisStreamSink -> RedisStreamSource)"),
-    (CoProcessNode, "the connected step", False,
-     "a two-input step (co-process, broadcast state, window join) reading a stateful step's output is not supported "
-     "yet: run that part as its own job"),
     (SqlNode, "the SQL step", True,
      "a SQL step with other stateful steps in one job is not supported yet: do that part in the query, or run "
      "it as its own job"),

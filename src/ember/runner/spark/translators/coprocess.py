@@ -24,7 +24,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, KeyByNode, WindowJoinNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter
-from ember.runner.spark.keyed.runtime import HIDDEN, STATE_BUCKETS, without_hidden
+from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
 from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, with_event_time
@@ -49,10 +49,17 @@ def _event_time(node: CoProcessNode, ups: list[Frame], what: str) -> bool:
 def _rows(comp: Compilation, node: CoProcessNode, up: Frame, stream: int, keys: tuple[str, ...], key_types: list[Any],
           structs: list[Any], event_time: bool, input_value: int) -> tuple[Any, list[Any]]:
     """``up``'s rows in the union's shape: its input value, the key columns (null without
-    ``keys``), every stream's fields (the others' null) and, with event time, TIME."""
+    ``keys``), every stream's fields (the others' null) and, with event time, TIME — and,
+    when one input is a keyed step's output (a chain, docs/design/dataflow.md), PRE.
+
+    An input from a source gets its own watermark here; one from a keyed step carries each
+    row's event time (TIME) and PRE flag already, and its watermark is its source's, set
+    before that step: Spark's watermark is the least of the two either way."""
     df = up.df
     mark = f"__ember_watermark_of_{stream}"
-    if event_time:
+    chained = event_time and comp.plan.upstream_step(node) is not None
+    from_step = chained and TIME in df.columns
+    if event_time and not from_step:
         assert up.time is not None
         df = with_event_time(comp, df, up.time, node.name, column=mark, keys=keys)
     columns = [F.lit(input_value).alias(INPUT)]
@@ -61,8 +68,12 @@ def _rows(comp: Compilation, node: CoProcessNode, up: Frame, stream: int, keys: 
         for f in struct.fields:
             value = F.col(f.name) if other == stream else F.lit(None).cast(f.dataType)
             columns.append(value.alias(field_column(other, f.name)))
-    if event_time:
+    if from_step:
+        columns += [F.col(TIME), F.col(PRE)]
+    elif event_time:
         columns.append(F.unix_millis(F.col(mark)).alias(TIME))  # no watermark marker: the runtime decides lateness
+        if chained:  # the other input's rows: none was emitted ahead of an upstream watermark
+            columns.append(F.lit(False).alias(PRE))
     return df, columns
 
 

@@ -1,0 +1,81 @@
+"""Two-input steps reading a stateful step's output (issue 17): a broadcast-state step after
+a dedupe, a co-process step after a window — each checked against the model
+(tests/flink_model.py). Event time flows as along a chain: the keyed step's rows keep their
+timestamps, the two-input step's watermark is the least of its inputs' sources', and results
+the upstream's watermark fired reach it ahead of that watermark."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import flink_model as model
+import pytest
+from test_broadcast import EVENTS, LIMITS, OUT, RULES, RuleCheck
+from test_broadcast import _streams as broadcast_streams
+from test_chains import CountSum, Dedupe, _distinct, _label
+from test_connect import SCHEMA, Thresholds
+from test_connect import _streams as connect_streams
+
+from ember import CollectSink, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+from ember.savepoints import create_savepoint
+
+pytestmark = pytest.mark.spark
+
+BOUND_MS, EXPIRY_MS = 1_000, 3_000
+STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND_MS), "ts")
+
+
+def test_a_broadcast_step_after_a_dedupe_equals_the_model_on_the_distinct_events(env, tmp_path):
+    """And a savepoint of the job reads each step's state as its own (Spark numbers the
+    operators from the sink back: restart.spark_operator_ids)."""
+    events, rules = broadcast_streams(7)
+    with_duplicates = [b + b[:3] for b in events]  # the dedupe removes what each batch repeats
+    distinct = _distinct(with_duplicates)
+    assert sum(map(len, with_duplicates)) > sum(map(len, distinct))
+    a = env.from_source(ScriptedSource(with_duplicates, EVENTS), STRATEGY, name="events")
+    b = env.from_source(ScriptedSource(rules, RULES), STRATEGY, name="rules")
+    sink = CollectSink()
+    (a.key_by("k", "ts", "v").process(Dedupe(), EVENTS, name="dedupe")
+     .key_by("k").connect(b.broadcast(LIMITS)).process(RuleCheck(), OUT, name="check").sink_to(sink))
+    env.execute("dedupe-rules", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["name"], r["ts"], r["n"])
+                  for bt in sink.batches for r in bt.rows), key=repr)
+    expected = sorted(model.broadcast_rules(distinct, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert {e[1] for e in expected} == {"rule", "alert", "summary"}
+    assert expected != sorted(model.broadcast_rules(with_duplicates, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert got == expected
+
+    point = create_savepoint(os.path.join(env.config.checkpoint_dir, "dedupe-rules"), root=str(tmp_path / "sp"))
+    assert [op["name"] for op in point.operators] == ["dedupe", "check"]
+    seen = point.read_state("dedupe", env.spark)
+    assert set(seen["state"]) == {"seen"}
+    assert sorted(seen[["ts", "k", "v"]].itertuples(index=False, name=None)) == sorted(r for b in distinct for r in b)
+    alerts = point.read_state("check", env.spark)  # every summary timer fired at the end: no count is left
+    assert list(alerts.columns) == ["k", "state", "value"] and alerts.empty  # (not the dedupe's rows)
+
+
+@pytest.mark.parametrize("seed", [3, pytest.param(4, marks=pytest.mark.slow)])
+def test_a_co_process_step_after_a_window_sees_its_results_ahead_of_the_watermark(env, seed):
+    """The window's results (timestamp ``end - 1``) are the co-process step's first input,
+    rules its second: alerts and expiries in the batches the model says."""
+    events, rules = connect_streams(seed, batches=10)
+    size = 1_000
+    a = env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events")
+    b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
+    sink = CollectSink()
+    results = (a.key_by("k").window(TumblingEventTimeWindows.of(size))
+               .aggregate(CountSum(), output_schema="n bigint, v bigint", name="sums")
+               .map(lambda r: {"ts": r["window_end"] - 1, "k": r["k"], "v": r["v"]}, SCHEMA, name="as-events"))
+    results.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
+                                                name="thresholds").sink_to(sink)
+    env.execute("window-thresholds", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
+                 key=repr)
+    # Spark keeps one watermark per query, the least of its sources': the window follows the
+    # rules' too (in Flink it would follow its own input's; docs/design/dataflow.md)
+    ahead = model.tumbling_sums(events, BOUND_MS, size, model.two_input_watermarks(events, rules, BOUND_MS, after_last=True))
+    assert ahead[:-2] != model.tumbling_sums(events, BOUND_MS, size)[:-1], "the rules should hold the window back"
+    expected = sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS, ahead=ahead), key=repr)
+    assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
+    assert got == expected
