@@ -17,8 +17,9 @@ from test_chains import CountSum, Dedupe, _distinct, _label
 from test_connect import SCHEMA, Thresholds
 from test_connect import _streams as connect_streams
 
-from ember import CollectSink, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+from ember import CollectSink, KeyedProcessFunction, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
 from ember.savepoints import create_savepoint
+from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
 
@@ -79,3 +80,48 @@ def test_a_co_process_step_after_a_window_sees_its_results_ahead_of_the_watermar
     expected = sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS, ahead=ahead), key=repr)
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
     assert got == expected
+
+
+class LastLimit(KeyedProcessFunction):
+    """Forwards every rule, keeping its key's latest limit."""
+
+    def open(self, ctx):
+        self.last = ctx.get_state(ValueStateDescriptor("last"))
+
+    def process_element(self, rule, ctx):
+        self.last.update(rule["v"])
+        yield rule
+
+
+def test_a_co_process_step_reading_a_stateful_step_on_each_input(env, tmp_path):
+    """Events through a dedupe, rules through a step of their own, both into one co-process
+    step: the model on the distinct events; each step's state reads back as its own from a
+    savepoint (Spark numbers the two branches' operators depth first from the sink)."""
+    events, rules = connect_streams(5)
+    with_duplicates = [b + b[:2] for b in events]
+    distinct = _distinct(with_duplicates)
+    a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
+    b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
+    sink = CollectSink()
+    deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    limits = b.key_by("k").process(LastLimit(), SCHEMA, name="limits")
+    deduped.connect(limits).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
+                                                      name="thresholds").sink_to(sink)
+    env.execute("two-upstream", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
+                 key=repr)
+    expected = sorted(model.thresholds(distinct, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert expected != sorted(model.thresholds(with_duplicates, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert got == expected
+
+    point = create_savepoint(os.path.join(env.config.checkpoint_dir, "two-upstream"), root=str(tmp_path / "sp"))
+    assert [(op["name"], op["spark operator id"]) for op in point.operators] == [
+        ("dedupe", 1), ("limits", 2), ("thresholds", 0)]
+    seen = point.read_state("dedupe", env.spark)
+    assert sorted(seen[["ts", "k", "v"]].itertuples(index=False, name=None)) == sorted(r for b in distinct for r in b)
+    last = point.read_state("limits", env.spark)
+    latest = {}
+    for batch in rules:
+        for _ts, k, v in sorted(batch):
+            latest[k] = v
+    assert dict(zip(last["k"], last["value"])) == latest and set(last["state"]) == {"last"}

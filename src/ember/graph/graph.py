@@ -18,7 +18,7 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["Graph", "ancestors", "STATEFUL"]
+__all__ = ["Graph", "ancestors", "from_the_sinks", "STATEFUL"]
 
 # The node types that keep state across records (keyed state, windows, joins of two streams).
 # A SQL step counts as stateful: Spark may plan aggregations, windows or joins in it.
@@ -78,6 +78,16 @@ class Graph:
 
 
 def _topological(sinks: list[SinkNode]) -> list[Node]:
+    return _depth_first(sinks, pre=False)
+
+
+def from_the_sinks(sinks: list[SinkNode]) -> list[Node]:
+    """Every step, depth first from the sinks: a step before its inputs, inputs in order
+    (the order Spark numbers a query's stateful operators in)."""
+    return _depth_first(sinks, pre=True)
+
+
+def _depth_first(sinks: list[SinkNode], pre: bool) -> list[Node]:
     order: list[Node] = []
     seen: set[int] = set()
 
@@ -85,9 +95,12 @@ def _topological(sinks: list[SinkNode]) -> list[Node]:
         if id(node) in seen:
             return
         seen.add(id(node))
+        if pre:
+            order.append(node)
         for parent in node.inputs:
             visit(parent)
-        order.append(node)
+        if not pre:
+            order.append(node)
 
     for sink in sinks:
         visit(sink)

@@ -86,13 +86,18 @@ def test_a_broadcast_step_chains_after_a_stateful_step(env, events, rules):
     assert physical.upstream_step(steps["check"]) is steps["dedupe"] and physical.read_by_step(steps["dedupe"])
 
 
-def test_a_broadcast_step_reading_two_stateful_streams_is_refused(env, events):
+def test_a_broadcast_step_may_read_a_stateful_step_on_each_input(env, events):
+    from ember.runner.spark.restart import pipeline_manifest
+
     source = events()
     a = source.key_by("k").process(Pass(), "ts bigint, k string", name="a")
     b = source.key_by("k").process(Pass(), "ts bigint, k string", name="b")
     a.key_by("k").connect(b.broadcast(RULES)).process(Check(), "k string, r int", name="check").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'check' reads the outputs of several stateful steps \\(b, a\\)"):
-        plan(env.graph())
+    graph = env.graph()
+    check = next(n for n in graph.nodes if n.name == "check")
+    assert [n.name for n in plan(graph).upstream_steps(check)] == ["a", "b"]
+    ops = pipeline_manifest(graph)["operators"]  # the keyed input's branch first, as in the union
+    assert [(o["name"], o["spark operator id"]) for o in ops] == [("a", 1), ("b", 2), ("check", 0)]
 
 
 def _row(input_value, **fields):

@@ -45,6 +45,7 @@ from typing import Callable
 from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
+    CoProcessNode,
     FilterNode,
     FlatMapNode,
     IntervalJoinNode,
@@ -61,7 +62,8 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["Plan", "FanOut", "Level", "plan", "fan_out_of", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps"]
+__all__ = ["Plan", "FanOut", "Level", "plan", "fan_out_of", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps",
+           "upstream_steps"]
 
 # Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
 # a keyed step's side output carries each record's too.
@@ -192,13 +194,18 @@ class Plan:
         return len(runtime_steps(self.graph)) > 1
 
     def upstream_step(self, node: Node) -> Node | None:
-        """The keyed-runtime step whose output ``node`` (a keyed-runtime step) reads, if any."""
-        direct = _direct_upstream(node, self.graph)
+        """The keyed-runtime step whose output ``node`` (a keyed-runtime step) reads, if any
+        (of a two-input step reading one on each input: the first's)."""
+        direct = self.upstream_steps(node)
         return direct[0] if direct else None
+
+    def upstream_steps(self, node: Node) -> list[Node]:
+        """The keyed-runtime steps whose outputs ``node`` reads: one, or one per input of a two-input step."""
+        return upstream_steps(node, self.graph)
 
     def read_by_step(self, node: Node) -> bool:
         """Whether another keyed-runtime step reads ``node``'s output (it then emits event time)."""
-        return any(self.upstream_step(n) is node for n in runtime_steps(self.graph) if n is not node)
+        return any(any(u is node for u in self.upstream_steps(n)) for n in runtime_steps(self.graph) if n is not node)
 
     def lane(self, node: Node) -> bool:
         """Whether ``node`` runs as a lane of a fan-out's shared operator (translators/fanout.py)."""
@@ -322,7 +329,14 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
     while rest:
         level, reads = [], []
         for node in rest:
-            upstream = _direct_upstream(node, graph)[0]  # one, by _check_chains
+            direct = _direct_upstream(node, graph)
+            if len(direct) > 1:
+                raise PipelineError(
+                    f"'{node.name}' reads two stateful steps ({', '.join(a.name for a in direct)}) after the fan-out "
+                    f"after '{source.name}'; a two-input step there is not supported yet: run that part as its own job",
+                    node.name,
+                )
+            upstream = direct[0]
             j = next((j for j, lane in enumerate(previous) if lane is upstream), None)
             if j is None:
                 continue
@@ -445,10 +459,19 @@ def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str
     return None
 
 
+def upstream_steps(node: Node, graph: Graph) -> list[Node]:
+    """The keyed-runtime steps whose outputs ``node`` reads with no other such step in between:
+    none, one, or — for a two-input step — one per input."""
+    return _direct_upstream(node, graph)
+
+
 def _direct_upstream(node: Node, graph: Graph) -> list[Node]:
-    """The keyed-runtime steps ``node`` reads with no other such step in between."""
+    """The keyed-runtime steps ``node`` reads with no other such step in between, in graph order."""
     upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
-    return [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
+    direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
+    if len(direct) < 2:
+        return direct
+    return [n for n in graph.nodes if any(n is a for a in direct)]
 
 
 def _check_chains(graph: Graph) -> None:
@@ -458,31 +481,39 @@ def _check_chains(graph: Graph) -> None:
     row on with its input record's hidden event-time columns (not yet map_batches)."""
     for node in runtime_steps(graph):
         direct = _direct_upstream(node, graph)
-        if len(direct) > 1:
+        if len(direct) > 1 and not _one_per_input(node, direct):
             raise PipelineError(
                 f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}); "
                 "a step reading two stateful streams is not supported yet (a two-input step may read one: "
                 "run the other's part as its own job)",
                 node.name,
             )
-        if not direct:
-            continue
-        between = [a for a in ancestors(node) if any(b is direct[0] for b in ancestors(a))]
-        for step in between:
-            if isinstance(step, SideOutputNode) and step.inputs[0] is not direct[0]:
-                raise PipelineError(
-                    f"'{node.name}' reads the side output '{step.tag.name}' of '{step.inputs[0].name}', a step between "
-                    f"it and the stateful step '{direct[0].name}'; a keyed step reads side outputs of keyed steps "
-                    "only, yet", step.name,
-                )
-            if not isinstance(step, _CARRIES_TIME):
-                raise PipelineError(
-                    f"'{step.name}' ({step.kind}) sits between the stateful steps '{direct[0].name}' and "
-                    f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map and a side output are "
-                    "supported yet (a step there must pass each record's event time on): move it before "
-                    f"'{direct[0].name}' or into its function",
-                    step.name,
-                )
+        for upstream in direct:
+            between = [a for a in ancestors(node) if any(b is upstream for b in ancestors(a))]
+            for step in between:
+                if isinstance(step, SideOutputNode) and step.inputs[0] is not upstream:
+                    raise PipelineError(
+                        f"'{node.name}' reads the side output '{step.tag.name}' of '{step.inputs[0].name}', a step between "
+                        f"it and the stateful step '{upstream.name}'; a keyed step reads side outputs of keyed steps "
+                        "only, yet", step.name,
+                    )
+                if not isinstance(step, _CARRIES_TIME):
+                    raise PipelineError(
+                        f"'{step.name}' ({step.kind}) sits between the stateful steps '{upstream.name}' and "
+                        f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map and a side output are "
+                        "supported yet (a step there must pass each record's event time on): move it before "
+                        f"'{upstream.name}' or into its function",
+                        step.name,
+                    )
+
+
+def _one_per_input(node: Node, direct: list[Node]) -> bool:
+    """Whether ``node`` is a two-input step reading one of the stateful steps ``direct`` on
+    each input (each input's rows then carry their own step's event time)."""
+    if not isinstance(node, CoProcessNode) or len(direct) != 2 or len(node.inputs) != 2:
+        return False
+    per_input = [[a for a in direct if a is i or any(a is b for b in ancestors(i))] for i in node.inputs]
+    return all(len(found) == 1 for found in per_input) and per_input[0][0] is not per_input[1][0]
 
 
 # Steps that must be a job's only stateful step on their path (before / after them), yet:

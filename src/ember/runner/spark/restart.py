@@ -27,11 +27,11 @@ from typing import Any
 
 from ember.errors import RestartError
 from ember.graph import nodes as n
-from ember.graph.graph import Graph
+from ember.graph.graph import Graph, from_the_sinks
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.planner import fan_out_of, native_window, runtime_steps
+from ember.runner.spark.planner import fan_out_of, native_window, runtime_steps, upstream_steps
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
 
@@ -57,15 +57,32 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
                 op["lane"] = where[1]
                 if where[0]:
                     op["level"] = where[0]
+    if any(len(upstream_steps(node, graph)) > 1 for node in runtime_steps(graph)):
+        # a two-input step reading a stateful step on each input: Spark's numbering walks the
+        # branches (spark_operator_ids), recorded per operator
+        order = _spark_order(graph)
+        for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
+            op["spark operator id"] = next(i for i, o in enumerate(order) if o is node)
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
+
+
+def _spark_order(graph: Any) -> list[Any]:
+    """The graph's stateful steps in the order Spark numbers its stateful operators: depth
+    first from the sink, each step's inputs in order (a two-input step's first input is the
+    first child of the union it reads; checked on 4.3 by reading each step's state back)."""
+    return [node for node in from_the_sinks(graph.sinks) if _stateful(node)]
 
 
 def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
     """Each manifest operator's Spark operator id (the ``operatorId`` of its state). Spark
     numbers a query's stateful operators from its sink back towards its sources (checked on
     4.3: a chain's last step is operator 0); the lanes of one level of a fan-out (``"lane"``,
-    ``"level"``) share one operator, the levels following the steps before the fan-out."""
+    ``"level"``) share one operator, the levels following the steps before the fan-out. A job
+    whose two-input step reads a stateful step on each input records each operator's id
+    (``"spark operator id"``: Spark walks the branches depth first, pipeline_manifest)."""
+    if operators and all("spark operator id" in op for op in operators):
+        return [int(op["spark operator id"]) for op in operators]
     owners = [("level", int(op.get("level", 0))) if "lane" in op else ("step", i) for i, op in enumerate(operators)]
     groups = sorted(set(owners), key=lambda g: (g[0] == "level", g[1]))  # Spark's operators from the sources on
     order = {g: len(groups) - 1 - n for n, g in enumerate(groups)}
@@ -154,6 +171,12 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
             problems.append(
                 f"{where}: its state is held by {_holder(old)} in the checkpoint, and this pipeline runs it on "
                 f"{_holder(new)} (docs/design/dataflow.md, \"Fan-out\")"
+            )
+        elif old.get("spark operator id") != new.get("spark operator id"):
+            problems.append(
+                f"{where}: Spark numbers its state as operator {old.get('spark operator id', 'by graph order')} in the "
+                f"checkpoint and {new.get('spark operator id', 'by graph order')} in this pipeline (the inputs of a "
+                "two-input step reading two stateful steps changed places?): keep the pipeline's shape"
             )
         elif "spark operator" in new and old.get("spark operator", APWS) != new["spark operator"]:
             problems.append(

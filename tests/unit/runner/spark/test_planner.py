@@ -5,6 +5,7 @@ import pytest
 
 from ember import (
     CollectSink,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
     PipelineError,
@@ -264,3 +265,51 @@ def test_steps_every_reader_shares_run_once_before_the_rows_fan_out(env, events)
     assert fan is not None and fan.source.name == "first" and fan.stem.name == "not-x" and fan.through
     assert [[type(s).__name__ for s in path] for path in fan.paths] == [["KeyByNode"], ["KeyByNode"]]
     assert [n.name for n in fan.seeds] == ["a", "b", "not-x"]
+
+
+# -- two-input steps reading stateful steps --------------------------------------------------------
+
+
+class _Both(KeyedCoProcessFunction):
+    def process_element1(self, value, ctx):
+        yield value
+
+    def process_element2(self, value, ctx):
+        yield value
+
+
+def test_a_two_input_step_reading_a_stateful_step_on_each_input_is_numbered_depth_first(env, events):
+    from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids
+
+    src = events()
+    left = src.key_by("k").process(_Count(), KEYED, name="left")
+    right = src.key_by("ts").process(_Count(), KEYED, name="right")
+    left.connect(right).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
+    p = plan(env.graph())
+    assert [n.name for n in p.upstream_steps(_node(p, "both"))] == ["left", "right"]
+    assert p.read_by_step(_node(p, "left")) and p.read_by_step(_node(p, "right"))
+    manifest = pipeline_manifest(env.graph())
+    ops = manifest["operators"]
+    # Spark: the sink's step first, then each input's branch in order (not graph order backwards)
+    assert [(o["name"], o["spark operator id"]) for o in ops] == [("left", 1), ("right", 2), ("both", 0)]
+    assert spark_operator_ids(ops) == [1, 2, 0]
+    moved = dict(manifest, operators=[dict(ops[0], **{"spark operator id": 2}), dict(ops[1], **{"spark operator id": 1}), ops[2]])
+    assert any("'left'" in problem and "operator 1" in problem for problem in compare(manifest, moved))
+
+
+def test_a_two_input_step_reading_two_stateful_steps_on_one_input_is_refused(env, events):
+    src = events()
+    a = src.key_by("k").process(_Count(), KEYED, name="a")
+    b = src.key_by("k").process(_Count(), KEYED, name="b")
+    a.union(b).connect(src).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'both'.*several stateful steps"):
+        plan(env.graph())
+
+
+def test_a_two_input_step_reading_two_lanes_of_a_fan_out_is_refused(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    a = first.key_by("k").process(_Count(), KEYED, name="a")
+    b = first.key_by("ts").process(_Count(), KEYED, name="b")
+    a.connect(b).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'both'.*reads two stateful steps \\(a, b\\) after the fan-out"):
+        plan(env.graph())

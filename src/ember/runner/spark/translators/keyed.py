@@ -435,7 +435,8 @@ def _side_output(comp: Compilation, node: SideOutputNode) -> Frame:
     struct = comp.side_types[id(producer)][tag]
     df = comp.tagged[id(producer)].df.filter(F.col(TAG) == F.lit(tag))
     columns = [F.col(side_column(tag, f.name)).alias(f.name) for f in struct.fields]
-    if any(comp.plan.upstream_step(n) is producer and any(a is node for a in ancestors(n)) for n in runtime_steps(comp.graph)):
+    if any(any(u is producer for u in comp.plan.upstream_steps(n)) and any(a is node for a in ancestors(n))
+           for n in runtime_steps(comp.graph)):
         # read by a keyed step: each record's event time goes with it (Flink: the record's or timer's)
         columns += [F.col(c) for c in HIDDEN if c in df.columns]
         up = comp.frames[id(producer)]
