@@ -125,3 +125,80 @@ def test_a_co_process_step_reading_a_stateful_step_on_each_input(env, tmp_path):
         for _ts, k, v in sorted(batch):
             latest[k] = v
     assert dict(zip(last["k"], last["value"])) == latest and set(last["state"]) == {"last"}
+
+
+# -- interval joins beside other stateful steps (on Ember's keyed runtime) ---------------------------
+
+
+def _join_sides(seed: int) -> tuple[list[list[tuple]], list[list[tuple]]]:
+    left = model.random_batches(seed, keys="ab")
+    right = model.random_batches(seed + 100, keys="ab")
+    for side in (left, right):
+        side[0] = [(2_000, "a", 5), *side[0]]
+    return left, right
+
+
+def test_an_interval_join_after_a_dedupe_equals_the_model_on_the_distinct_records(env):
+    left, right = _join_sides(1)
+    with_duplicates = [b + b[:2] for b in left]
+    distinct = _distinct(with_duplicates)
+    sink = CollectSink()
+    a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="left")
+    b = env.from_source(ScriptedSource(right, SCHEMA), STRATEGY, name="right")
+    deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    (deduped.key_by("k").interval_join(b.key_by("k"), name="joined")
+     .between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
+     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(sink))
+    result = env.execute("dedupe-join", progress=False)
+    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in sink.batches for r in bt.rows), key=repr)
+    expected = model.interval_join(distinct, right, BOUND_MS, -1_500, 2_000)
+    assert expected.late > 0 and len(expected.pairs) > 5
+    assert len(model.interval_join(with_duplicates, right, BOUND_MS, -1_500, 2_000).pairs) > len(expected.pairs)
+    assert rows == sorted(expected.pairs, key=repr)
+    assert result.late_dropped == expected.late
+
+
+@pytest.mark.parametrize("lower,upper", [(-300, 300), pytest.param(-1_500, 2_000, marks=pytest.mark.slow)])
+def test_a_window_after_an_outer_interval_join_counts_pairs_at_the_later_records_time(env, lower, upper):
+    """Each pair carries the later record's timestamp (Flink's), so the window downstream
+    counts it in that record's window; the unmatched left records of the outer join reach it
+    with their own timestamps when the watermark lets them go (late for the window if it has
+    closed by then)."""
+    from collections import Counter
+
+    left, right = _join_sides(2)
+    size = 2_000
+    sink = CollectSink()
+    a = env.from_source(ScriptedSource(left, SCHEMA), STRATEGY, name="left").key_by("k")
+    b = env.from_source(ScriptedSource(right, SCHEMA), STRATEGY, name="right").key_by("k")
+    (a.interval_join(b, how="left_outer", name="joined").between(lower, upper)
+     .select("left.k AS k", "greatest(left.ts, coalesce(right.ts, left.ts)) AS ts", "right.ts IS NULL AS alone")
+     .key_by("k", "alone").window(TumblingEventTimeWindows.of(size)).count(name="per-window").sink_to(sink))
+    result = env.execute("join-window", progress=False)
+    expected = model.interval_join(left, right, BOUND_MS, lower, upper)
+    watermarks = model.two_input_watermarks(left, right, BOUND_MS)
+    stamped = [(k, max(lts, rts), False, batch) for batch, k, lts, _, rts, _ in expected.pairs]
+    counts: Counter = Counter()
+    late = expected.late
+    for k, ts, alone, batch in stamped:
+        start = ts - ts % size
+        if watermarks[batch] is not None and start + size - 1 <= watermarks[batch]:
+            late += 1  # the pair is behind the window's watermark when it arrives
+        else:
+            counts[(k, alone, start)] += 1
+    after = model.two_input_watermarks(left, right, BOUND_MS, after_last=True)
+    for k, ts, _v in expected.unmatched_left:
+        # it leaves in the first batch whose watermark passes ts + upper (or at the end of input),
+        # reaching the window ahead of that watermark: judged by the batch before's
+        leaves = next((j for j, wm in enumerate(after) if wm is not None and wm >= ts + upper + 1), len(after))
+        start, judged = ts - ts % size, after[leaves - 1]
+        if judged is not None and start + size - 1 <= judged:
+            late += 1
+        else:
+            counts[(k, True, start)] += 1
+    got = Counter()
+    for r in sink.rows():
+        got[(r["k"], r["alone"], r["window_start"])] += r["count"]
+    assert expected.unmatched_left and len(expected.pairs) > 5  # (-1500, 2000): the unmatched record is late
+    assert got == counts
+    assert result.late_dropped == late

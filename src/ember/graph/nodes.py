@@ -196,7 +196,7 @@ class IntervalJoinNode(Node):
         keys = _paired(self.left_keys, self.right_keys)
         what = _pairs_out("process", self.fn, self.exprs)
         return (f"interval join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
-                f"right.ts in [left.ts {self.lower_ms:+d} ms, left.ts {self.upper_ms:+d} ms] (native): {what}")
+                f"right.ts in [left.ts {self.lower_ms:+d} ms, left.ts {self.upper_ms:+d} ms]: {what}")
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,7 +7,7 @@ import pytest
 
 from ember import CollectSink, KeyedProcessFunction, PipelineError, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
 from ember.graph.nodes import IntervalJoinNode
-from ember.runner.spark.planner import plan
+from ember.runner.spark.planner import physical_notes, plan, runtime_steps
 
 
 @pytest.fixture
@@ -57,15 +57,28 @@ class Pass(KeyedProcessFunction):
         yield value
 
 
-def test_a_stateful_step_before_or_after_the_join_is_refused_by_the_planner(env, events, clicks):
+def _steps(graph):
+    return {n.name: n for n in graph.nodes}
+
+
+def test_a_join_alone_runs_on_sparks_native_join(env, events, clicks):
+    events().key_by("k").interval_join(clicks().key_by("k"), name="j").between(0, 1).select().sink_to(CollectSink())
+    graph = env.graph()
+    assert plan(graph).native_join(_steps(graph)["j"]) and runtime_steps(graph) == []
+
+
+def test_a_join_after_a_stateful_step_runs_on_the_keyed_runtime_chained_to_it(env, events, clicks):
     counted = events().key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
     counted.key_by("k").interval_join(clicks().key_by("k"), name="j").between(0, 1).select().sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'dedupe' comes before the interval join 'j'"):
-        plan(env.graph())
+    graph = env.graph()
+    steps, p = _steps(graph), plan(graph)
+    assert not p.native_join(steps["j"]) and p.upstream_step(steps["j"]) is steps["dedupe"]
+    assert "j: interval join" in graph.explain(physical_notes(graph)) and "(python, keyed state)" in graph.explain(physical_notes(graph))
 
 
-def test_a_window_after_the_join_is_refused_by_the_planner(env, events, clicks):
+def test_a_window_after_the_join_makes_both_run_on_the_keyed_runtime(env, events, clicks):
     joined = events().key_by("k").interval_join(clicks().key_by("k"), name="j").between(0, 1).select("left.k AS k", "left.ts AS ts")
     joined.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="w").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'w' comes after the interval join 'j'"):
-        plan(env.graph())
+    graph = env.graph()
+    steps, p = _steps(graph), plan(graph)
+    assert [n.name for n in runtime_steps(graph)] == ["j", "w"] and p.upstream_step(steps["w"]) is steps["j"]

@@ -62,8 +62,8 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["Plan", "FanOut", "Level", "plan", "fan_out_of", "native_window", "physical_notes", "spark_stateful_operators", "runtime_steps",
-           "upstream_steps"]
+__all__ = ["Plan", "FanOut", "Level", "plan", "fan_out_of", "native_window", "native_join", "physical_notes",
+           "spark_stateful_operators", "runtime_steps", "upstream_steps"]
 
 # Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
 # a keyed step's side output carries each record's too.
@@ -83,6 +83,16 @@ def native_window(node: WindowNode, graph: Graph) -> bool:
     )
 
 
+def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
+    """Whether the interval join runs on Spark's native stream-stream join: when no other
+    stateful step comes before or after it (Spark's join rows have no Ember event time, and
+    Ember's steps carry theirs in hidden columns); else on Ember's keyed runtime as a
+    co-process step, where event time flows between steps as in Flink."""
+    return not any(isinstance(n, STATEFUL) for n in ancestors(node)) and not any(
+        isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes
+    )
+
+
 def spark_stateful_operators(graph: Graph) -> list[Node]:
     """The steps Spark runs as stateful operators: native windows and keyed-state steps."""
     return [n for n in graph.nodes if isinstance(n, STATEFUL)]
@@ -97,6 +107,8 @@ def _keyed_state(node: Node, graph: Graph) -> bool:
     """Whether the step runs on Ember's keyed state (a Spark Python state operator)."""
     if isinstance(node, WindowNode):
         return not native_window(node, graph)
+    if isinstance(node, IntervalJoinNode):
+        return not native_join(node, graph)
     return isinstance(node, KeyedProcessNode | VectorizedProcessNode)
 
 
@@ -113,6 +125,8 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
         how = ""
         if isinstance(node, WindowNode):
             how = "native" if native_window(node, graph) else "python, keyed state"
+        elif isinstance(node, IntervalJoinNode):
+            how = "native" if native_join(node, graph) else "python, keyed state"
         where = fan.where(node) if fan is not None else None
         if where is not None:
             level, lane = where
@@ -213,6 +227,9 @@ class Plan:
 
     def native(self, node: WindowNode) -> bool:
         return native_window(node, self.graph)
+
+    def native_join(self, node: IntervalJoinNode) -> bool:
+        return native_join(node, self.graph)
 
     @property
     def late_rows_against_current_watermark(self) -> bool:
@@ -510,20 +527,17 @@ def _check_chains(graph: Graph) -> None:
 def _one_per_input(node: Node, direct: list[Node]) -> bool:
     """Whether ``node`` is a two-input step reading one of the stateful steps ``direct`` on
     each input (each input's rows then carry their own step's event time)."""
-    if not isinstance(node, CoProcessNode) or len(direct) != 2 or len(node.inputs) != 2:
+    if not isinstance(node, CoProcessNode | IntervalJoinNode) or len(direct) != 2 or len(node.inputs) != 2:
         return False
     per_input = [[a for a in direct if a is i or any(a is b for b in ancestors(i))] for i in node.inputs]
     return all(len(found) == 1 for found in per_input) and per_input[0][0] is not per_input[1][0]
 
 
 # Steps that must be a job's only stateful step on their path (before / after them), yet:
-# Spark plans an interval join and a SQL step on records with their own event time, which
-# Ember's steps carry in hidden columns. (A co-process step runs on Ember's keyed runtime
-# and chains like any keyed step: _check_chains.)
+# Spark plans a SQL step on records with their own event time, which Ember's steps carry in
+# hidden columns. (A co-process step, and an interval join beside other stateful steps, run
+# on Ember's keyed runtime and chain like any keyed step: _check_chains.)
 _ALONE: tuple[tuple[type[Node], str, bool, str], ...] = (
-    (IntervalJoinNode, "the interval join", True,
-     "a join with other stateful steps in one job is not supported yet: run that part as its own job, "
-     "linked by a sink and a source (e.g. RedisStreamSink -> RedisStreamSource)"),
     (SqlNode, "the SQL step", True,
      "a SQL step with other stateful steps in one job is not supported yet: do that part in the query, or run "
      "it as its own job"),

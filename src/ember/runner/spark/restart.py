@@ -31,7 +31,7 @@ from ember.graph.graph import Graph, from_the_sinks
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.planner import fan_out_of, native_window, runtime_steps, upstream_steps
+from ember.runner.spark.planner import fan_out_of, native_join, native_window, runtime_steps, upstream_steps
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
 
@@ -44,8 +44,9 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
     operators = [_operator(node, graph) for node in graph.nodes if _stateful(node)]
     spark_operator = spark_keyed_operator(graph, keyed_operator)
+    keyed = runtime_steps(graph)
     for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
-        if not (isinstance(node, n.WindowNode) and native_window(node, graph)) and not isinstance(node, n.IntervalJoinNode | n.SqlNode):
+        if any(node is step for step in keyed):  # on Ember's keyed runtime: a Spark Python state operator
             op["spark operator"] = spark_operator
         if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
@@ -237,8 +238,9 @@ def _operator(node: n.Node, graph: Graph) -> dict[str, Any]:
     if isinstance(node, n.VectorizedProcessNode):
         return {"name": node.name, "kind": "vectorised process function", "keys": keys,
                 "state": {"state schema": str(getattr(node.fn, "state_schema", None))}}
-    if isinstance(node, n.IntervalJoinNode):  # Spark's join state: both sides' rows, by key
-        return {"name": node.name, "kind": "interval join", "keys": [*node.left_keys, *node.right_keys],
+    if isinstance(node, n.IntervalJoinNode):  # Spark's join state (both sides' rows, by key), or Ember's keyed state
+        kind = "interval join" if native_join(node, graph) else "keyed interval join"
+        return {"name": node.name, "kind": kind, "keys": [*node.left_keys, *node.right_keys],
                 "state": {"how": node.how, "bounds ms": [node.lower_ms, node.upper_ms]}}
     if isinstance(node, n.SqlNode):  # Spark plans its state: the query is what must not change
         return {"name": node.name, "kind": "sql", "keys": [], "state": {"query": " ".join(node.query.split())}}

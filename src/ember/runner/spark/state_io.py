@@ -43,7 +43,7 @@ from ember.runner.spark.translators.keyed import bucket_of
 
 __all__ = ["read_operator_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
 
-KEYED = ("process function", "window", "broadcast process function", "window join")  # read as key, state, value rows
+KEYED = ("process function", "window", "broadcast process function", "window join", "keyed interval join")  # read as key, state, value rows
 VECTORISED = "vectorised process function"
 STATE_KINDS_WRITABLE = ("process function", VECTORISED)
 NO_TIMEOUT = -1

@@ -64,11 +64,12 @@ _NUMPY = {"tinyint": np.int8, "smallint": np.int16, "int": np.int32, "bigint": n
 def uses_delta(node: Any, state_layout: str, graph: Any = None) -> bool:
     """Whether keyed step ``node`` keeps its state on design B under ``state_layout``: a
     vectorised step, a process function (also rolling aggregations and CEP, which run as
-    one), a two-input step (co-process, broadcast state, window joins: process functions
-    on the union of their inputs) or a window on Ember's operator. Spark's native windows
+    one), a two-input step (co-process, broadcast state, window joins, interval joins beside
+    other stateful steps: process functions on the union of their inputs) or a window on
+    Ember's operator. Spark's native windows
     keep their layout."""
     from ember.graph import nodes as n
-    from ember.runner.spark.planner import native_window
+    from ember.runner.spark.planner import native_join, native_window
 
     if state_layout != "delta":
         return False
@@ -76,6 +77,8 @@ def uses_delta(node: Any, state_layout: str, graph: Any = None) -> bool:
         return True
     if isinstance(node, n.WindowNode):
         return graph is not None and not native_window(node, graph)
+    if isinstance(node, n.IntervalJoinNode):  # beside other stateful steps: a co-process step
+        return graph is not None and not native_join(node, graph)
     return False
 
 

@@ -21,9 +21,10 @@ from pyspark.sql import types as T
 
 from ember.coprocess import INPUT, CoProcessAdapter, field_column, key_column
 from ember.errors import PipelineError
-from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, KeyByNode, WindowJoinNode
+from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, IntervalJoinNode, KeyByNode, WindowJoinNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter
+from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
 from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
 from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
 from ember.runner.spark.pickling import ship_by_value
@@ -33,10 +34,10 @@ from ember.runner.spark.translators.python_ops import output_struct, pair_record
 from ember.runner.spark.translators.transforms import check_paired_keys, column
 from ember.time.watermarks import TimeCharacteristic
 
-__all__: list[str] = []
+__all__ = ["keyed_interval_join", "joined_pairs"]
 
 
-def _event_time(node: CoProcessNode, ups: list[Frame], what: str) -> bool:
+def _event_time(node: Any, ups: list[Frame], what: str) -> bool:
     timed = [up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME for up in ups]
     if timed[0] != timed[1]:
         raise PipelineError(
@@ -46,7 +47,7 @@ def _event_time(node: CoProcessNode, ups: list[Frame], what: str) -> bool:
     return timed[0]
 
 
-def _rows(comp: Compilation, node: CoProcessNode, up: Frame, stream: int, keys: tuple[str, ...], key_types: list[Any],
+def _rows(comp: Compilation, node: Any, up: Frame, stream: int, keys: tuple[str, ...], key_types: list[Any],
           structs: list[Any], event_time: bool, input_value: int) -> tuple[Any, list[Any]]:
     """``up``'s rows in the union's shape: its input value, the key columns (null without
     ``keys``), every stream's fields (the others' null) and, with event time, TIME — and,
@@ -77,22 +78,25 @@ def _rows(comp: Compilation, node: CoProcessNode, up: Frame, stream: int, keys: 
     return df, columns
 
 
-def _connected(comp: Compilation, node: CoProcessNode, what: str, fn: Callable[[list[Any]], Any],
-               out: Callable[[list[Any]], T.StructType]) -> tuple[Frame, list[Any]]:
+def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]], Any],
+               out: Callable[[list[Any]], T.StructType], paired: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+               ) -> tuple[Frame, list[Any]]:
     """Both keyed inputs of ``node`` as one keyed step running ``fn(structs)`` (a
-    KeyedCoProcessFunction) with output type ``out(structs)``; with the inputs' record types."""
+    KeyedCoProcessFunction) with output type ``out(structs)``; with the inputs' record types.
+    ``paired``: each input's key fields (default: a co-process step's ``keys``, ``other_keys``)."""
+    first_keys, second_keys = paired or (node.keys, node.other_keys)
     ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]
     structs = [without_hidden(up.df.schema) for up in ups]
-    check_paired_keys(node.name, ("first", structs[0], node.keys), ("second", structs[1], node.other_keys))
+    check_paired_keys(node.name, ("first", structs[0], first_keys), ("second", structs[1], second_keys))
     event_time = _event_time(node, ups, what)
-    key_types = [structs[0][k].dataType for k in node.keys]
+    key_types = [structs[0][k].dataType for k in first_keys]
     rows = []
-    for stream, (up, keys) in enumerate(zip(ups, (node.keys, node.other_keys)), start=1):
+    for stream, (up, keys) in enumerate(zip(ups, (first_keys, second_keys)), start=1):
         df, columns = _rows(comp, node, up, stream, keys, key_types, structs, event_time, stream)
         rows.append(df.select(*columns))
     union = rows[0].unionByName(rows[1])
     adapter = CoProcessAdapter(fn(structs), structs[0].names, structs[1].names)
-    keys = tuple(key_column(i) for i in range(len(node.keys)))
+    keys = tuple(key_column(i) for i in range(len(first_keys)))
     frame = keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time)
     return frame, structs
 
@@ -105,14 +109,35 @@ def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
 
 @translates(WindowJoinNode)
 def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
-    """A co-process step (keyed/windowjoin.py) emitting each pair through ``join_fn`` or, for
-    ``select``, as both records' fields side by side, then projected over ``left``/``right``."""
-    if node.join_fn is not None:
+    """A co-process step (keyed/windowjoin.py) emitting each pair."""
+    return joined_pairs(comp, node, "join", lambda pair: WindowJoinFunction(node.assigner, node.how, pair),
+                        node.join_fn, node.exprs)
+
+
+def keyed_interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
+    """An interval join as a co-process step (keyed/intervaljoin.py): where another stateful
+    step comes before or after it (planner: ``native_join``)."""
+    if not _event_time(node, [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs],
+                       "interval_join"):
+        raise PipelineError("interval_join needs event time on both streams: give their sources a WatermarkStrategy "
+                            "with a timestamp field", node.name)
+    return joined_pairs(comp, node, "interval_join",
+                        lambda pair: IntervalJoinFunction(node.lower_ms, node.upper_ms, node.how, pair),
+                        node.fn, node.exprs, (node.left_keys, node.right_keys))
+
+
+def joined_pairs(comp: Compilation, node: Any, what: str, function: Callable[[Callable[[Any, Any], list[Any]]], Any],
+                 join_fn: Callable[[Any, Any], Any] | None, exprs: tuple[Any, ...],
+                 paired: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> Frame:
+    """A join's pairs from the co-process step ``function(pair)``: through ``join_fn`` (rows of
+    ``node.output_schema``) or, for ``select``, as both records' fields side by side, then
+    projected over ``left``/``right`` (``exprs``; none: every field, the right side's renamed
+    ``right_<field>`` where the left has the name)."""
+    if join_fn is not None:
         out = output_struct(node.output_schema, None, node.name)
-        ship_by_value(node.join_fn)
-        pair = pair_records(node.join_fn, out.names, node.name)
-        return _connected(comp, node, "join", lambda structs: WindowJoinFunction(node.assigner, node.how, pair),
-                          lambda structs: out)[0]
+        ship_by_value(join_fn)
+        pair = pair_records(join_fn, out.names, node.name)
+        return _connected(comp, node, what, lambda structs: function(pair), lambda structs: out, paired)[0]
     present = ("__ember_has_left", "__ember_has_right")
 
     def flat_out(structs: list[Any]) -> T.StructType:
@@ -120,7 +145,7 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
                 for side, struct in enumerate(structs, start=1) for f in struct.fields]
         return T.StructType(flat + [T.StructField(p, T.BooleanType()) for p in present])
 
-    def make(structs: list[Any]) -> WindowJoinFunction:
+    def make(structs: list[Any]) -> Any:
         names = [s.names for s in structs]
 
         def pair(left: Any, right: Any) -> list[Any]:  # both records' fields side by side, and which are there
@@ -128,9 +153,9 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
             values += [None] * len(names[1]) if right is None else [right[f] for f in names[1]]
             return [(*values, left is not None, right is not None)]
 
-        return WindowJoinFunction(node.assigner, node.how, pair)
+        return function(pair)
 
-    frame, structs = _connected(comp, node, "join", make, flat_out)
+    frame, structs = _connected(comp, node, what, make, flat_out, paired)
     fields = [s.names for s in structs]
     df = frame.df
     hidden = [F.col(c) for c in df.columns if c in HIDDEN]
@@ -139,8 +164,8 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
         for side, (label, names, flag) in enumerate(zip(("left", "right"), fields, present), start=1)
     ]
     joined = df.select(*records, *hidden)
-    if node.exprs:
-        return Frame(joined.select(*[column(e) for e in node.exprs], *hidden), frame.time)
+    if exprs:
+        return Frame(joined.select(*[column(e) for e in exprs], *hidden), frame.time)
     left, right = fields
     renamed = [F.col(f"right.{f}").alias(f"right_{f}" if f in left else f) for f in right]
     return Frame(joined.select(*[F.col(f"left.{f}").alias(f) for f in left], *renamed, *hidden), frame.time)

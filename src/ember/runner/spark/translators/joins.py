@@ -1,4 +1,6 @@
-"""Interval joins of two streams on Spark's native stream-stream join.
+"""Interval joins of two streams on Spark's native stream-stream join — or, where another
+stateful step comes before or after the join, as a co-process step on Ember's keyed runtime
+(keyed/intervaljoin.py, same semantics; planner: ``native_join``).
 
 Each side gets its event time as a watermarked column, shifted by ``SHIFT_MS`` with
 the watermark delay shifted alike (the watermark's value is unchanged): Spark drops
@@ -25,6 +27,7 @@ from ember.graph.nodes import IntervalJoinNode, KeyByNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import without_hidden
 from ember.runner.spark.pickling import ship_by_value
+from ember.runner.spark.translators.coprocess import keyed_interval_join
 from ember.runner.spark.translators.eventtime import with_event_time
 from ember.runner.spark.translators.python_ops import arrow_schema, build_batch, output_struct, pair_records
 from ember.runner.spark.translators.transforms import check_paired_keys, column
@@ -68,6 +71,8 @@ def _record(side: str, fields: list[str], always: bool) -> Any:
 
 @translates(IntervalJoinNode)
 def _interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
+    if not comp.plan.native_join(node):  # another stateful step before or after it: Ember's keyed runtime
+        return keyed_interval_join(comp, node)
     ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]  # Spark's join partitions by key
     structs = [without_hidden(up.df.schema) for up in ups]
     check_paired_keys(node.name, ("left", structs[0], node.left_keys), ("right", structs[1], node.right_keys))
