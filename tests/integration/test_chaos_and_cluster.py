@@ -78,6 +78,17 @@ def test_chaos_pipeline_of_three_stateful_steps_a_driver_kill_exact_alerts():
         assert got["alerts"] + report["pending_alerts"][sink] == report["expected_alerts"], report
 
 
+@pytest.mark.slow
+def test_chaos_fan_out_a_driver_kill_exact_alerts_per_lane():
+    """A fan-out (issue 17): a dedupe read by two state machines, lanes of one Spark operator,
+    one lane's alerts to PostgreSQL, the other's to Redis — each exactly once through a driver
+    kill. Slow (`make test-all`)."""
+    report = run_chaos(ChaosConfig(workload="fanout", kills=1, duration_s=10, rate=5_000, batch=20_000, seed=7,
+                                   verbose=False))
+    assert report["kills"] == 1 and "unrecovered_kills" not in report
+    _assert_exact(report)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

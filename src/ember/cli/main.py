@@ -500,8 +500,9 @@ def _parser() -> argparse.ArgumentParser:
     prod.set_defaults(func=_cmd_produce)
 
     chaos = sub.add_parser("chaos", help="kill a running job repeatedly and verify exactly-once results")
-    chaos.add_argument("workload", choices=["statemachine", "pipeline"],
-                       help="statemachine: E4; pipeline: dedupe -> state machine -> 1 s windows (three stateful steps)")
+    chaos.add_argument("workload", choices=["statemachine", "pipeline", "fanout"],
+                       help="statemachine: E4; pipeline: dedupe -> state machine -> 1 s windows (three stateful steps); "
+                            "fanout: dedupe -> two state machines as lanes of one operator, one per sink")
     chaos.add_argument("--kills", type=int, default=2, help="SIGKILLs (default 2): of the driver; with --cluster also of executors and workers")
     chaos.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds of production (default 60)")
     chaos.add_argument("--rate", type=float, default=10_000.0, help="events/s produced (default 10000)")

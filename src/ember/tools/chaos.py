@@ -36,7 +36,7 @@ from ember.tools.produce import ProduceConfig, produce
 
 __all__ = ["ChaosConfig", "run_chaos"]
 
-WORKLOADS = ("statemachine", "pipeline")
+WORKLOADS = ("statemachine", "pipeline", "fanout")
 
 
 @dataclass(frozen=True)

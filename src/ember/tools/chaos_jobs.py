@@ -13,6 +13,11 @@ Variables: ``EMBER_CHAOS_PREFIX``, ``EMBER_CHAOS_PARTITIONS``,
 events, per-address dedupe, the state machine, then the alerts of every 1 s of
 event time per state listed by a window (``AlertsInWindow``); the window rows go
 to both sinks, so every alert is checked through all three steps.
+
+``fanout``: a fan-out (issue 17) — the same events, per-address dedupe, read by two
+state machines that run as two lanes of one Spark operator (docs/design/dataflow.md,
+"Fan-out"); one lane's alerts go to PostgreSQL, the other's to the Redis stream, so each
+lane's alerts are checked on their own.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from ember import DataStream, PostgresSink, RedisStreamSink, RedisStreamSource, 
 from ember.bench.jobs import ALERT_SCHEMA, ALERT_WINDOW_SCHEMA, AlertsInWindow, Dedupe, StateMachine
 from ember.tools.produce import STATEMACHINE_SCHEMA, stream_names
 
-__all__ = ["statemachine", "pipeline", "PIPELINE_WINDOW_MS", "PIPELINE_BOUND_MS"]
+__all__ = ["statemachine", "pipeline", "fanout", "PIPELINE_WINDOW_MS", "PIPELINE_BOUND_MS"]
 
 PIPELINE_WINDOW_MS = 1_000
 # Two streams read side by side may drift apart a little: a bound keeps their alerts in time.
@@ -58,6 +63,17 @@ def pipeline(env: StreamEnvironment) -> None:
         .aggregate(AlertsInWindow(), output_schema=ALERT_WINDOW_SCHEMA, name="alerts-per-second")
     )
     _sinks(windows, prefix)
+
+
+def fanout(env: StreamEnvironment) -> None:
+    prefix, source = _source()
+    watermark = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=PIPELINE_BOUND_MS), "ts")
+    deduped = (env.from_source(source, watermark, name="events")
+               .key_by("address").process(Dedupe(), STATEMACHINE_SCHEMA, name="dedupe"))
+    (deduped.key_by("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine-a")
+     .sink_to(PostgresSink(os.environ.get("EMBER_CHAOS_TABLE", "ember_chaos_alerts")), name="alerts-postgres"))
+    (deduped.key_by("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine-b")
+     .sink_to(RedisStreamSink(os.environ.get("EMBER_CHAOS_ALERTS", f"{prefix}:alerts")), name="alerts-redis"))
 
 
 def statemachine(env: StreamEnvironment) -> None:
