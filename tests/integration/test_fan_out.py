@@ -207,3 +207,35 @@ def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(e
     assert _reported(reports, batches) == (seen, fired)
     assert _fired(large, batches, "v") == large_expected.fired
     assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in distinct for r in b)
+
+
+def test_a_lanes_own_map_and_flat_map_reshape_its_records_only(env):
+    """One window lane reads the records through a map of its own (the key upper-cased,
+    the value times ten), another through a flat_map of its own (each record twice, once as
+    its negation), a third lane and the raw sink read them as they are: each against the
+    model on its own records, with the event time the map kept."""
+    batches = model.random_batches(9)
+    distinct = _distinct([b + b[:2] for b in batches])
+    upper = [[(ts, k.upper(), v * 10) for ts, k, v in b] for b in distinct]
+    doubled = [[r for ts, k, v in b for r in ((ts, k, v), (ts, k, -v))] for b in distinct]
+    want_upper = model.windows(upper, 1_000, "tumbling", 2_000)
+    want_doubled = model.windows(doubled, 1_000, "tumbling", 2_000)
+    want_plain = model.windows(distinct, 1_000, "tumbling", 3_000)
+    sinks = {name: CollectSink() for name in ("upper", "doubled", "plain", "raw")}
+    src = env.from_source(ScriptedSource([b + b[:2] for b in batches], SCHEMA), BOUND, name="events")
+    deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    (deduped.map(lambda r: {"ts": r["ts"], "k": r["k"].upper(), "v": r["v"] * 10}, SCHEMA, name="upper-map")
+        .key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="upper").sink_to(sinks["upper"]))
+    (deduped.flat_map(lambda r: [r, {**r, "v": -r["v"]}], SCHEMA, name="twice")
+        .key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="doubled").sink_to(sinks["doubled"]))
+    (deduped.key_by("k").window(TumblingEventTimeWindows.of(3_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="plain").sink_to(sinks["plain"]))
+    deduped.sink_to(sinks["raw"], name="raw")
+    result = env.execute("fan-out-maps", progress=False)
+    assert _fired(sinks["upper"], batches, "v") == want_upper.fired
+    assert _fired(sinks["doubled"], batches, "v") == want_doubled.fired
+    assert _fired(sinks["plain"], batches, "v") == want_plain.fired
+    assert Counter((r["ts"], r["k"], r["v"]) for r in sinks["raw"].rows()) == Counter(r for b in distinct for r in b)
+    assert result.late_dropped == want_upper.late + want_doubled.late + want_plain.late

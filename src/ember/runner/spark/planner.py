@@ -302,15 +302,20 @@ def fan_out_of(graph: Graph) -> FanOut | None:
     for lane in lanes:
         path = _between(graph, stem, lane)
         side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
+        mapped = False  # a lane's own map / flat_map: one, after its filters (translators/fanout.py)
         for step in path[1:] if side else path:
-            if not isinstance(step, (KeyByNode, FilterNode) if not side else KeyByNode) \
-                    or getattr(step, "dead_letter", None) is not None:
+            if isinstance(step, KeyByNode):
+                continue
+            plain = not side and not mapped and getattr(step, "dead_letter", None) is None
+            if plain and isinstance(step, MapNode | FlatMapNode):
+                mapped = True
+            elif not (plain and isinstance(step, FilterNode)):
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between the stateful step '{source.name}' and '{lane.name}', "
-                    f"one of several steps reading '{source.name}'; after the point where they part only key_by and "
-                    "filter (without dead letters; on a side output, key_by only) are supported yet: let every "
-                    f"reader share it (one step before they part), move it before '{source.name}', or into a "
-                    "function", step.name,
+                    f"one of several steps reading '{source.name}'; after the point where they part only filters, "
+                    "then one map or flat_map, then key_by are supported yet (without dead letters; on a side "
+                    f"output, key_by only): let every reader share it (one step before they part), move it before "
+                    f"'{source.name}', or into a function", step.name,
                 )
         paths.append(path)
     after = _levels(graph, source, lanes)

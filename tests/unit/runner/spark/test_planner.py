@@ -187,11 +187,28 @@ def test_a_chain_without_fan_out_plans_as_before(env, events):
     assert plan(env.graph()).fan_out is None
 
 
-def test_a_map_between_a_fanned_out_step_and_a_reader_is_refused_naming_it(env, events):
+def test_a_readers_own_map_after_its_filters_is_part_of_its_lanes_path(env, events):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
-    first.map(lambda r: r, name="reshape").key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    (first.filter("k <> 'x'", name="not-x").map(lambda r: r, name="reshape").key_by("k")
+     .process(_Count(), KEYED, name="a").sink_to(CollectSink()))
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'reshape'.*between the stateful step 'first' and 'a'.*only key_by and filter"):
+    fan = plan(env.graph()).fan_out
+    assert [s.name for s in fan.paths[0]][:2] == ["not-x", "reshape"] and len(fan.paths[1]) == 1
+
+
+@pytest.mark.parametrize("shape", ["filter after the map", "two maps", "map_batches"])
+def test_other_steps_on_a_readers_own_path_are_refused_naming_them(env, events, shape):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    if shape == "filter after the map":
+        path = first.map(lambda r: r, name="m").filter("k <> 'x'", name="reshape")
+    elif shape == "two maps":
+        path = first.map(lambda r: r, name="m").map(lambda r: r, name="reshape")
+    else:
+        path = first.map_batches(lambda pdf: pdf, name="reshape")
+    path.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    said = "only filters, then one map" if shape != "map_batches" else "must pass each record's event time"
+    with pytest.raises(PipelineError, match=f"step 'reshape'.*between the stateful steps? 'first' and 'a'.*{said}"):
         plan(env.graph())
 
 

@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import FilterNode, Node, SideOutputNode
+from ember.graph.nodes import FilterNode, FlatMapNode, MapNode, Node, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
 from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
@@ -31,7 +31,7 @@ from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.planner import FanOut, Level
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, restore_anchor
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
-from ember.runner.spark.translators.python_ops import python_filter
+from ember.runner.spark.translators.python_ops import lane_map, python_filter
 from ember.runner.spark.translators.transforms import column
 
 __all__ = ["FannedOut", "fan_out"]
@@ -123,7 +123,14 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     df = _filters(comp, fan, fields, df)
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
-    for lane, tag in zip(lanes, reads):
+    for i, (lane, tag, path) in enumerate(zip(lanes, reads, fan.paths)):
+        mapping = next((s for s in path if isinstance(s, MapNode | FlatMapNode)), None)
+        if mapping is not None:  # the lane's own map: its records in columns of their own, on its rows only
+            prefix = f"__ember_mapped{i}_"
+            df, mapped = lane_map(df, mapping, (LANE, i, fields), prefix)
+            keys.append(tuple(prefix + k for k in lane.keys))
+            names.append({prefix + f: f for f in mapped})
+            continue
         keys.append(lane.keys if tag is None else tuple(side_column(tag, k) for k in lane.keys))
         names.append(None if tag is None else {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names})
     through = T.StructType([f for f in base.df.schema.fields if f.name in through_columns]) if fan.through else None

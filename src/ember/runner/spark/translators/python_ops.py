@@ -19,8 +19,8 @@ from ember.runner.spark.deadletters import combined_struct, dead_batch, main_bat
 from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
 from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["python_filter", "output_struct", "arrow_schema", "build_batch", "records_out", "user_function_failed",
-           "pair_records"]
+__all__ = ["python_filter", "lane_map", "output_struct", "arrow_schema", "build_batch", "records_out",
+           "user_function_failed", "pair_records"]
 
 
 def output_struct(schema: Any, fallback: Any, step: str) -> Any:
@@ -247,6 +247,49 @@ def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[
                 yield dead_batch(full, tag.name, raws, errors)
 
     return df.mapInArrow(run_with_dead_letters, combined)
+
+
+def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[str]], prefix: str) -> tuple[Any, list[str]]:
+    """``node`` (a map or flat_map) on the rows of one lane of a fan-out only
+    (translators/fanout.py). ``lane``: ``(lane column, the lane, the records' fields)``. Each
+    output record becomes a row with its input row's columns (its event time among them:
+    Flink's map keeps the timestamp) and the record's fields in columns ``prefix + field``;
+    other lanes' rows pass with those columns null. Returns the frame and the output's fields."""
+    from pyspark.sql import types as T
+
+    column, lane_id, visible = lane
+    out = output_struct(node.output_schema, T.StructType([df.schema[f] for f in visible]), node.name)
+    extra = [T.StructField(prefix + f.name, f.dataType, True) for f in out.fields]
+    full = T.StructType(list(df.schema.fields) + extra)
+    schema = arrow_schema(full)
+    names, fn, step, many = out.names, node.fn, node.name, isinstance(node, FlatMapNode)
+    added = schema.names[len(df.schema.fields):]
+    ship_by_value(fn)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        for batch in batches:
+            mine = pc.equal(batch.column(column), lane_id)
+            others = batch.filter(pc.invert(mine))
+            if others.num_rows:
+                nulls = [pa.nulls(others.num_rows, type=schema.field(c).type) for c in added]
+                yield pa.RecordBatch.from_arrays(list(others.columns) + nulls, schema=schema)
+            rows = []
+            for row in batch.filter(mine).to_pylist():
+                record = {f: row[f] for f in visible}
+                try:
+                    values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
+                    for value in values:
+                        rows.append({**row, **{prefix + k: v for k, v in _to_row(value, names, step, fn).items()}})
+                except UserFunctionError:
+                    raise
+                except Exception as exc:
+                    raise user_function_failed(step, fn, record, exc) from exc
+            if rows:
+                yield build_batch(rows, schema, step)
+
+    return df.mapInArrow(run, full), names
 
 
 @translates(MapBatchesNode)
