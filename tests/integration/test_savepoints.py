@@ -422,3 +422,52 @@ def test_a_fan_out_stops_with_a_savepoint_rescales_2_to_4_and_its_lanes_state_re
     assert 0 < len(head[2]) < len(whole[2])
     for before, after, uninterrupted in zip(head, tail, whole):
         assert Counter(before + after) == Counter(uninterrupted)
+
+
+@pytest.mark.parametrize("shape", ["chain", pytest.param("lane", marks=pytest.mark.slow)])
+def test_written_state_of_a_step_on_transform_with_state_changes_the_output_exactly(spark, tmp_path, shape):
+    """Issue 17: the state of a keyed step of a job with several (on transformWithStateInPandas:
+    a chain's second step, or the second lane of a fan-out) written in a savepoint; restored,
+    the job goes on from it — key 'a' from the written counter, every other key (and the other
+    lane) exactly as without the change."""
+    root = tmp_path / "ckpt"
+
+    def job(name, batches, from_savepoint=None):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2, spark=spark)
+        sink, other = CollectSink(), CollectSink()
+        first = env.from_source(ScriptedSource(batches, SCHEMA), None, name="events").key_by("k").process(
+            Doubled(), SCHEMA, name="doubled")
+        if shape == "lane":
+            first.key_by("k").process(RunningTotal(), OUT, name="other").sink_to(other, name="other-out")
+        first.key_by("k").process(RunningTotal(), OUT, name="totals").sink_to(sink, name="totals-out")
+        env.execute(name, progress=False, from_savepoint=from_savepoint)
+        return _rows(sink), _rows(other)
+
+    job("v1", BATCHES[:4])
+    point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
+    if shape == "lane":
+        assert [(op["name"], op.get("lane")) for op in point.operators] == [("doubled", None), ("other", 0), ("totals", 1)]
+    state = point.read_state("totals", spark)
+    fixed = state[state.k != "a"]
+    fixed = pd.concat([fixed, pd.DataFrame({"k": ["a", "a", "z"], "state": ["n", "total", "n"], "value": [1000, 0, 7]})])
+    written = point.write_state("totals", fixed, str(tmp_path / "sp" / "fixed"), spark)
+    assert sorted(written.read_state("totals", spark).itertuples(index=False, name=None)) == sorted(
+        fixed.itertuples(index=False, name=None))
+    assert written.read_state("doubled", spark).equals(point.read_state("doubled", spark))
+    if shape == "lane":  # the other lane's buckets are the same operator's: untouched
+        assert written.read_state("other", spark).equals(point.read_state("other", spark))
+    (plain, plain_other), (after, after_other) = (job("plain", BATCHES, point.path), job("after", BATCHES, written.path))
+    assert len(plain) == len(after) > 0 and plain_other == after_other
+    base = {k: (n, total) for k, n, total, ts in sorted(_rows_of(state))}
+    for (k, n, total, ts), (k2, n2, total2, ts2) in zip(sorted(plain, key=lambda r: r[3]), sorted(after, key=lambda r: r[3])):
+        assert (k, ts) == (k2, ts2)
+        if k == "a":
+            assert (n2, total2) == (n - base["a"][0] + 1000, total - base["a"][1])
+        else:
+            assert (n2, total2) == (n, total)
+
+
+def _rows_of(state):
+    """(key, n, total, 0) per key of a RunningTotal step's state read back."""
+    values = {(k, s): v for k, s, v in state.itertuples(index=False, name=None)}
+    return [(k, values[(k, "n")], values[(k, "total")], 0) for k in sorted({k for k, _ in values})]

@@ -35,6 +35,7 @@ import struct
 from typing import Any, Callable
 
 import pandas as pd
+from pyspark.sql import functions as F
 
 from ember.errors import SavepointError
 from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, STATE_BUCKETS, empty_bucket_state
@@ -146,9 +147,14 @@ def _encode_key(bucket: int) -> bytes:
     return struct.pack("<qi4x", 0, bucket)
 
 
+def _encode_binary_row(payload: bytes) -> bytes:
+    """UnsafeRow of struct<one binary> (a transformWithStateInPandas value state's value)."""
+    return struct.pack("<qq", 0, (16 << 32) | len(payload)) + payload + b"\0" * (_pad8(len(payload)) - len(payload))
+
+
 def _encode_value(payload: bytes, timeout: int) -> bytes:
     """UnsafeRow of struct<groupState: struct<one binary>, timeoutTimestamp: bigint>."""
-    inner = struct.pack("<qq", 0, (16 << 32) | len(payload)) + payload + b"\0" * (_pad8(len(payload)) - len(payload))
+    inner = _encode_binary_row(payload)
     return struct.pack("<qqq", 0, (24 << 32) | len(inner), timeout) + inner
 
 
@@ -297,10 +303,10 @@ def _lane(buckets: dict[int, Any], op: dict[str, Any]) -> dict[int, Any]:
 def check_writable(op: dict[str, Any]) -> None:
     """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
     _refuse_delta(op, "writing")
-    if "lane" in op or op.get("spark operator") == TWS:
+    if ("lane" in op or op.get("spark operator") == TWS) and op["kind"] != "process function":
         raise SavepointError(
-            f"operator '{op['name']}' runs on Spark's transformWithStateInPandas (a job with several keyed steps): "
-            "writing its state is not built yet (reading it is)"
+            f"operator '{op['name']}' is a {op['kind']} on Spark's transformWithStateInPandas (a job with several keyed "
+            "steps): writing its state is built for process functions there (reading works for any)"
         )
     if op["kind"] not in STATE_KINDS_WRITABLE:
         raise SavepointError(
@@ -319,7 +325,8 @@ def write_operator_state(
     operator's state is unchanged. ``n_operators``: the job's stateful operators
     (each must be visited once by Spark's rewriter); ``partitions``: its state partitions."""
     check_writable(op)
-    old = _buckets(spark, checkpoint, batch_id, op_id)
+    tws = "lane" in op or op.get("spark operator") == TWS
+    old = _lane(_buckets(spark, checkpoint, batch_id, op_id, tws), op)
     if op["kind"] == VECTORISED:
         new = _new_vectorised_tables(spark, old, op, frame)
     else:
@@ -342,13 +349,22 @@ def write_operator_state(
             wrong.append(str(key_type))  # not the operator we meant: leave it, fail below
             return df
 
-        rows = [
-            ({"__ember_bucket": b}, _encode_key(b), _encode_value(blob, _timeout(new[b])), "default")
-            for b, blob in sorted(payload.items())
-        ]
+        if tws:  # the "blob" value state's rows of this step's buckets (a lane's: offset by the lane)
+            offset = int(op.get("lane") or 0) * STATE_BUCKETS
+            rows = [({"__ember_bucket": b + offset}, _encode_key(b + offset), _encode_binary_row(blob), "blob")
+                    for b, blob in sorted(payload.items())]
+            bucket = F.col("partition_key.__ember_bucket")
+            mine = (F.col("column_family_name") == "blob") & (bucket >= offset) & (bucket < offset + STATE_BUCKETS)
+            kept = df.filter(~mine)  # other lanes' buckets, and the timers Spark keeps for the step's buckets
+            rewritten = kept.unionByName(spark.createDataFrame(rows, df.schema)) if rows else kept
+        else:
+            rows = [
+                ({"__ember_bucket": b}, _encode_key(b), _encode_value(blob, _timeout(new[b])), "default")
+                for b, blob in sorted(payload.items())
+            ]
+            rewritten = spark.createDataFrame(rows, df.schema) if rows else spark.createDataFrame([], df.schema or T.StructType())
         # The rewriter writes the DataFrame's partition i into state partition i: place
         # each bucket where the job's hash partitioning by bucket looks for it.
-        rewritten = spark.createDataFrame(rows, df.schema) if rows else spark.createDataFrame([], df.schema or T.StructType())
         return rewritten.repartition(partitions, "partition_key")
 
     _rewrite_checkpoint(spark, checkpoint, batch_id, rewrite)
