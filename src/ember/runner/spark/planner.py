@@ -297,6 +297,13 @@ def fan_out_of(graph: Graph) -> FanOut | None:
             "step; a job fans out after one stateful step only, yet: run the rest as its own job", top[1][0].name
         )
     source, lanes, through = top[0]
+    for lane in lanes:
+        if isinstance(lane, CoProcessNode | IntervalJoinNode):
+            raise PipelineError(
+                f"'{lane.name}' ({lane.kind}) is one of several steps reading '{source.name}'; a two-input step "
+                "there is not supported yet (its other input would have to join the shared operator): give "
+                f"'{source.name}' one reader, or run that part as its own job", lane.name,
+            )
     stem = _stem(graph, source, lanes, readers)
     paths = []
     for lane in lanes:

@@ -330,3 +330,12 @@ def test_a_two_input_step_reading_two_lanes_of_a_fan_out_is_refused(env, events)
     a.connect(b).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
     with pytest.raises(PipelineError, match="step 'both'.*reads two stateful steps \\(a, b\\) after the fan-out"):
         plan(env.graph())
+
+
+def test_a_two_input_step_as_one_of_several_readers_is_refused_naming_it(env, events):
+    src = events()
+    first = src.key_by("k").process(_Count(), KEYED, name="first")
+    first.connect(src).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
+    first.sink_to(CollectSink(), name="raw")
+    with pytest.raises(PipelineError, match="step 'both'.*one of several steps reading 'first'; a two-input step"):
+        plan(env.graph())
