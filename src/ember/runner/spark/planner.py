@@ -76,11 +76,7 @@ def native_window(node: WindowNode, graph: Graph) -> bool:
     Native only when Spark's semantics are Flink's (``node.plain``) and the window is the
     only stateful step on its path: a window reading or feeding another stateful step runs
     on Ember's operator, where event time flows between steps as in Flink."""
-    if not node.plain:
-        return False
-    return not any(isinstance(n, STATEFUL) for n in ancestors(node)) and not any(
-        isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes
-    )
+    return node.plain and _only_stateful_step_on_its_path(node, graph)
 
 
 def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
@@ -88,6 +84,11 @@ def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
     stateful step comes before or after it (Spark's join rows have no Ember event time, and
     Ember's steps carry theirs in hidden columns); else on Ember's keyed runtime as a
     co-process step, where event time flows between steps as in Flink."""
+    return _only_stateful_step_on_its_path(node, graph)
+
+
+def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:
+    """Whether no stateful step comes before ``node`` or after it."""
     return not any(isinstance(n, STATEFUL) for n in ancestors(node)) and not any(
         isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes
     )
@@ -272,7 +273,7 @@ def fan_out_of(graph: Graph) -> FanOut | None:
     steps = runtime_steps(graph)
     candidates = []
     for source in steps:
-        lanes = tuple(n for n in steps if n is not source and _direct_upstream(n, graph) == [source])
+        lanes = tuple(n for n in steps if n is not source and upstream_steps(n, graph) == [source])
         if not lanes:
             continue
         lane_ids = {id(n) for n in lanes}
@@ -358,7 +359,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
     while rest:
         level, reads = [], []
         for node in rest:
-            direct = _direct_upstream(node, graph)
+            direct = upstream_steps(node, graph)
             if len(direct) > 1:
                 raise PipelineError(
                     f"'{node.name}' reads two stateful steps ({', '.join(a.name for a in direct)}) after the fan-out "
@@ -489,17 +490,10 @@ def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str
 
 
 def upstream_steps(node: Node, graph: Graph) -> list[Node]:
-    """The keyed-runtime steps whose outputs ``node`` reads with no other such step in between:
-    none, one, or — for a two-input step — one per input."""
-    return _direct_upstream(node, graph)
-
-
-def _direct_upstream(node: Node, graph: Graph) -> list[Node]:
-    """The keyed-runtime steps ``node`` reads with no other such step in between, in graph order."""
+    """The keyed-runtime steps whose outputs ``node`` reads with no other such step in between,
+    in graph order: none, one, or — for a two-input step — one per input."""
     upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
     direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
-    if len(direct) < 2:
-        return direct
     return [n for n in graph.nodes if any(n is a for a in direct)]
 
 
@@ -509,7 +503,7 @@ def _check_chains(graph: Graph) -> None:
     event time: key_by, filters, and Python map / flat_map, which pass each output
     row on with its input record's hidden event-time columns (not yet map_batches)."""
     for node in runtime_steps(graph):
-        direct = _direct_upstream(node, graph)
+        direct = upstream_steps(node, graph)
         if len(direct) > 1 and not _one_per_input(node, direct):
             raise PipelineError(
                 f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}); "

@@ -42,28 +42,29 @@ APWS, TWS = "applyInPandasWithState", "transformWithStateInPandas"
 def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: str = "blob") -> dict[str, Any]:
     """Sources and stateful operators of ``graph``, in the order Spark numbers them."""
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
-    operators = [_operator(node, graph) for node in graph.nodes if _stateful(node)]
+    stateful = [node for node in graph.nodes if _stateful(node)]
+    operators = [_operator(node, graph) for node in stateful]
     spark_operator = spark_keyed_operator(graph, keyed_operator)
     keyed = runtime_steps(graph)
-    for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
+    for op, node in zip(operators, stateful):
         if any(node is step for step in keyed):  # on Ember's keyed runtime: a Spark Python state operator
             op["spark operator"] = spark_operator
         if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
     fan = fan_out_of(graph)
     if fan is not None:  # the readers of a fan-out share one Spark operator per level, one lane each (keyed/lanes.py)
-        for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
+        for op, node in zip(operators, stateful):
             where = fan.where(node)
             if where is not None:
                 op["lane"] = where[1]
                 if where[0]:
                     op["level"] = where[0]
-    if any(len(upstream_steps(node, graph)) > 1 for node in runtime_steps(graph)):
+    if any(len(upstream_steps(node, graph)) > 1 for node in keyed):
         # a two-input step reading a stateful step on each input: Spark's numbering walks the
         # branches (spark_operator_ids), recorded per operator
-        order = _spark_order(graph)
-        for op, node in zip(operators, [node for node in graph.nodes if _stateful(node)]):
-            op["spark operator id"] = next(i for i, o in enumerate(order) if o is node)
+        position = {id(node): i for i, node in enumerate(_spark_order(graph))}
+        for op, node in zip(operators, stateful):
+            op["spark operator id"] = position[id(node)]
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
 

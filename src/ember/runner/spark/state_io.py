@@ -112,7 +112,7 @@ def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, 
     a step on design B (``"state layout": "delta"``) reads as the same frame."""
     keys = list(op["keys"])
     delta = op.get("state layout") == "delta"
-    tws = op.get("spark operator") == TWS
+    tws = _on_tws(op)
     if op["kind"] in KEYED:
         rows = []
         buckets = _delta_buckets(spark, checkpoint, batch_id, op_id, False) if delta else _buckets(spark, checkpoint, batch_id, op_id, tws)
@@ -300,10 +300,16 @@ def _lane(buckets: dict[int, Any], op: dict[str, Any]) -> dict[int, Any]:
     return {k - lane * STATE_BUCKETS: v for k, v in buckets.items() if k // STATE_BUCKETS == lane}
 
 
+def _on_tws(op: dict[str, Any]) -> bool:
+    """Whether operator ``op`` (its manifest entry) runs on ``transformWithStateInPandas`` (a
+    job with several keyed steps, a fan-out's lanes among them), not ``applyInPandasWithState``."""
+    return "lane" in op or op.get("spark operator") == TWS
+
+
 def check_writable(op: dict[str, Any]) -> None:
     """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
     _refuse_delta(op, "writing")
-    if ("lane" in op or op.get("spark operator") == TWS) and op["kind"] != "process function":
+    if _on_tws(op) and op["kind"] != "process function":
         raise SavepointError(
             f"operator '{op['name']}' is a {op['kind']} on Spark's transformWithStateInPandas (a job with several keyed "
             "steps): writing its state is built for process functions there (reading works for any)"
@@ -325,7 +331,7 @@ def write_operator_state(
     operator's state is unchanged. ``n_operators``: the job's stateful operators
     (each must be visited once by Spark's rewriter); ``partitions``: its state partitions."""
     check_writable(op)
-    tws = "lane" in op or op.get("spark operator") == TWS
+    tws = _on_tws(op)
     old = _lane(_buckets(spark, checkpoint, batch_id, op_id, tws), op)
     if op["kind"] == VECTORISED:
         new = _new_vectorised_tables(spark, old, op, frame)

@@ -37,13 +37,17 @@ from ember.time.watermarks import TimeCharacteristic
 __all__ = ["keyed_interval_join", "joined_pairs"]
 
 
-def _event_time(node: Any, ups: list[Frame], what: str) -> bool:
+def _event_time(node: Any, ups: list[Frame], what: str, required: bool = False) -> bool:
+    """Whether both inputs have event time (``required``: else a PipelineError), or neither."""
     timed = [up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME for up in ups]
     if timed[0] != timed[1]:
         raise PipelineError(
             f"{what}: one stream has event time and the other has not; give both sources a WatermarkStrategy "
             "with a timestamp field (or neither, for processing time)", node.name,
         )
+    if required and not timed[0]:
+        raise PipelineError(f"{what} needs event time on both streams: give their sources a WatermarkStrategy "
+                            "with a timestamp field", node.name)
     return timed[0]
 
 
@@ -80,15 +84,16 @@ def _rows(comp: Compilation, node: Any, up: Frame, stream: int, keys: tuple[str,
 
 def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]], Any],
                out: Callable[[list[Any]], T.StructType], paired: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
-               ) -> tuple[Frame, list[Any]]:
+               timed_only: bool = False) -> tuple[Frame, list[Any]]:
     """Both keyed inputs of ``node`` as one keyed step running ``fn(structs)`` (a
     KeyedCoProcessFunction) with output type ``out(structs)``; with the inputs' record types.
-    ``paired``: each input's key fields (default: a co-process step's ``keys``, ``other_keys``)."""
+    ``paired``: each input's key fields (default: a co-process step's ``keys``, ``other_keys``);
+    ``timed_only``: the step needs event time on both inputs."""
     first_keys, second_keys = paired or (node.keys, node.other_keys)
     ups = [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs]
     structs = [without_hidden(up.df.schema) for up in ups]
     check_paired_keys(node.name, ("first", structs[0], first_keys), ("second", structs[1], second_keys))
-    event_time = _event_time(node, ups, what)
+    event_time = _event_time(node, ups, what, required=timed_only)
     key_types = [structs[0][k].dataType for k in first_keys]
     rows = []
     for stream, (up, keys) in enumerate(zip(ups, (first_keys, second_keys)), start=1):
@@ -117,27 +122,23 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
 def keyed_interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
     """An interval join as a co-process step (keyed/intervaljoin.py): where another stateful
     step comes before or after it (planner: ``native_join``)."""
-    if not _event_time(node, [comp.frame(k.inputs[0] if isinstance(k, KeyByNode) else k) for k in node.inputs],
-                       "interval_join"):
-        raise PipelineError("interval_join needs event time on both streams: give their sources a WatermarkStrategy "
-                            "with a timestamp field", node.name)
     return joined_pairs(comp, node, "interval_join",
                         lambda pair: IntervalJoinFunction(node.lower_ms, node.upper_ms, node.how, pair),
-                        node.fn, node.exprs, (node.left_keys, node.right_keys))
+                        node.fn, node.exprs, (node.left_keys, node.right_keys), timed_only=True)
 
 
 def joined_pairs(comp: Compilation, node: Any, what: str, function: Callable[[Callable[[Any, Any], list[Any]]], Any],
                  join_fn: Callable[[Any, Any], Any] | None, exprs: tuple[Any, ...],
-                 paired: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> Frame:
+                 paired: tuple[tuple[str, ...], tuple[str, ...]] | None = None, timed_only: bool = False) -> Frame:
     """A join's pairs from the co-process step ``function(pair)``: through ``join_fn`` (rows of
     ``node.output_schema``) or, for ``select``, as both records' fields side by side, then
     projected over ``left``/``right`` (``exprs``; none: every field, the right side's renamed
-    ``right_<field>`` where the left has the name)."""
+    ``right_<field>`` where the left has the name); ``paired``, ``timed_only``: as ``_connected``."""
     if join_fn is not None:
         out = output_struct(node.output_schema, None, node.name)
         ship_by_value(join_fn)
         pair = pair_records(join_fn, out.names, node.name)
-        return _connected(comp, node, what, lambda structs: function(pair), lambda structs: out, paired)[0]
+        return _connected(comp, node, what, lambda structs: function(pair), lambda structs: out, paired, timed_only)[0]
     present = ("__ember_has_left", "__ember_has_right")
 
     def flat_out(structs: list[Any]) -> T.StructType:
@@ -155,7 +156,7 @@ def joined_pairs(comp: Compilation, node: Any, what: str, function: Callable[[Ca
 
         return function(pair)
 
-    frame, structs = _connected(comp, node, what, make, flat_out, paired)
+    frame, structs = _connected(comp, node, what, make, flat_out, paired, timed_only)
     fields = [s.names for s in structs]
     df = frame.df
     hidden = [F.col(c) for c in df.columns if c in HIDDEN]

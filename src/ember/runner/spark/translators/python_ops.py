@@ -108,6 +108,18 @@ def build_batch(rows: list[dict[str, Any]], schema: pa.Schema, step: str) -> pa.
         raise UserFunctionError(f"step '{step}': output does not match the output schema {schema}: {exc}") from exc
 
 
+def _outputs(fn: Callable[..., Any], record: dict[str, Any], many: bool, names: list[str], step: str) -> list[dict[str, Any]]:
+    """What a map (one record) or flat_map (an iterable, or None) returned for ``record``, as
+    output rows; a failure names the step, the function and the record."""
+    try:
+        values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
+        return [_to_row(v, names, step, fn) for v in values]
+    except UserFunctionError:
+        raise
+    except Exception as exc:
+        raise user_function_failed(step, fn, record, exc) from exc
+
+
 def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> Frame:
     """``map`` (one output per record) and ``flat_map`` (an iterable per record)."""
     from pyspark.sql import types as T
@@ -130,16 +142,8 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
                 rows = []
                 times = batch.select(hidden).to_pylist() if hidden else None
                 for i, record in enumerate(batch.select(visible).to_pylist() if hidden else batch.to_pylist()):
-                    try:
-                        values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
-                        if times is None:
-                            rows.extend(_to_row(v, names, step, fn) for v in values)
-                        else:
-                            rows.extend({**_to_row(v, names, step, fn), **times[i]} for v in values)
-                    except UserFunctionError:
-                        raise
-                    except Exception as exc:
-                        raise user_function_failed(step, fn, record, exc) from exc
+                    out_rows = _outputs(fn, record, many, names, step)
+                    rows.extend(out_rows if times is None else ({**r, **times[i]} for r in out_rows))
                 yield build_batch(rows, schema, step)
 
         return Frame(up.df.mapInArrow(run, out), up.time)
@@ -277,15 +281,8 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
                 yield pa.RecordBatch.from_arrays(list(others.columns) + nulls, schema=schema)
             rows = []
             for row in batch.filter(mine).to_pylist():
-                record = {f: row[f] for f in visible}
-                try:
-                    values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
-                    for value in values:
-                        rows.append({**row, **{prefix + k: v for k, v in _to_row(value, names, step, fn).items()}})
-                except UserFunctionError:
-                    raise
-                except Exception as exc:
-                    raise user_function_failed(step, fn, record, exc) from exc
+                for out_row in _outputs(fn, {f: row[f] for f in visible}, many, names, step):
+                    rows.append({**row, **{prefix + k: v for k, v in out_row.items()}})
             if rows:
                 yield build_batch(rows, schema, step)
 
