@@ -15,7 +15,11 @@ stages, each stage between its min and max events):
   not_next -> the event right after ``a`` does not meet it; not_followed_by -> no event
   strictly between ``a`` and ``b`` meets it. A trailing not_followed_by: no event after the
   last one, before the window's end (first timestamp + within), meets it, and the window ended;
-- within W: last timestamp - first timestamp < W.
+- within W: last timestamp - first timestamp < W;
+- greedy loops: when a match goes from stage A's last event ``a`` to a later stage's first
+  event ``b``, no event after ``a`` up to and including ``b`` meets the condition of A (if A
+  is greedy and took fewer than its maximum) or of a greedy optional stage between them that
+  took no event.
 
 A match is complete when its last event is processed (a trailing negative: at the first
 event at or after the window's end, before it, or at the end of input). Matches complete at
@@ -74,12 +78,14 @@ def enumerate_matches(pattern: Any, events: list[dict], times: list[int]) -> lis
     def until_between(stage: Any, lo: int, hi: int, assigned: list) -> bool:
         return stage.until is not None and any(_holds(stage.until, events[j], _ctx(assigned, events, names)) for j in range(lo + 1, hi))
 
-    def entry_ok(k: int, last: int | None, b: int, negatives: list[int], assigned: list) -> bool:
+    def entry_ok(k: int, last: int | None, b: int, negatives: list[int], guards: list[int], assigned: list) -> bool:
         """Stage k's first event b after the last assigned event ``last`` (None: the match's first)."""
         stage = stages[k]
         ctx = _ctx(assigned, events, names)
         if last is None:
             return True
+        if any(_meets(stages[g], events[j], ctx) for g in guards for j in range(last + 1, b + 1)):
+            return False
         if stage.contiguity == "strict" and b != last + 1:
             return False
         if stage.contiguity == "relaxed" and any(_meets(stage, events[j], ctx) for j in range(last + 1, b)):
@@ -110,28 +116,28 @@ def enumerate_matches(pattern: Any, events: list[dict], times: list[int]) -> lis
                     return
         found.append(tuple(assigned))
 
-    def stage_from(k: int, last: int | None, assigned: list, negatives: list[int]) -> None:
+    def stage_from(k: int, last: int | None, assigned: list, negatives: list[int], guards: list[int]) -> None:
         if k == len(stages):
             finish(assigned, negatives)
             return
         stage = stages[k]
         if stage.negative:
-            stage_from(k + 1, last, assigned, negatives + [k])
+            stage_from(k + 1, last, assigned, negatives + [k], guards)
             return
-        if stage.min == 0:
-            stage_from(k + 1, last, assigned, negatives)  # the optional stage takes nothing
+        if stage.min == 0:  # the optional stage takes nothing
+            stage_from(k + 1, last, assigned, negatives, guards + [k] if stage.greedy else guards)
         start = 0 if last is None else last + 1
         for b in range(start, n):
             if window is not None and assigned and times[b] - times[assigned[0][1]] >= window:
                 break
-            if not fits(stage, b, assigned) or not entry_ok(k, last, b, negatives, assigned):
+            if not fits(stage, b, assigned) or not entry_ok(k, last, b, negatives, guards, assigned):
                 continue
             loop(k, [*assigned, (k, b)], 1, b)
 
     def loop(k: int, assigned: list, count: int, prev: int) -> None:
         stage = stages[k]
         if count >= max(stage.min, 1):
-            stage_from(k + 1, prev, assigned, [])
+            stage_from(k + 1, prev, assigned, [], [k] if stage.greedy and count < stage.max else [])
         if count >= stage.max:
             return
         first = next(i for s, i in assigned if s == k)
@@ -149,7 +155,7 @@ def enumerate_matches(pattern: Any, events: list[dict], times: list[int]) -> lis
                 continue
             loop(k, [*assigned, (k, c)], count + 1, c)
 
-    stage_from(0, None, [], [])
+    stage_from(0, None, [], [], [])
     return found
 
 

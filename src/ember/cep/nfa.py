@@ -101,6 +101,7 @@ class Plan:
     names: list[str]
     entries: tuple[tuple[int, tuple[int, ...]], ...]  # stages a match may begin with
     successors: dict[int, tuple[tuple[int, tuple[int, ...]], ...]]  # stage -> ((target or END, negatives crossed), ...)
+    guards: dict[tuple[int, int], tuple[int, ...]]  # (stage left, target) -> greedy loops left or passed by on the way
     window_ms: int | None
     skip: str
     skip_stage: int | None
@@ -115,22 +116,30 @@ def compile_pattern(pattern: Pattern, sql_columns: dict[str, str] | None = None)
         for i, s in enumerate(pattern.stages)
     )
 
+    greedy = {i for i, s in enumerate(pattern.stages) if s.greedy}
+    guards: dict[tuple[int, int], tuple[int, ...]] = {}
+
     def ways_on(after: int) -> tuple[tuple[int, tuple[int, ...]], ...]:
         out, negatives = [], []
+        passed = [after] if after in greedy else []
         for stage in stages[after + 1:]:
             if stage.negative:
                 negatives.append(stage.index)
                 continue
             out.append((stage.index, tuple(negatives)))
+            if passed:
+                guards[(after, stage.index)] = tuple(passed)
             if stage.min > 0:
                 return tuple(out)
+            if stage.index in greedy:
+                passed.append(stage.index)  # an optional greedy loop passed by
         out.append((END, tuple(negatives)))
         return tuple(out)
 
     entries = tuple((t, n) for t, n in ways_on(-1) if t != END)
     successors = {s.index: ways_on(s.index) for s in stages if not s.negative}
     skip_stage = pattern.names.index(pattern.skip.stage) if pattern.skip.stage else None
-    return Plan(stages, pattern.names, entries, successors, pattern.window_ms, pattern.skip.kind, skip_stage)
+    return Plan(stages, pattern.names, entries, successors, guards, pattern.window_ms, pattern.skip.kind, skip_stage)
 
 
 # A partial match: (mode, stage, count, events, target, negatives, fresh)
@@ -182,7 +191,7 @@ class Matcher:
                 if ts - p[3][0][2] >= window:
                     partials, done, expired = self.advance(partials, ts)
                     break
-        stages, names = self.stages, self.names
+        stages, names, guards = self.stages, self.names, self.plan.guards
         out: list[Partial] = []
         matches: list[tuple] = []
         for p in partials:
@@ -197,6 +206,9 @@ class Matcher:
                 if stage.inner == Contiguity.ANY or (stage.inner == Contiguity.RELAXED and not took):
                     out.append(p)
             elif mode == NEXT:
+                if guards and (s, target) in guards and any(stages[g].test(e, events, names) for g in guards[(s, target)]
+                                                            if g != s or count < stages[s].max):
+                    continue  # a greedy loop left (not full) or passed by would take this event: only its longer run goes on
                 between = False
                 if negatives:
                     if fresh and any(stages[n].contiguity == Contiguity.NOT_NEXT and stages[n].test(e, events, names)

@@ -86,6 +86,7 @@ class Stage:
     inner: str = Contiguity.RELAXED  # between a looping stage's events
     until: Any = None
     looping: bool = False  # declared with times/one_or_more/times_or_more (a quantifier over 1)
+    greedy: bool = False  # the stages after the loop never take nor pass over an event the loop's condition meets
 
     @property
     def negative(self) -> bool:
@@ -100,6 +101,7 @@ class Stage:
         if self.min != 1 or self.max != 1:
             top = "inf" if self.max >= INFINITE else str(self.max)
             quant = f"{{{self.min},{top}}}" + ("" if self.inner == Contiguity.RELAXED else f" {self.inner}")
+            quant += " greedy" if self.greedy else ""
         return f"{self.contiguity} {self.name}{quant}"
 
 
@@ -193,10 +195,15 @@ class Pattern:
         return self._with(inner=Contiguity.ANY)
 
     def greedy(self) -> "Pattern":
-        """Flink's greedy looping stage: not supported yet (refused, so a pattern never matches
-        differently from what it says)."""
-        raise PipelineError("greedy() is not supported yet (docs/cep.md); the loop is non-greedy: every length is a match",
-                            self._last.name)
+        """A looping stage takes as many events as it can: a partial match that has left the
+        loop (or, for an optional loop, passed it by) ends at the first event meeting the
+        loop's condition, up to and including the next stage's first event — so the next stage
+        never takes an event the loop could take (Flink's greedy quantifier). Needs a looping
+        stage and a stage that is not optional after it."""
+        if not self._last.looping:
+            raise PipelineError("greedy() applies to a looping stage (times(a, b), one_or_more, times_or_more)",
+                                self._last.name)
+        return self._with(greedy=True)
 
     # -- the whole pattern -------------------------------------------------------------
     def within(self, window: timedelta | int) -> "Pattern":
@@ -247,6 +254,12 @@ class Pattern:
                     raise PipelineError("not_followed_by as the last stage needs within(...) on the pattern", s.name)
             if s.negative and s.conditions == ((),):
                 raise PipelineError("a negative stage needs a where(...) condition", s.name)
+            if s.greedy and s.max <= 1:
+                raise PipelineError("greedy() applies to a looping stage (times(a, b), one_or_more, times_or_more)", s.name)
+            if s.greedy and not any(t.min > 0 for t in stages[i + 1:] if not t.negative):
+                raise PipelineError(
+                    "greedy() needs a stage that is not optional after the loop (a match ends after the loop's "
+                    "longest run); as the last stage every length would still be a match", s.name)
             if s.until is not None and s.max <= 1:
                 raise PipelineError("until applies to a looping stage (one_or_more, times_or_more, times(a, b))", s.name)
             if s.max >= INFINITE and i == len([t for t in stages if not t.negative]) - 1 and self.window_ms is None \

@@ -51,6 +51,16 @@ PATTERNS = {
     "iterative": Pattern.begin("a").where(is_("a")).followed_by("b").where(lambda e, ctx: e["v"] > ctx["a"][0]["v"]).one_or_more()
     .within(W),
     "or": Pattern.begin("a").where(is_("a")).or_(is_("c")).followed_by_any("b").where(is_("b")).where(lambda e: e["v"] % 2 == 0),
+    "greedy": Pattern.begin("a").where(is_("a")).followed_by("b").where(lambda e: e["t"] in "bc" and e["v"] < 6).one_or_more().greedy()
+    .followed_by("c").where(is_("c")),
+    "greedy_times_next": Pattern.begin("a").where(is_("a")).next("b").where(lambda e: e["t"] != "a").times(1, 3).consecutive()
+    .greedy().next("c").where(lambda e: e["v"] > 3),
+    "greedy_any_within": Pattern.begin("a").where(is_("a")).followed_by_any("b").where(lambda e: e["v"] % 2 == 0).times_or_more(1)
+    .allow_combinations().greedy().followed_by_any("c").where(is_("c")).within(W),
+    "greedy_optional": Pattern.begin("a").where(is_("a")).followed_by("b").where(is_("b")).one_or_more().optional().greedy()
+    .followed_by("c").where(lambda e: e["t"] in "bc"),
+    "greedy_negative": Pattern.begin("a").where(is_("a")).followed_by("b").where(lambda e: e["t"] in "bc").times(2, 3).greedy()
+    .not_followed_by("x").where(is_("d")).followed_by("c").where(lambda e: e["v"] > 4).within(W),
     "within": Pattern.begin("a").where(is_("a")).followed_by_any("b").where(is_("b")).followed_by("c").where(is_("c")).within(W),
 }
 SKIPS = {
@@ -108,6 +118,12 @@ DOC_TABLE = [  # docs/cep.md's semantics table: (pattern, events, matches as str
      ["a b1", "a b1 b2", "a b1 b3", "a b1 b2 b3"]),
     (_a().followed_by("b").where(_is("b")).optional().followed_by("c").where(_is("c")), "a b c", ["a b c", "a c"]),
     (_a().not_followed_by("x").where(_is("x")).followed_by("c").where(_is("c")), "a x c", []),
+    (_a().followed_by("b").where(lambda e: e["t"] in "bc").one_or_more().followed_by("c").where(_is("c")), "a b1 c1 c2",
+     ["a b1 c1", "a b1 c1 c2"]),
+    (_a().followed_by("b").where(lambda e: e["t"] in "bc").one_or_more().greedy().followed_by("c").where(_is("c")),
+     "a b1 c1 c2", []),
+    (_a().followed_by("b").where(lambda e: e["t"] in "bc").times(1, 2).greedy().followed_by("c").where(lambda e: e["t"] == "c"),
+     "a b1 b2 x c1", ["a b1 b2 c1"]),
 ]
 
 

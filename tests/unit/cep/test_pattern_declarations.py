@@ -23,7 +23,7 @@ def a():
     (lambda: a().where(42), r"step 'a': a condition is a callable or a SQL expression string"),
     (lambda: a().where(lambda e, ctx, extra: True), r"takes \(event\) or \(event, ctx\)"),
     (lambda: a().or_(lambda e: True).followed_by("b").or_(lambda e: True), r"step 'b': or_ needs a where before it"),
-    (lambda: a().followed_by("b").greedy(), r"step 'b': greedy\(\) is not supported yet"),
+    (lambda: a().followed_by("b").greedy(), r"step 'b': greedy\(\) applies to a looping stage"),
     (lambda: Pattern.begin("a", skip="past"), r"skip must be a SkipStrategy"),
 ])
 def test_refused_when_declared(build, message):
@@ -41,6 +41,9 @@ def test_refused_when_declared(build, message):
      r"step 'x': a negative stage cannot follow an optional or negative stage \('b'\)"),
     (a().followed_by("b").until(lambda e: True).followed_by("c"), r"step 'b': until applies to a looping stage"),
     (Pattern.begin("a").optional(), r"step 'a': every stage is optional"),
+    (a().followed_by("b").times(1, 3).greedy(), r"step 'b': greedy\(\) needs a stage that is not optional after the loop"),
+    (a().followed_by("b").times(1, 3).greedy().followed_by("c").optional(), r"step 'b': greedy\(\) needs a stage"),
+    (a().followed_by("b").times(1, 3).greedy().times(1), r"step 'b': greedy\(\) applies to a looping stage"),
     (a().followed_by("b").skip_strategy(SkipStrategy.skip_to_first("z")), r"the skip strategy names 'z', which is not a stage"),
 ])
 def test_refused_when_validated(pattern, message):
