@@ -7,7 +7,8 @@ import pytest
 
 from ember import CollectSink, KeyedProcessFunction, PipelineError, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
 from ember.graph.nodes import IntervalJoinNode
-from ember.runner.spark.planner import physical_notes, plan, runtime_steps
+from ember.runner.spark.placement import runtime_steps
+from ember.runner.spark.planner import physical_notes, plan
 
 
 @pytest.fixture

@@ -15,21 +15,13 @@ a session.
 - **Split.** A job with several sinks runs as one query up to its *split* (the
   last step every sink reads from), and the steps after it on every micro-batch
   in ``foreachBatch``: those branches must be stateless.
-- **Fan-out.** A keyed-runtime step whose output several keyed steps read (or
-  keyed steps and sinks) would be planned once per reader in a Spark query, which
-  is a tree. Its readers run instead as *lanes* of one ``transformWithStateInPandas``
-  operator (keyed/lanes.py): each row goes to every lane that reads it, grouped by
-  ``(lane, state bucket)``, and the job splits after that operator (:class:`FanOut`).
+- **Fan-out.** A keyed-runtime step whose output several keyed steps read runs its
+  readers as lanes of one Spark operator, and the job splits after it (fan_out_plan.py).
 - **Detours.** When the only obstacle to that is a ``parse_json`` step's dead
   letters read beside a stateful step, the dead letters *detour*: spooled by the
   decoding step and written from the spool after the micro-batch (spool.py).
-- **Windows.** A window runs on Spark's native windowing (``groupBy(window(...))``,
-  in the JVM) when Spark's semantics are Flink's for it: built-in aggregates on a
-  tumbling or sliding window, or a processing-time session window, with the default
-  trigger and nothing else (``WindowNode.plain``), and no other stateful step on its path. An event-time session window runs
-  on Ember's operator: Spark cannot merge a record behind the watermark into a
-  session that is still open (Flink does), it drops it. Every other window runs on
-  Ember's window operator over keyed state (runner/spark/keyed/windows).
+- **Where each step runs** (Spark's native windows and joins, or Ember's keyed runtime):
+  placement.py.
 - **Lateness.** With a single Spark stateful operator, the query runs with Spark's
   "current watermark" late-row filter (``allowMultiple`` off) and Ember drops and
   counts late records before a native window itself (translators/windows.py):
@@ -46,71 +38,26 @@ from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
     CoProcessNode,
-    FilterNode,
-    FlatMapNode,
     IntervalJoinNode,
-    KeyByNode,
-    KeyedProcessNode,
-    MapNode,
     Node,
     ParseJsonNode,
     SideOutputNode,
     SinkNode,
     SourceNode,
     SqlNode,
-    VectorizedProcessNode,
     WindowNode,
 )
+from ember.runner.spark.fan_out_plan import FanOut, fan_out_of
+from ember.runner.spark.placement import (
+    CARRIES_TIME,
+    native_join,
+    native_window,
+    runtime_steps,
+    spark_stateful_operators,
+    upstream_steps,
+)
 
-__all__ = ["Plan", "FanOut", "Level", "plan", "fan_out_of", "native_window", "native_join", "physical_notes",
-           "spark_stateful_operators", "runtime_steps", "upstream_steps"]
-
-# Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
-# a keyed step's side output carries each record's too.
-_CARRIES_TIME = (KeyByNode, FilterNode, MapNode, FlatMapNode, SideOutputNode)
-
-
-def native_window(node: WindowNode, graph: Graph) -> bool:
-    """Whether the window step runs on Spark's native windowing (else on Ember's window operator).
-
-    Native only when Spark's semantics are Flink's (``node.plain``) and the window is the
-    only stateful step on its path: a window reading or feeding another stateful step runs
-    on Ember's operator, where event time flows between steps as in Flink."""
-    return node.plain and _only_stateful_step_on_its_path(node, graph)
-
-
-def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
-    """Whether the interval join runs on Spark's native stream-stream join: when no other
-    stateful step comes before or after it (Spark's join rows have no Ember event time, and
-    Ember's steps carry theirs in hidden columns); else on Ember's keyed runtime as a
-    co-process step, where event time flows between steps as in Flink."""
-    return _only_stateful_step_on_its_path(node, graph)
-
-
-def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:
-    """Whether no stateful step comes before ``node`` or after it."""
-    return not any(isinstance(n, STATEFUL) for n in ancestors(node)) and not any(
-        isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes
-    )
-
-
-def spark_stateful_operators(graph: Graph) -> list[Node]:
-    """The steps Spark runs as stateful operators: native windows and keyed-state steps."""
-    return [n for n in graph.nodes if isinstance(n, STATEFUL)]
-
-
-def runtime_steps(graph: Graph) -> list[Node]:
-    """The steps on Ember's keyed runtime (process functions, Python windows), in graph order."""
-    return [n for n in graph.nodes if _keyed_state(n, graph)]
-
-
-def _keyed_state(node: Node, graph: Graph) -> bool:
-    """Whether the step runs on Ember's keyed state (a Spark Python state operator)."""
-    if isinstance(node, WindowNode):
-        return not native_window(node, graph)
-    if isinstance(node, IntervalJoinNode):
-        return not native_join(node, graph)
-    return isinstance(node, KeyedProcessNode | VectorizedProcessNode)
+__all__ = ["Plan", "plan", "physical_notes"]
 
 
 def physical_notes(graph: Graph) -> Callable[[Node], str]:
@@ -138,52 +85,6 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
 
     return note
 
-
-@dataclass(frozen=True)
-class FanOut:
-    """A keyed-runtime step (``source``) whose output several readers take: the keyed
-    steps reading it (``lanes``, each through ``key_by`` and filters only after the
-    ``stem``: ``paths``) run as lanes of one Spark operator, and ``through`` says whether
-    other branches (sinks, through stateless steps) read the stem's rows too — they then
-    pass the operator on a lane of their own. The job splits after that operator: the lanes' outputs (and
-    ``source``'s, with ``through``) start its stateless branches."""
-
-    source: Node
-    lanes: tuple[Node, ...]
-    paths: tuple[tuple[Node, ...], ...]  # per lane: the steps between the stem and it, in graph order
-    through: bool
-    stem: Node  # where the rows fan out: source, or the last step after it that every reader passes
-    # Keyed steps reading the lanes, level by level: each level one more shared operator, whose
-    # lanes read lanes of the level before (``Level``); that level's rows pass it packed.
-    after: tuple["Level", ...] = ()
-
-    @property
-    def seeds(self) -> tuple[Node, ...]:
-        """The steps whose rows the branches after the split start from."""
-        return self.lanes + ((self.stem,) if self.through else ())
-
-    @property
-    def levels(self) -> tuple[tuple[Node, ...], ...]:
-        """Every level's lanes: the first level's (reading the stem), then ``after``'s."""
-        return (self.lanes, *(level.lanes for level in self.after))
-
-    def where(self, node: Node) -> tuple[int, int] | None:
-        """(level, lane) of a keyed step running as a lane, else None."""
-        for k, lanes in enumerate(self.levels):
-            for i, lane in enumerate(lanes):
-                if lane is node:
-                    return k, i
-        return None
-
-
-@dataclass(frozen=True)
-class Level:
-    """Keyed steps of a fan-out reading the lanes of the level before (``reads``: per lane,
-    the lane it reads there and which of its outputs — None for the main one, else a side
-    output's tag; through ``key_by`` only)."""
-
-    lanes: tuple[Node, ...]
-    reads: tuple[tuple[int, str | None], ...]
 
 
 @dataclass(frozen=True)
@@ -254,157 +155,6 @@ def plan(graph: Graph) -> Plan:
         return Plan(graph, None, (), tuple(graph.sinks), fan)
     fork, detours, streamed = _split(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
-
-
-def _readers(graph: Graph) -> dict[int, list[Node]]:
-    """Step -> the steps reading it directly."""
-    out: dict[int, list[Node]] = {}
-    for node in graph.nodes:
-        for parent in node.inputs:
-            out.setdefault(id(parent), []).append(node)
-    return out
-
-
-def fan_out_of(graph: Graph) -> FanOut | None:
-    """The job's fan-out (:class:`FanOut`), None when no keyed-runtime step's output is
-    read by a keyed step and by another reader; raises :class:`PipelineError` for a
-    fan-out this runner cannot run yet, naming the step."""
-    readers = _readers(graph)
-    steps = runtime_steps(graph)
-    candidates = []
-    for source in steps:
-        lanes = tuple(n for n in steps if n is not source and upstream_steps(n, graph) == [source])
-        if not lanes:
-            continue
-        lane_ids = {id(n) for n in lanes}
-        reached, stack = set(), [source]  # what reads source's rows without passing a lane
-        while stack:
-            for reader in readers.get(id(stack.pop()), []):
-                if id(reader) not in lane_ids and id(reader) not in reached:
-                    reached.add(id(reader))
-                    stack.append(reader)
-        through = any(id(s) in reached for s in graph.sinks)
-        if len(lanes) > 1 or through:
-            candidates.append((source, lanes, through))
-    if not candidates:
-        return None
-    # The first fan-out; the steps after its lanes (a fan-out of a lane included) run as further
-    # levels of lanes below.
-    top = [c for c in candidates if not any(o[0] is a for o in candidates for a in ancestors(c[0]))]
-    if len(top) > 1:
-        names = ", ".join(f"'{c[0].name}'" for c in top)
-        raise PipelineError(
-            f"the outputs of several stateful steps ({names}) on separate branches are each read by more than one "
-            "step; a job fans out after one stateful step only, yet: run the rest as its own job", top[1][0].name
-        )
-    source, lanes, through = top[0]
-    for lane in lanes:
-        if isinstance(lane, CoProcessNode | IntervalJoinNode):
-            raise PipelineError(
-                f"'{lane.name}' ({lane.kind}) is one of several steps reading '{source.name}'; a two-input step "
-                "there is not supported yet (its other input would have to join the shared operator): give "
-                f"'{source.name}' one reader, or run that part as its own job", lane.name,
-            )
-    stem = _stem(graph, source, lanes, readers)
-    paths = []
-    for lane in lanes:
-        path = _between(graph, stem, lane)
-        side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
-        mapped = False  # a lane's own map / flat_map: one, after its filters (translators/fanout.py)
-        for step in path[1:] if side else path:
-            if isinstance(step, KeyByNode):
-                continue
-            plain = not side and not mapped and getattr(step, "dead_letter", None) is None
-            if plain and isinstance(step, MapNode | FlatMapNode):
-                mapped = True
-            elif not (plain and isinstance(step, FilterNode)):
-                raise PipelineError(
-                    f"'{step.name}' ({step.kind}) sits between the stateful step '{source.name}' and '{lane.name}', "
-                    f"one of several steps reading '{source.name}'; after the point where they part only filters, "
-                    "then one map or flat_map, then key_by are supported yet (without dead letters; on a side "
-                    f"output, key_by only): let every reader share it (one step before they part), move it before "
-                    f"'{source.name}', or into a function", step.name,
-                )
-        paths.append(path)
-    after = _levels(graph, source, lanes)
-    every_lane = [lane for level in (lanes, *(lv.lanes for lv in after)) for lane in level]
-    for node in graph.nodes:
-        stateful = isinstance(node, (*STATEFUL, SourceNode))
-        if stateful and node is not source and not any(node is a for a in ancestors(source)) \
-                and not any(node is lane for lane in every_lane):
-            raise PipelineError(
-                f"'{node.name}' ({node.kind}) is on a branch of its own beside the fan-out after '{source.name}'; "
-                "a job that fans out after a stateful step reads it in every branch, yet: run that branch as "
-                "its own job", node.name,
-            )
-    for sink in graph.sinks:
-        if not any(a is source for a in ancestors(sink)):
-            raise PipelineError(
-                f"the sink '{sink.name}' does not read the output of '{source.name}', after which the job fans "
-                "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
-            )
-    return FanOut(source, lanes, tuple(paths), through, stem, after)
-
-
-def _between(graph: Graph, upstream: Node, node: Node) -> tuple[Node, ...]:
-    """The steps after ``upstream`` that ``node`` reads through, in graph order."""
-    return tuple(a for a in graph.nodes if any(b is upstream for b in ancestors(a)) and any(a is b for b in ancestors(node)))
-
-
-def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level, ...]:
-    """The keyed steps after a fan-out's first lanes, level by level (:class:`Level`)."""
-    levels: list[Level] = []
-    previous = lanes
-    rest = [n for n in runtime_steps(graph) if any(a is source for a in ancestors(n)) and not any(n is lane for lane in lanes)]
-    while rest:
-        level, reads = [], []
-        for node in rest:
-            direct = upstream_steps(node, graph)
-            if len(direct) > 1:
-                raise PipelineError(
-                    f"'{node.name}' reads two stateful steps ({', '.join(a.name for a in direct)}) after the fan-out "
-                    f"after '{source.name}'; a two-input step there is not supported yet: run that part as its own job",
-                    node.name,
-                )
-            upstream = direct[0]
-            j = next((j for j, lane in enumerate(previous) if lane is upstream), None)
-            if j is None:
-                continue
-            path = _between(graph, upstream, node)
-            side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
-            for step in path[1:] if side is not None else path:
-                if not isinstance(step, KeyByNode):
-                    raise PipelineError(
-                        f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
-                        f"the fan-out after '{source.name}'; there only key_by is supported yet (a side output and then "
-                        f"key_by): move it into '{upstream.name}' or '{node.name}'", step.name,
-                    )
-            level.append(node)
-            reads.append((j, side))
-        if not level:  # not reached: every keyed step after source reads a lane of some level
-            raise PipelineError(f"'{rest[0].name}' cannot be placed after the fan-out after '{source.name}'", rest[0].name)
-        levels.append(Level(tuple(level), tuple(reads)))
-        rest = [n for n in rest if not any(n is lane for lane in level)]
-        previous = tuple(level)
-    return tuple(levels)
-
-
-def _stem(graph: Graph, source: Node, lanes: tuple[Node, ...], readers: dict[int, list[Node]]) -> Node:
-    """Where the rows of ``source`` fan out: the last step after it (or itself) that every
-    lane and every sink reading ``source`` pass through — the steps up to it (``map``,
-    filters...) run once, on the stream, before the rows are copied per lane."""
-    readers_of_source = [*lanes, *(s for s in graph.sinks if any(a is source for a in ancestors(s)))]
-
-    def before_all(node: Node) -> bool:
-        return all(node is n or any(a is node for a in ancestors(n)) for n in readers_of_source)
-
-    stem = source
-    while True:
-        nexts = readers.get(id(stem), [])
-        if len(nexts) != 1 or not isinstance(nexts[0], _CARRIES_TIME) or not before_all(nexts[0]) \
-                or getattr(nexts[0], "dead_letter", None) is not None or any(nexts[0] is lane for lane in lanes):
-            return stem
-        stem = nexts[0]
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:
@@ -489,14 +239,6 @@ def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str
     return None
 
 
-def upstream_steps(node: Node, graph: Graph) -> list[Node]:
-    """The keyed-runtime steps whose outputs ``node`` reads with no other such step in between,
-    in graph order: none, one, or — for a two-input step — one per input."""
-    upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
-    direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
-    return [n for n in graph.nodes if any(n is a for a in direct)]
-
-
 def _check_chains(graph: Graph) -> None:
     """A keyed-runtime step reads at most one other (a chain; joins of two stateful
     streams are not built yet), and the steps between two of them keep the rows'
@@ -520,7 +262,7 @@ def _check_chains(graph: Graph) -> None:
                         f"it and the stateful step '{upstream.name}'; a keyed step reads side outputs of keyed steps "
                         "only, yet", step.name,
                     )
-                if not isinstance(step, _CARRIES_TIME):
+                if not isinstance(step, CARRIES_TIME):
                     raise PipelineError(
                         f"'{step.name}' ({step.kind}) sits between the stateful steps '{upstream.name}' and "
                         f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map and a side output are "
@@ -564,3 +306,4 @@ def _check_alone(graph: Graph) -> None:
                         f"the stateful step '{other[0].name}' comes {where} {what} '{node.name}'; {advice}", node.name
                     )
             break
+

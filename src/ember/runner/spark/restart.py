@@ -29,9 +29,10 @@ from ember.errors import RestartError
 from ember.graph import nodes as n
 from ember.graph.graph import Graph, from_the_sinks
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
+from ember.runner.spark.fan_out_plan import fan_out_of
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.planner import fan_out_of, native_join, native_window, runtime_steps, upstream_steps
+from ember.runner.spark.placement import native_join, native_window, runtime_steps, upstream_steps
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
 

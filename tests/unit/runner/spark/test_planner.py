@@ -13,7 +13,8 @@ from ember import (
     TumblingEventTimeWindows,
     YahooSource,
 )
-from ember.runner.spark.planner import native_window, plan
+from ember.runner.spark.placement import native_window
+from ember.runner.spark.planner import plan
 
 
 def test_one_sink_needs_no_split(env, events):
@@ -148,7 +149,7 @@ def test_a_plain_window_next_to_another_stateful_step_runs_on_the_operator(env, 
     assert "plain: window tumbling 1000 ms (event time) by k: n=count(*) (python, keyed state)" in env.explain(spark_plan=False)
 
 
-# -- fan-out: a keyed step read by several steps (planner.FanOut) ---------------------------------
+# -- fan-out: a keyed step read by several steps (fan_out_plan.FanOut) ---------------------------------
 
 KEYED = "ts bigint, k string"
 

@@ -69,7 +69,7 @@ def uses_delta(node: Any, state_layout: str, graph: Any = None) -> bool:
     Ember's operator. Spark's native windows
     keep their layout."""
     from ember.graph import nodes as n
-    from ember.runner.spark.planner import native_join, native_window
+    from ember.runner.spark.placement import native_join, native_window
 
     if state_layout != "delta":
         return False

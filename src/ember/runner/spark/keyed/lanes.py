@@ -2,7 +2,7 @@
 
 A Spark query is a tree: a stateful step whose output two steps read would be planned
 twice, state and user calls included. When several keyed steps read one keyed step's
-output (planner.FanOut), they run instead as *lanes* of one operator: every input row
+output (fan_out_plan.FanOut), they run instead as *lanes* of one operator: every input row
 carries its lane, the grouping key is ``lane * STATE_BUCKETS + state bucket``, and this
 processor hands each group to its lane's processor (keyed/tws.py) with the bucket it
 would have alone — so a lane's state, timers and outputs are the step's own. A lane

@@ -1,6 +1,6 @@
 """A fan-out: the keyed steps reading one keyed step's output, as lanes of one operator.
 
-The planner (planner.FanOut) finds the step (``source``) and its readers. Here
+The planner (fan_out_plan.FanOut) finds the step (``source``) and its readers. Here
 ``source``'s rows go to every lane that reads them (``explode``), each lane's
 filters apply to its own rows only, each row gets its lane's state bucket offset by
 the lane (``lane * STATE_BUCKETS + pmod(xxhash64(keys), STATE_BUCKETS)``: the bucket
@@ -24,11 +24,11 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, FlatMapNode, MapNode, Node, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame
+from ember.runner.spark.fan_out_plan import FanOut, Level
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
 from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
-from ember.runner.spark.planner import FanOut, Level
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, restore_anchor
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
 from ember.runner.spark.translators.python_ops import lane_map, python_filter

@@ -44,7 +44,7 @@ from ember.runner.spark.keyed.windows import (
     make_combiner,
 )
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.planner import runtime_steps
+from ember.runner.spark.placement import runtime_steps
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
@@ -169,7 +169,7 @@ def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], 
                schema: T.StructType, state_type: str, timeout: Any, processor: Any, partials: Any = None,
                timed: bool = False) -> Any:
     """The keyed step's output rows: its input grouped by state bucket into its Spark operator —
-    or, for a lane of a fan-out (planner.FanOut), its parts kept for the one operator all
+    or, for a lane of a fan-out (fan_out_plan.FanOut), its parts kept for the one operator all
     lanes share (translators/fanout.py), and an empty frame of its output's shape."""
     comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if comp.plan.lane(node):

@@ -1,0 +1,230 @@
+"""Fan-out planning: a keyed-runtime step whose output several keyed steps read.
+
+A Spark query is a tree: a step read by several others would be planned once per reader.
+Its readers run instead as *lanes* of one ``transformWithStateInPandas`` operator
+(keyed/lanes.py, translators/fanout.py): each row goes to every lane that reads it, grouped
+by ``(lane, state bucket)``, and the job splits after that operator. Keyed steps reading the
+lanes run as further *levels*, one shared operator each. :func:`fan_out_of` finds the
+fan-out and refuses, naming the step, what this runner cannot run there yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.errors import PipelineError
+from ember.graph.graph import STATEFUL, Graph, ancestors
+from ember.graph.nodes import (
+    CoProcessNode,
+    FilterNode,
+    FlatMapNode,
+    IntervalJoinNode,
+    KeyByNode,
+    MapNode,
+    Node,
+    SideOutputNode,
+    SourceNode,
+)
+from ember.runner.spark.placement import CARRIES_TIME, runtime_steps, upstream_steps
+
+__all__ = ["FanOut", "Level", "fan_out_of"]
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """A keyed-runtime step (``source``) whose output several readers take: the keyed
+    steps reading it (``lanes``, each through ``key_by`` and filters only after the
+    ``stem``: ``paths``) run as lanes of one Spark operator, and ``through`` says whether
+    other branches (sinks, through stateless steps) read the stem's rows too — they then
+    pass the operator on a lane of their own. The job splits after that operator: the lanes' outputs (and
+    ``source``'s, with ``through``) start its stateless branches."""
+
+    source: Node
+    lanes: tuple[Node, ...]
+    paths: tuple[tuple[Node, ...], ...]  # per lane: the steps between the stem and it, in graph order
+    through: bool
+    stem: Node  # where the rows fan out: source, or the last step after it that every reader passes
+    # Keyed steps reading the lanes, level by level: each level one more shared operator, whose
+    # lanes read lanes of the level before (``Level``); that level's rows pass it packed.
+    after: tuple["Level", ...] = ()
+
+    @property
+    def seeds(self) -> tuple[Node, ...]:
+        """The steps whose rows the branches after the split start from."""
+        return self.lanes + ((self.stem,) if self.through else ())
+
+    @property
+    def levels(self) -> tuple[tuple[Node, ...], ...]:
+        """Every level's lanes: the first level's (reading the stem), then ``after``'s."""
+        return (self.lanes, *(level.lanes for level in self.after))
+
+    def where(self, node: Node) -> tuple[int, int] | None:
+        """(level, lane) of a keyed step running as a lane, else None."""
+        for k, lanes in enumerate(self.levels):
+            for i, lane in enumerate(lanes):
+                if lane is node:
+                    return k, i
+        return None
+
+
+@dataclass(frozen=True)
+class Level:
+    """Keyed steps of a fan-out reading the lanes of the level before (``reads``: per lane,
+    the lane it reads there and which of its outputs — None for the main one, else a side
+    output's tag; through ``key_by`` only)."""
+
+    lanes: tuple[Node, ...]
+    reads: tuple[tuple[int, str | None], ...]
+
+
+def _readers(graph: Graph) -> dict[int, list[Node]]:
+    """Step -> the steps reading it directly."""
+    out: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        for parent in node.inputs:
+            out.setdefault(id(parent), []).append(node)
+    return out
+
+
+def fan_out_of(graph: Graph) -> FanOut | None:
+    """The job's fan-out (:class:`FanOut`), None when no keyed-runtime step's output is
+    read by a keyed step and by another reader; raises :class:`PipelineError` for a
+    fan-out this runner cannot run yet, naming the step."""
+    readers = _readers(graph)
+    steps = runtime_steps(graph)
+    candidates = []
+    for source in steps:
+        lanes = tuple(n for n in steps if n is not source and upstream_steps(n, graph) == [source])
+        if not lanes:
+            continue
+        lane_ids = {id(n) for n in lanes}
+        reached, stack = set(), [source]  # what reads source's rows without passing a lane
+        while stack:
+            for reader in readers.get(id(stack.pop()), []):
+                if id(reader) not in lane_ids and id(reader) not in reached:
+                    reached.add(id(reader))
+                    stack.append(reader)
+        through = any(id(s) in reached for s in graph.sinks)
+        if len(lanes) > 1 or through:
+            candidates.append((source, lanes, through))
+    if not candidates:
+        return None
+    # The first fan-out; the steps after its lanes (a fan-out of a lane included) run as further
+    # levels of lanes below.
+    top = [c for c in candidates if not any(o[0] is a for o in candidates for a in ancestors(c[0]))]
+    if len(top) > 1:
+        names = ", ".join(f"'{c[0].name}'" for c in top)
+        raise PipelineError(
+            f"the outputs of several stateful steps ({names}) on separate branches are each read by more than one "
+            "step; a job fans out after one stateful step only, yet: run the rest as its own job", top[1][0].name
+        )
+    source, lanes, through = top[0]
+    for lane in lanes:
+        if isinstance(lane, CoProcessNode | IntervalJoinNode):
+            raise PipelineError(
+                f"'{lane.name}' ({lane.kind}) is one of several steps reading '{source.name}'; a two-input step "
+                "there is not supported yet (its other input would have to join the shared operator): give "
+                f"'{source.name}' one reader, or run that part as its own job", lane.name,
+            )
+    stem = _stem(graph, source, lanes, readers)
+    paths = []
+    for lane in lanes:
+        path = _between(graph, stem, lane)
+        side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
+        mapped = False  # a lane's own map / flat_map: one, after its filters (translators/fanout.py)
+        for step in path[1:] if side else path:
+            if isinstance(step, KeyByNode):
+                continue
+            plain = not side and not mapped and getattr(step, "dead_letter", None) is None
+            if plain and isinstance(step, MapNode | FlatMapNode):
+                mapped = True
+            elif not (plain and isinstance(step, FilterNode)):
+                raise PipelineError(
+                    f"'{step.name}' ({step.kind}) sits between the stateful step '{source.name}' and '{lane.name}', "
+                    f"one of several steps reading '{source.name}'; after the point where they part only filters, "
+                    "then one map or flat_map, then key_by are supported yet (without dead letters; on a side "
+                    f"output, key_by only): let every reader share it (one step before they part), move it before "
+                    f"'{source.name}', or into a function", step.name,
+                )
+        paths.append(path)
+    after = _levels(graph, source, lanes)
+    every_lane = [lane for level in (lanes, *(lv.lanes for lv in after)) for lane in level]
+    for node in graph.nodes:
+        stateful = isinstance(node, (*STATEFUL, SourceNode))
+        if stateful and node is not source and not any(node is a for a in ancestors(source)) \
+                and not any(node is lane for lane in every_lane):
+            raise PipelineError(
+                f"'{node.name}' ({node.kind}) is on a branch of its own beside the fan-out after '{source.name}'; "
+                "a job that fans out after a stateful step reads it in every branch, yet: run that branch as "
+                "its own job", node.name,
+            )
+    for sink in graph.sinks:
+        if not any(a is source for a in ancestors(sink)):
+            raise PipelineError(
+                f"the sink '{sink.name}' does not read the output of '{source.name}', after which the job fans "
+                "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
+            )
+    return FanOut(source, lanes, tuple(paths), through, stem, after)
+
+
+def _between(graph: Graph, upstream: Node, node: Node) -> tuple[Node, ...]:
+    """The steps after ``upstream`` that ``node`` reads through, in graph order."""
+    return tuple(a for a in graph.nodes if any(b is upstream for b in ancestors(a)) and any(a is b for b in ancestors(node)))
+
+
+def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level, ...]:
+    """The keyed steps after a fan-out's first lanes, level by level (:class:`Level`)."""
+    levels: list[Level] = []
+    previous = lanes
+    rest = [n for n in runtime_steps(graph) if any(a is source for a in ancestors(n)) and not any(n is lane for lane in lanes)]
+    while rest:
+        level, reads = [], []
+        for node in rest:
+            direct = upstream_steps(node, graph)
+            if len(direct) > 1:
+                raise PipelineError(
+                    f"'{node.name}' reads two stateful steps ({', '.join(a.name for a in direct)}) after the fan-out "
+                    f"after '{source.name}'; a two-input step there is not supported yet: run that part as its own job",
+                    node.name,
+                )
+            upstream = direct[0]
+            j = next((j for j, lane in enumerate(previous) if lane is upstream), None)
+            if j is None:
+                continue
+            path = _between(graph, upstream, node)
+            side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
+            for step in path[1:] if side is not None else path:
+                if not isinstance(step, KeyByNode):
+                    raise PipelineError(
+                        f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
+                        f"the fan-out after '{source.name}'; there only key_by is supported yet (a side output and then "
+                        f"key_by): move it into '{upstream.name}' or '{node.name}'", step.name,
+                    )
+            level.append(node)
+            reads.append((j, side))
+        if not level:  # not reached: every keyed step after source reads a lane of some level
+            raise PipelineError(f"'{rest[0].name}' cannot be placed after the fan-out after '{source.name}'", rest[0].name)
+        levels.append(Level(tuple(level), tuple(reads)))
+        rest = [n for n in rest if not any(n is lane for lane in level)]
+        previous = tuple(level)
+    return tuple(levels)
+
+
+def _stem(graph: Graph, source: Node, lanes: tuple[Node, ...], readers: dict[int, list[Node]]) -> Node:
+    """Where the rows of ``source`` fan out: the last step after it (or itself) that every
+    lane and every sink reading ``source`` pass through — the steps up to it (``map``,
+    filters...) run once, on the stream, before the rows are copied per lane."""
+    readers_of_source = [*lanes, *(s for s in graph.sinks if any(a is source for a in ancestors(s)))]
+
+    def before_all(node: Node) -> bool:
+        return all(node is n or any(a is node for a in ancestors(n)) for n in readers_of_source)
+
+    stem = source
+    while True:
+        nexts = readers.get(id(stem), [])
+        if len(nexts) != 1 or not isinstance(nexts[0], CARRIES_TIME) or not before_all(nexts[0]) \
+                or getattr(nexts[0], "dead_letter", None) is not None or any(nexts[0] is lane for lane in lanes):
+            return stem
+        stem = nexts[0]
+
+

@@ -1,0 +1,92 @@
+"""Where each step runs: on Spark's own operators or on Ember's keyed runtime.
+
+- **Windows.** A window runs on Spark's native windowing (``groupBy(window(...))``,
+  in the JVM) when Spark's semantics are Flink's for it: built-in aggregates on a
+  tumbling or sliding window, or a processing-time session window, with the default
+  trigger and nothing else (``WindowNode.plain``), and no other stateful step on its path.
+  An event-time session window runs on Ember's operator: Spark cannot merge a record
+  behind the watermark into a session that is still open (Flink does), it drops it.
+  Every other window runs on Ember's window operator over keyed state
+  (runner/spark/keyed/windows).
+- **Interval joins** run on Spark's stream-stream join alone, on the keyed runtime beside
+  other stateful steps.
+- **Process functions** (and the vectorised variant) always run on the keyed runtime.
+
+No Spark is needed here: the planner (planner.py) and the fan-out planning (fan_out_plan.py)
+build on these answers.
+"""
+
+from __future__ import annotations
+
+from ember.graph.graph import STATEFUL, Graph, ancestors
+from ember.graph.nodes import (
+    FilterNode,
+    FlatMapNode,
+    IntervalJoinNode,
+    KeyByNode,
+    KeyedProcessNode,
+    MapNode,
+    Node,
+    SideOutputNode,
+    VectorizedProcessNode,
+    WindowNode,
+)
+
+__all__ = ["CARRIES_TIME", "native_window", "native_join", "spark_stateful_operators", "runtime_steps", "upstream_steps"]
+
+# Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
+# a keyed step's side output carries each record's too.
+CARRIES_TIME = (KeyByNode, FilterNode, MapNode, FlatMapNode, SideOutputNode)
+
+
+def native_window(node: WindowNode, graph: Graph) -> bool:
+    """Whether the window step runs on Spark's native windowing (else on Ember's window operator).
+
+    Native only when Spark's semantics are Flink's (``node.plain``) and the window is the
+    only stateful step on its path: a window reading or feeding another stateful step runs
+    on Ember's operator, where event time flows between steps as in Flink."""
+    return node.plain and _only_stateful_step_on_its_path(node, graph)
+
+
+def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
+    """Whether the interval join runs on Spark's native stream-stream join: when no other
+    stateful step comes before or after it (Spark's join rows have no Ember event time, and
+    Ember's steps carry theirs in hidden columns); else on Ember's keyed runtime as a
+    co-process step, where event time flows between steps as in Flink."""
+    return _only_stateful_step_on_its_path(node, graph)
+
+
+def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:
+    """Whether no stateful step comes before ``node`` or after it."""
+    return not any(isinstance(n, STATEFUL) for n in ancestors(node)) and not any(
+        isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes
+    )
+
+
+def spark_stateful_operators(graph: Graph) -> list[Node]:
+    """The steps Spark runs as stateful operators: native windows and keyed-state steps."""
+    return [n for n in graph.nodes if isinstance(n, STATEFUL)]
+
+
+def runtime_steps(graph: Graph) -> list[Node]:
+    """The steps on Ember's keyed runtime (process functions, Python windows), in graph order."""
+    return [n for n in graph.nodes if _keyed_state(n, graph)]
+
+
+def _keyed_state(node: Node, graph: Graph) -> bool:
+    """Whether the step runs on Ember's keyed state (a Spark Python state operator)."""
+    if isinstance(node, WindowNode):
+        return not native_window(node, graph)
+    if isinstance(node, IntervalJoinNode):
+        return not native_join(node, graph)
+    return isinstance(node, KeyedProcessNode | VectorizedProcessNode)
+
+
+def upstream_steps(node: Node, graph: Graph) -> list[Node]:
+    """The keyed-runtime steps whose outputs ``node`` reads with no other such step in between,
+    in graph order: none, one, or — for a two-input step — one per input."""
+    upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
+    direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
+    return [n for n in graph.nodes if any(n is a for a in direct)]
+
+
