@@ -346,19 +346,24 @@ def rolling(batches: list[list[tuple]], kind: str) -> list[tuple]:
 
 def two_input_watermarks(first: list[list[tuple]], second: list[list[tuple]], bound_ms: int, *,
                          after_last: bool = False) -> list[int | None]:
-    """The watermark of a two-input step before each micro-batch: the least of the inputs'
-    (each ``max - bound - 1`` over earlier batches; an input without records yet does not
-    count, as in Spark), never going back; None before any input has one. ``after_last``:
-    and the one after the last batch (before the end of input's)."""
-    marks: list[int | None] = [None, None]
+    """The watermark of a two-input step before each micro-batch (:func:`least_watermarks`)."""
+    return least_watermarks([first, second], bound_ms, after_last=after_last)
+
+
+def least_watermarks(inputs: list[list[list[tuple]]], bound_ms: int, *, after_last: bool = False) -> list[int | None]:
+    """The watermark of a query with several sources before each micro-batch: the least of
+    the sources' (each ``max - bound - 1`` over earlier batches; a source without records
+    yet does not count, as in Spark), never going back; None before any source has one.
+    ``after_last``: and the one after the last batch (before the end of input's)."""
+    marks: list[int | None] = [None] * len(inputs)
     wm: int | None = None
     out: list[int | None] = []
-    for k in range(max(len(first), len(second)) + (1 if after_last else 0)):
+    for k in range(max(map(len, inputs)) + (1 if after_last else 0)):
         present = [m for m in marks if m is not None]
         if present and (wm is None or min(present) > wm):
             wm = min(present)
         out.append(wm)
-        for side, batches in enumerate((first, second)):
+        for side, batches in enumerate(inputs):
             batch = batches[k] if k < len(batches) else []
             if batch:
                 candidate = max(r[0] for r in batch) - bound_ms - 1
@@ -455,6 +460,14 @@ def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: in
         check(END, ts, key, v)
     fire(END, float("inf"))
     return out
+
+
+def tumbling_results(batches: list[list[tuple]], bound_ms: int, size: int,
+                     watermarks: list[int | None] | None = None) -> tuple[list[list[tuple]], int]:
+    """A tumbling count/sum window's results ``(key, end - 1, count, sum)`` per batch whose
+    watermark fires them (the last entry: at the end of input), and how many records it
+    dropped late. ``watermarks``: per batch, when not the batches' own."""
+    return _tumbling_results(batches, bound_ms, size, watermarks)
 
 
 def tumbling_sums(batches: list[list[tuple]], bound_ms: int, size: int,

@@ -4,6 +4,7 @@ the independent model (tests/flink_model.py)."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import flink_model as model
@@ -19,6 +20,7 @@ from ember import (
     WatermarkStrategy,
 )
 from ember.errors import PipelineError, RestartError
+from ember.savepoints import create_savepoint
 from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -131,6 +133,35 @@ def test_dedupe_then_window_equals_the_window_of_the_distinct_records(env):
     result = env.execute("dedupe-window", progress=False)
     assert _fired(sink, batches, "v") == expected.fired
     assert result.late_dropped == expected.late
+
+
+def test_a_window_reads_the_union_of_two_dedupes_and_a_source(env, tmp_path):
+    """A one-input step reading two stateful steps through a union, and a plain stream beside
+    them: every row keeps its own event time, the watermark is the least of the three
+    sources' (Spark's one per query), and the window fires per batch what the model fires
+    on the union of what each input passes. A savepoint reads each dedupe's state as its own
+    (Spark numbers the operators branch by branch: restart.spark_operator_ids)."""
+    a, b, c = (model.random_batches(seed, keys=keys) for seed, keys in ((11, "ab"), (12, "bc"), (13, "ac")))
+    a, b = ([x + x[:2] for x in batches] for batches in (a, b))  # each dedupe removes what its batches repeat
+    sources = [env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name=name) for batches, name in ((a, "a"), (b, "b"), (c, "c"))]
+    deduped = [s.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name=f"dedupe-{n}") for s, n in zip(sources, "ab")]
+    sink = CollectSink()
+    (deduped[0].union(deduped[1], sources[2]).key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w").sink_to(sink))
+    result = env.execute("union-of-steps", progress=False)
+    union = [x + y + z for x, y, z in zip(_distinct(a), _distinct(b), c)]
+    fired, late = model.tumbling_results(union, 1_000, 2_000, model.least_watermarks([a, b, c], 1_000, after_last=True))
+    expected = sorted((r[0], r[1], r[2], r[3], k if k < len(a) else model.END)
+                      for k, results in enumerate(fired) for r in results)
+    got = sorted((r["k"], r["window_end"] - 1, r["n"], r["v"], _label(bt.batch_id, a)) for bt in sink.batches for r in bt.rows)
+    assert late > 0 and len({e[-1] for e in expected}) > 3
+    assert got == expected
+    assert result.late_dropped == late
+
+    point = create_savepoint(os.path.join(env.config.checkpoint_dir, "union-of-steps"), root=str(tmp_path / "sp"))
+    for name, batches in (("dedupe-a", a), ("dedupe-b", b)):
+        seen = point.read_state(name, env.spark)
+        assert sorted(seen[["ts", "k", "v"]].itertuples(index=False, name=None)) == sorted(r for x in _distinct(batches) for r in x)
 
 
 @pytest.mark.parametrize("seed", [8, pytest.param(3, marks=pytest.mark.slow)])

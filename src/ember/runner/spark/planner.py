@@ -45,6 +45,7 @@ from ember.graph.nodes import (
     SinkNode,
     SourceNode,
     SqlNode,
+    UnionNode,
     WindowNode,
 )
 from ember.runner.spark.fan_out_plan import FanOut, fan_out_of
@@ -240,17 +241,18 @@ def _branch_problem(branch: list[Node], before: set[int], fork: Node, names: str
 
 
 def _check_chains(graph: Graph) -> None:
-    """A keyed-runtime step reads at most one other (a chain; joins of two stateful
-    streams are not built yet), and the steps between two of them keep the rows'
-    event time: key_by, filters, and Python map / flat_map, which pass each output
-    row on with its input record's hidden event-time columns (not yet map_batches)."""
+    """A keyed-runtime step reads another (a chain), one per input (a two-input step), or
+    several through a union (a one-input step: every path from them merges at a union
+    before it); the steps between keep the rows' event time: key_by, filters, Python map /
+    flat_map, which pass each output row on with its input record's hidden event-time
+    columns (not yet map_batches), side outputs and unions."""
     for node in runtime_steps(graph):
         direct = upstream_steps(node, graph)
-        if len(direct) > 1 and not _one_per_input(node, direct):
+        if len(direct) > 1 and not _one_per_input(node, direct) and len(node.inputs) != 1:
             raise PipelineError(
-                f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}); "
-                "a step reading two stateful streams is not supported yet (a two-input step may read one: "
-                "run the other's part as its own job)",
+                f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}) "
+                "on one input; a two-input step may read one stateful step per input, and a one-input step their "
+                "union, yet: union them before one input, or run one part as its own job",
                 node.name,
             )
         for upstream in direct:
@@ -262,10 +264,10 @@ def _check_chains(graph: Graph) -> None:
                         f"it and the stateful step '{upstream.name}'; a keyed step reads side outputs of keyed steps "
                         "only, yet", step.name,
                     )
-                if not isinstance(step, CARRIES_TIME):
+                if not isinstance(step, (*CARRIES_TIME, UnionNode)):
                     raise PipelineError(
                         f"'{step.name}' ({step.kind}) sits between the stateful steps '{upstream.name}' and "
-                        f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map and a side output are "
+                        f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map, union and a side output are "
                         "supported yet (a step there must pass each record's event time on): move it before "
                         f"'{upstream.name}' or into its function",
                         step.name,

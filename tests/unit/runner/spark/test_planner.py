@@ -105,12 +105,24 @@ def test_a_vectorised_map_between_two_keyed_steps_is_refused_naming_it(env, even
         plan(env.graph())
 
 
-def test_a_step_reading_two_stateful_streams_is_refused(env, events):
+def test_a_step_reading_the_union_of_two_stateful_streams_reads_both(env, events):
     src = events()
     a = src.key_by("k").process(_Count(), "ts bigint, k string", name="a")
     b = src.key_by("k").process(_Count(), "ts bigint, k string", name="b")
     a.union(b).key_by("k").process(_Count(), "ts bigint, k string", name="both").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'both'.*several stateful steps"):
+    p = plan(env.graph())
+    both = next(n for n in p.graph.nodes if n.name == "both")
+    assert p.chained and [n.name for n in p.upstream_steps(both)] == ["a", "b"]
+    assert p.read_by_step(next(n for n in p.graph.nodes if n.name == "b"))
+
+
+def test_a_step_between_a_stateful_step_and_a_union_is_checked_like_any_step_between(env, events):
+    src = events()
+    a = src.key_by("k").process(_Count(), "ts bigint, k string", name="a")
+    b = src.key_by("k").process(_Count(), "ts bigint, k string", name="b")
+    reshaped = b.map_batches(lambda pdf: pdf, name="reshape")
+    a.union(reshaped).key_by("k").process(_Count(), "ts bigint, k string", name="both").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'reshape'.*between the stateful steps 'b' and 'both'"):
         plan(env.graph())
 
 

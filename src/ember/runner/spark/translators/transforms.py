@@ -10,6 +10,8 @@ from pyspark.sql import functions as F
 from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode, UnionNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.keyed.runtime import ANCHOR, PRE, TIME_OUT, without_hidden
+from ember.runner.spark.translators.eventtime import with_event_time
 from ember.runner.spark.translators.python_ops import python_filter
 
 __all__ = ["column", "key_columns", "check_paired_keys"]
@@ -75,16 +77,42 @@ def _union(comp: Compilation, node: UnionNode) -> Frame:
         raise PipelineError(f"union inputs must share one watermark strategy ({described})", node.name)
     first = frames[0]
     for other, parent in zip(frames[1:], node.inputs[1:]):
-        if sorted(first.df.columns) != sorted(other.df.columns):
+        if sorted(without_hidden(first.df.schema).names) != sorted(without_hidden(other.df.schema).names):
             raise PipelineError(
-                f"union inputs must have the same fields: {sorted(first.df.columns)} vs "
-                f"{sorted(other.df.columns)} (from '{parent.name}')",
+                f"union inputs must have the same fields: {sorted(without_hidden(first.df.schema).names)} vs "
+                f"{sorted(without_hidden(other.df.schema).names)} (from '{parent.name}')",
                 node.name,
             )
-    df = first.df
+    frames = _timed_like_steps(comp, node, frames)
+    df = frames[0].df
     for other in frames[1:]:
         df = df.unionByName(other.df)
     return Frame(df, first.time)
+
+
+def _timed_like_steps(comp: Compilation, node: UnionNode, frames: list[Frame]) -> list[Frame]:
+    """When some inputs are a keyed step's rows read by another keyed step (each row's event
+    time in hidden columns, docs/design/dataflow.md), the other inputs' rows get the same:
+    their event time (TIME, their watermark set here, as on a two-input step's input from
+    a source), PRE false (none was emitted ahead of an upstream watermark) and the null
+    watermark anchor. Otherwise the frames as they are."""
+    stepped = next((f.df.columns for f in frames if TIME_OUT in f.df.columns), None)
+    if stepped is None:
+        return frames
+    out = []
+    for i, frame in enumerate(frames):
+        if TIME_OUT in frame.df.columns:
+            out.append(frame)
+            continue
+        assert frame.time is not None  # the union's inputs share the stepped input's watermark strategy
+        mark = f"__ember_watermark_of_input_{i}"
+        df = with_event_time(comp, frame.df, frame.time, node.name, column=mark)
+        columns = [F.col(c) for c in frame.df.columns]
+        columns += [F.unix_millis(F.col(mark)).alias(TIME_OUT), F.lit(False).alias(PRE)]
+        if ANCHOR in stepped:
+            columns.append(F.lit(None).cast("timestamp").alias(ANCHOR))
+        out.append(Frame(df.select(*columns), frame.time))
+    return out
 
 
 @translates(LookupJoinNode)
