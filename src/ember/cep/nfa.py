@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 from ember.cep.pattern import Contiguity, Pattern, positional_arity
 
-__all__ = ["Matcher", "MatchContext", "compile_pattern", "Plan", "LOOP", "NEXT", "TRAIL"]
+__all__ = ["Matcher", "MatchContext", "compile_pattern", "relevance", "Plan", "LOOP", "NEXT", "TRAIL"]
 
 LOOP, NEXT, TRAIL = 0, 1, 2
 END = -1
@@ -65,6 +65,7 @@ class _Compiled:
     until: Callable[[dict[str, Any], tuple, list[str]], bool] | None
     negative: bool
     simple: Callable[[dict[str, Any]], Any] | None = None  # the one condition, when it takes the event only (fast path)
+    iterative: bool = False  # a condition (or until) reads the partial match (ctx)
 
 
 def _predicate(cond: Any, sql_columns: dict[str, str]) -> Callable[[dict[str, Any], tuple, list[str]], bool]:
@@ -82,6 +83,10 @@ def _simple(alternatives: tuple[tuple[Any, ...], ...]) -> Callable[[dict[str, An
         return None
     cond = alternatives[0][0]
     return cond if positional_arity(cond) == 1 else None
+
+
+def _iterative(cond: Any) -> bool:
+    return not isinstance(cond, str) and positional_arity(cond) == 2
 
 
 def _test(alternatives: tuple[tuple[Any, ...], ...], sql_columns: dict[str, str]) -> Callable[[dict[str, Any], tuple, list[str]], bool]:
@@ -112,7 +117,8 @@ def compile_pattern(pattern: Pattern, sql_columns: dict[str, str] | None = None)
     sql_columns = sql_columns or {}
     stages = tuple(
         _Compiled(i, s.name, _test(s.conditions, sql_columns), s.min, s.max, s.inner, s.contiguity,
-                  _test(((s.until,),), sql_columns) if s.until is not None else None, s.negative, _simple(s.conditions))
+                  _test(((s.until,),), sql_columns) if s.until is not None else None, s.negative, _simple(s.conditions),
+                  any(_iterative(c) for c in (*(c for conj in s.conditions for c in conj), s.until) if c is not None))
         for i, s in enumerate(pattern.stages)
     )
 
@@ -140,6 +146,29 @@ def compile_pattern(pattern: Pattern, sql_columns: dict[str, str] | None = None)
     successors = {s.index: ways_on(s.index) for s in stages if not s.negative}
     skip_stage = pattern.names.index(pattern.skip.stage) if pattern.skip.stage else None
     return Plan(stages, pattern.names, entries, successors, guards, pattern.window_ms, pattern.skip.kind, skip_stage)
+
+
+def relevance(plan: Plan) -> Callable[[dict[str, Any]], bool] | None:
+    """Whether an event can matter to the matcher — start a match, be taken, stop a loop, or
+    cut a partial match (a negative stage's, or a greedy loop's guard) — when that depends on
+    the event alone: then an event for which this is False leaves every partial match as it
+    is (relaxed and non-deterministic contiguity pass over it) and can be dropped before it
+    is queued. None when any event may matter: strict contiguity (``next``, ``consecutive``,
+    ``not_next``: the very next event counts) or a condition reading the partial match."""
+    stages = plan.stages
+    if any(s.contiguity in (Contiguity.STRICT, Contiguity.NOT_NEXT) or s.inner == Contiguity.STRICT or s.iterative
+           for s in stages):
+        return None
+    names = plan.names
+
+    def alone(test: Callable[[dict[str, Any], tuple, list[str]], bool]) -> Callable[[dict[str, Any]], Any]:
+        return lambda e: test(e, (), names)
+
+    tests = [s.simple or alone(s.test) for s in stages] + [alone(s.until) for s in stages if s.until is not None]
+    if len(tests) == 2:
+        first, second = tests
+        return lambda e: bool(first(e) or second(e))
+    return lambda e: any(test(e) for test in tests)
 
 
 # A partial match: (mode, stage, count, events, target, negatives, fresh)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Iterable
 
-from ember.cep.nfa import Matcher, compile_pattern
+from ember.cep.nfa import Matcher, compile_pattern, relevance
 from ember.cep.pattern import Pattern
 from ember.errors import UserFunctionError
 from ember.functions import Context, KeyedProcessFunction, RuntimeContext
@@ -64,6 +64,9 @@ class CepFunction(KeyedProcessFunction):
 
     def open(self, ctx: RuntimeContext) -> None:
         self.matcher = Matcher(compile_pattern(self.pattern, self.sql_columns))
+        # events no stage can take, nor any negation, until or greedy guard see, when that
+        # depends on the event alone: not queued (they would leave every partial match as it is)
+        self._relevant = relevance(self.matcher.plan)
         # per key: [partial matches, waiting events (ts, seq, values) as a heap, next seq, the values' field names]
         self.cep = ctx.get_state(ValueStateDescriptor("cep-nfa"))
         self._fields: tuple[str, ...] = ()  # the records' field names (waiting events keep their values only)
@@ -89,7 +92,15 @@ class CepFunction(KeyedProcessFunction):
             else:
                 found.append(i)
         late = 0
+        relevant = self._relevant
+        if relevant is not None:  # (late events are kept: counted or sent on below)
+            floor = watermark if watermark is not None else -(1 << 63)
+            keep = [times[i] <= floor or relevant(dict(zip(fields, row))) for i, row in enumerate(rows)]
         for key, indices in positions.items():
+            if relevant is not None:
+                indices = [i for i in indices if keep[i]]
+                if not indices:
+                    continue
             slot = rt.enter(key)
             st = cell.value() or [[], [], 0, fields]
             buffered, seq = st[1], st[2]
