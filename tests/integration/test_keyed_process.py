@@ -1,5 +1,6 @@
 """KeyedProcessFunction with ValueState: exact results, state across batches and restarts."""
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -340,3 +341,66 @@ def test_a_timer_fires_when_the_watermark_reaches_it_whatever_other_keys_do(env)
     # Watermarks after each batch's records (bound 0): 999, 1499, 1599, 2999; b's timers (2_000,
     # 2_100) are reached by the one (3_000, c) makes, in its batch.
     assert fired == [("a", 1_500, 1_599, 2), ("b", 2_000, 2_999, 3), ("b", 2_100, 2_999, 3)]
+
+
+class Ratio(KeyedProcessFunction):
+    """A running sum of 100 // v per key; raises on v == 0 after emitting (the output and the
+    side output it emitted before raising must be discarded) and before touching state."""
+
+    def open(self, ctx):
+        self.total = ctx.get_state(ValueStateDescriptor("total", default=0))
+
+    def process_element(self, value, ctx):
+        from ember import OutputTag
+
+        ctx.output(OutputTag("seen", "k string"), {"k": ctx.current_key})
+        yield {"k": ctx.current_key, "total": -1}
+        part = 100 // value["v"]
+        self.total.update(self.total.value() + part)
+        yield {"k": ctx.current_key, "total": self.total.value()}
+
+
+def test_records_a_process_function_raises_on_become_dead_letters(env):
+    from ember import OutputTag
+
+    batches = [[(1, "a", 5), (2, "b", 0), (3, "a", 0)], [(4, "a", 20), (5, "b", 4), (6, "b", 0)]]
+    bad = OutputTag("bad")
+    src = env.from_source(ScriptedSource(batches, "ts bigint, k string, v int"), MONOTONOUS, name="events")
+    totals = src.key_by("k").process(Ratio(), "k string, total bigint", dead_letter=bad, name="ratio")
+    main, seen, dead = CollectSink(), CollectSink(), CollectSink()
+    totals.filter("total >= 0").sink_to(main, name="main")
+    totals.get_side_output(bad).sink_to(dead, name="dead")
+    totals.get_side_output(OutputTag("seen", "k string")).sink_to(seen, name="seen")
+    env.execute("dead-letters", progress=False)
+
+    expected, running = [], Counter()
+    for batch in batches:
+        for _ts, k, v in batch:
+            if v:
+                running[k] += 100 // v
+                expected.append((k, running[k]))
+    assert sorted((r["k"], r["total"]) for r in main.rows()) == sorted(expected)
+    letters = sorted((json.loads(r["raw"])["ts"], r["error"]) for r in dead.rows())
+    assert [ts for ts, _ in letters] == [2, 3, 6]
+    assert all("step 'ratio': Ratio.process_element raised ZeroDivisionError" in e for _, e in letters)
+    assert json.loads(sorted(dead.rows(), key=lambda r: r["raw"])[0]["raw"]) == {"ts": 2, "k": "b", "v": 0}
+    assert sorted(r["k"] for r in seen.rows()) == sorted(k for b in batches for _, k, v in b if v)
+
+
+def test_dead_letters_nobody_reads_are_refused_before_the_job_starts(env):
+    from ember import OutputTag
+
+    src = env.from_source(ScriptedSource(BATCHES, SCHEMA), MONOTONOUS, name="events")
+    src.key_by("k").process(RunningCount(), "k string, n bigint, ts bigint", dead_letter=OutputTag("bad"),
+                            name="counts").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'counts'.*side output 'bad', which the pipeline does not read"):
+        env.execute("dead-letters-refused", progress=False)
+
+
+def test_meter_readings_example(spark, load_example):
+    used, bad = load_example("meter_readings").run()
+    assert sorted((r["meter"], r["ts"], r["kwh"]) for r in used.rows()) == [
+        ("m-1", 2_000, 4), ("m-1", 4_000, 6), ("m-2", 2_500, 5), ("m-2", 3_000, 2)]
+    letters = sorted((json.loads(r["raw"])["meter"], json.loads(r["raw"])["ts"], r["error"]) for r in bad.rows())
+    assert [(m, ts) for m, ts, _ in letters] == [("m-1", 3_000), ("m-2", 2_000)]
+    assert "TypeError" in letters[0][2] and "meter went backwards: 40 -> 38" in letters[1][2]

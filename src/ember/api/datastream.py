@@ -340,12 +340,15 @@ class KeyedStream(DataStream):
             evictor=CountEvictor.of(size), label=f"count window {size} every {slide}",
         )
 
-    def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
+    def process(self, fn: Any, output_schema: Any, *, dead_letter: Any = None, name: str | None = None) -> DataStream:
         """Run ``fn`` (a :class:`~ember.functions.KeyedProcessFunction`) on every
         record with managed keyed state; ``output_schema`` (Spark DDL) types what it yields.
 
         Within a micro-batch each key's records are processed in timestamp order
-        when the stream has event time, else in arrival order.
+        when the stream has event time, else in arrival order. ``dead_letter=OutputTag(...)``:
+        a record ``process_element`` raises on goes to that side output (``raw``: the record
+        as JSON, ``error``: why) and what that call emitted is discarded; the state and timers
+        it changed before raising stay changed. Without it, such a record fails the job.
         """
         step = name or "process"
         if not isinstance(fn, KeyedProcessFunction):
@@ -354,7 +357,9 @@ class KeyedStream(DataStream):
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
         if not all(isinstance(k, str) for k in self.keys):
             raise PipelineError("process needs key_by with field names (not Columns)", step)
-        node = self._add(n.KeyedProcessNode, name, "process", keys=self.keys, fn=fn, output_schema=output_schema)
+        dead = _dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None
+        node = self._add(n.KeyedProcessNode, name, "process", keys=self.keys, fn=fn, output_schema=output_schema,
+                         dead_letter=dead)
         return DataStream(self._env, node)
 
     def process_batches(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:

@@ -230,9 +230,10 @@ class KeyedProcessNode(Node):
     keys: tuple[str, ...] = ()
     fn: Any = None
     output_schema: Any = None
+    dead_letter: Any = None  # OutputTag: records process_element raises on go there instead of failing the job
 
     def describe(self) -> str:
-        return f"process {type(self.fn).__name__} by {', '.join(self.keys)} (python, keyed state)"
+        return f"process {type(self.fn).__name__} by {', '.join(self.keys)} (python, keyed state){_dead(self)}"
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,6 +20,7 @@ import pandas as pd
 
 from ember.errors import UserFunctionError
 from ember.functions import KeyedProcessFunction
+from ember.runner.spark.deadletters import record_text
 from ember.runner.spark.keyed.contracts import BatchHandler, GroupState
 from ember.runner.spark.keyed.runtime import (
     EVENT_TIMERS,
@@ -67,6 +68,7 @@ class BucketFunction:
         previous_watermark: Callable[[], int] | None = None,
         tie_break: str | None = None,
         advance_ms: int | None = None,
+        dead_letter: str | None = None,
     ) -> None:
         self.fn, self.step, self.keys, self.fields = fn, step, keys, fields
         self.out_fields, self.time_column, self.event_time = out_fields, time_column, event_time
@@ -85,6 +87,9 @@ class BucketFunction:
         # An operator may take whole batches (contracts.BatchHandler); process_batch = None opts out.
         self.batches: BatchHandler | None = fn if callable(getattr(fn, "process_batch", None)) else None  # type: ignore[assignment]
         self.build_records = records_builder(fields)
+        # A side output for the records process_element raises on (``process(dead_letter=)``):
+        # such a record becomes a dead letter, what the call emitted is discarded, the job goes on.
+        self.dead_letter = dead_letter
         self.columns_out = list(out_fields)
         if self.side_outputs:
             self.columns_out += [TAG] + [side_column(t, f) for t, fs in self.side_outputs.items() for f in fs]
@@ -211,6 +216,8 @@ class BucketFunction:
                 return latest
         fn, step, marks = self.fn, self.step, rt.marks
         process, append = fn.process_element, out.extend
+        if self.dead_letter is not None:
+            process = self._guarded(process, rt)
         # The hot loop: one user call per record and nothing else per record.
         for i, record in enumerate(self.build_records(columns)):
             key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)
@@ -236,6 +243,28 @@ class BucketFunction:
             elif found is not None:
                 del table[key]
         return latest
+
+    def _guarded(self, process: Callable[..., Any], rt: KeyedRuntime) -> Callable[..., Any]:
+        """``process`` with the record it raises on sent to the dead-letter side output (raw:
+        the record as JSON, error: the step, the function and the exception): its outputs are
+        materialised inside the call so a failing generator emits nothing, and the side
+        outputs it emitted before raising are dropped. State and timers it changed before
+        raising stay changed (docs/connectors.md)."""
+        tag, step, name = self.dead_letter, self.step, type(self.fn).__name__
+        assert tag is not None
+
+        def guarded(record: dict[str, Any], ctx: KeyedRuntime) -> list[Any] | None:
+            emitted = len(rt.side)
+            try:
+                result = process(record, ctx)
+                return None if result is None else list(result)
+            except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
+                del rt.side[emitted:]
+                error = f"step '{step}': {name}.process_element raised {type(exc).__name__}: {exc}"
+                rt.side.append((tag, {"raw": record_text(record), "error": error}, rt.timestamp, rt.ahead))
+                return None
+
+        return guarded
 
     def _fire_due(self, rt: KeyedRuntime, out: list[Any]) -> None:
         self._fire(rt, EVENT_TIMERS, rt.watermark, out)

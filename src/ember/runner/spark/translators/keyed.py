@@ -27,6 +27,7 @@ from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode,
 from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
+from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, require_reader
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
@@ -99,6 +100,8 @@ def _side_outputs(comp: Compilation, node: Node, late: tuple[Any, T.StructType] 
         tag = consumer.tag
         if late is not None and tag == late[0]:
             out[tag.name] = late[1]
+        elif getattr(node, "dead_letter", None) is not None and tag.name == node.dead_letter.name:
+            out[tag.name] = DEAD_LETTER_STRUCT
         elif tag.schema is None:
             raise PipelineError(f"side output '{tag.name}' needs a schema: OutputTag('{tag.name}', 'field type, ...')", node.name)
         else:
@@ -118,6 +121,7 @@ def keyed_operator(
     combiner: Any = None,
     timed: bool = False,
     tie_break: str | None = None,
+    dead_letter: str | None = None,
 ) -> Frame:
     """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``.
 
@@ -153,7 +157,7 @@ def keyed_operator(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
         emit_time=emit_time, previous_watermark=_previous_watermark(comp, node, event_time), tie_break=tie_break,
-        advance_ms=advance_ms,
+        advance_ms=advance_ms, dead_letter=dead_letter,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     processor = None
@@ -312,8 +316,11 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
         raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
     out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
     event_time = _has_event_time(up)
+    if node.dead_letter is not None:
+        require_reader(comp, node, node.dead_letter)
     return keyed_operator(comp, node, up, node.keys, node.fn, out, event_time,
-                          combiner=_rolling_combiner(comp, node, up, event_time))
+                          combiner=_rolling_combiner(comp, node, up, event_time),
+                          dead_letter=node.dead_letter.name if node.dead_letter is not None else None)
 
 
 def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, event_time: bool) -> Any:
