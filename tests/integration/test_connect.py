@@ -65,7 +65,8 @@ def _label(batch_id: int, batches: int) -> int | str:
     return batch_id if batch_id < batches else model.END
 
 
-@pytest.mark.parametrize("seed,layout", [(3, "blob"), (3, "delta"), pytest.param(4, "blob", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed,layout", [(3, "blob"), pytest.param(3, "delta", marks=pytest.mark.slow),
+                                         pytest.param(4, "blob", marks=pytest.mark.slow)])
 def test_shared_state_and_timers_equal_the_model(spark, tmp_path, seed, layout):
     """Also on the delta state layout (issue 18): the keys' state in a log with a working copy."""
     from ember import StreamEnvironment

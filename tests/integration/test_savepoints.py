@@ -332,6 +332,7 @@ def test_native_window_state_is_readable_and_rescales(spark, tmp_path):
     assert sorted(head + rows(sink)) == whole
 
 
+@pytest.mark.slow  # ~60 s; by default: stop-with-savepoint and restore (one step), chained steps' state read back
 def test_three_stateful_steps_stop_with_savepoint_rescale_2_to_4_equals_an_uninterrupted_run(spark, tmp_path):
     """Issue 17: a chain of three keyed steps (running totals -> 20 ms windows of them ->
     running totals of the windows) on transformWithStateInPandas, stopped with a savepoint
