@@ -235,8 +235,8 @@ class Matcher:
                 if stage.inner == Contiguity.ANY or (stage.inner == Contiguity.RELAXED and not took):
                     out.append(p)
             elif mode == NEXT:
-                if guards and (s, target) in guards and any(stages[g].test(e, events, names) for g in guards[(s, target)]
-                                                            if g != s or count < stages[s].max):
+                guard = guards.get((s, target)) if guards else None
+                if guard and any(stages[g].test(e, events, names) for g in guard if g != s or count < stages[s].max):
                     continue  # a greedy loop left (not full) or passed by would take this event: only its longer run goes on
                 between = False
                 if negatives:

@@ -24,6 +24,7 @@ from ember.time.durations import to_ms
 __all__ = ["Pattern", "Stage", "Contiguity", "SkipStrategy", "INFINITE"]
 
 INFINITE = 1 << 62  # an unbounded quantifier's maximum
+_GREEDY_NEEDS_A_LOOP = "greedy() applies to a looping stage (times(a, b), one_or_more, times_or_more)"
 
 
 class Contiguity:
@@ -201,8 +202,7 @@ class Pattern:
         never takes an event the loop could take (Flink's greedy quantifier). Needs a looping
         stage and a stage that is not optional after it."""
         if not self._last.looping:
-            raise PipelineError("greedy() applies to a looping stage (times(a, b), one_or_more, times_or_more)",
-                                self._last.name)
+            raise PipelineError(_GREEDY_NEEDS_A_LOOP, self._last.name)
         return self._with(greedy=True)
 
     # -- the whole pattern -------------------------------------------------------------
@@ -255,7 +255,7 @@ class Pattern:
             if s.negative and s.conditions == ((),):
                 raise PipelineError("a negative stage needs a where(...) condition", s.name)
             if s.greedy and s.max <= 1:
-                raise PipelineError("greedy() applies to a looping stage (times(a, b), one_or_more, times_or_more)", s.name)
+                raise PipelineError(_GREEDY_NEEDS_A_LOOP, s.name)
             if s.greedy and not any(t.min > 0 for t in stages[i + 1:] if not t.negative):
                 raise PipelineError(
                     "greedy() needs a stage that is not optional after the loop (a match ends after the loop's "

@@ -84,7 +84,7 @@ def _keyed_state(node: Node, graph: Graph) -> bool:
 
 def upstream_steps(node: Node, graph: Graph) -> list[Node]:
     """The keyed-runtime steps whose outputs ``node`` reads with no other such step in between,
-    in graph order: none, one, or — for a two-input step — one per input."""
+    in graph order: none, one, one per input of a two-input step, or several merged by a union."""
     upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
     direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
     return [n for n in graph.nodes if any(n is a for a in direct)]

@@ -117,7 +117,8 @@ class Plan:
         return direct[0] if direct else None
 
     def upstream_steps(self, node: Node) -> list[Node]:
-        """The keyed-runtime steps whose outputs ``node`` reads: one, or one per input of a two-input step."""
+        """The keyed-runtime steps whose outputs ``node`` reads: one, one per input of a two-input
+        step, or several merged by a union before a one-input step."""
         return upstream_steps(node, self.graph)
 
     def read_by_step(self, node: Node) -> bool:

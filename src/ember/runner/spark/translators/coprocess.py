@@ -28,7 +28,7 @@ from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
 from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
 from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.translators.eventtime import TIME, with_event_time
+from ember.runner.spark.translators.eventtime import TIME, own_watermark
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of, keyed_input, keyed_operator
 from ember.runner.spark.translators.python_ops import output_struct, pair_records
 from ember.runner.spark.translators.transforms import check_paired_keys, column
@@ -66,7 +66,7 @@ def _rows(comp: Compilation, node: Any, up: Frame, stream: int, keys: tuple[str,
     from_step = chained and TIME in df.columns
     if event_time and not from_step:
         assert up.time is not None
-        df = with_event_time(comp, df, up.time, node.name, column=mark, keys=keys)
+        df, own_time = own_watermark(comp, df, up.time, node.name, mark, keys)
     columns = [F.lit(input_value).alias(INPUT)]
     columns += [(F.col(keys[i]) if keys else F.lit(None).cast(t)).alias(key_column(i)) for i, t in enumerate(key_types)]
     for other, struct in enumerate(structs, start=1):
@@ -76,7 +76,7 @@ def _rows(comp: Compilation, node: Any, up: Frame, stream: int, keys: tuple[str,
     if from_step:
         columns += [F.col(TIME), F.col(PRE)]
     elif event_time:
-        columns.append(F.unix_millis(F.col(mark)).alias(TIME))  # no watermark marker: the runtime decides lateness
+        columns.append(own_time)
         if chained:  # the other input's rows: none was emitted ahead of an upstream watermark
             columns.append(F.lit(False).alias(PRE))
     return df, columns

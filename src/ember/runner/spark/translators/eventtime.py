@@ -22,7 +22,8 @@ from ember.runner.spark.datasources import END_OF_TIME_MS
 from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, TIME_OUT
 from ember.time.watermarks import WatermarkStrategy
 
-__all__ = ["TIME", "ANCHOR", "HIDDEN", "with_event_time", "with_processing_time", "keep_late_rows", "restore_anchor"]
+__all__ = ["TIME", "ANCHOR", "HIDDEN", "with_event_time", "own_watermark", "with_processing_time", "keep_late_rows",
+           "restore_anchor"]
 
 TIME = TIME_OUT
 _DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time column
@@ -49,6 +50,15 @@ def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: s
     if flush:
         df = df.filter(F.col(column) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
     return df
+
+
+def own_watermark(comp: Compilation, df: Any, time: WatermarkStrategy, step: str, mark: str,
+                  keys: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """``df`` (an input read beside keyed steps' rows, which carry their event time as plain
+    milliseconds) with its own watermark set on the column ``mark``, and the expression of its
+    rows' event time in ms to select as ``TIME`` — without the watermark marker, so the keyed
+    runtime, not Spark, decides lateness. Spark's watermark is the least of all inputs'."""
+    return with_event_time(comp, df, time, step, column=mark, keys=keys), F.unix_millis(F.col(mark)).alias(TIME)
 
 
 def with_processing_time(df: Any) -> Any:

@@ -11,7 +11,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode, UnionNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import ANCHOR, PRE, TIME_OUT, without_hidden
-from ember.runner.spark.translators.eventtime import with_event_time
+from ember.runner.spark.translators.eventtime import own_watermark
 from ember.runner.spark.translators.python_ops import python_filter
 
 __all__ = ["column", "key_columns", "check_paired_keys"]
@@ -76,13 +76,12 @@ def _union(comp: Compilation, node: UnionNode) -> Frame:
         described = "; ".join(f"{n.name}: {f.time.describe() if f.time else 'no watermark'}" for n, f in zip(node.inputs, frames))
         raise PipelineError(f"union inputs must share one watermark strategy ({described})", node.name)
     first = frames[0]
+    fields = sorted(without_hidden(first.df.schema).names)
     for other, parent in zip(frames[1:], node.inputs[1:]):
-        if sorted(without_hidden(first.df.schema).names) != sorted(without_hidden(other.df.schema).names):
+        theirs = sorted(without_hidden(other.df.schema).names)
+        if fields != theirs:
             raise PipelineError(
-                f"union inputs must have the same fields: {sorted(without_hidden(first.df.schema).names)} vs "
-                f"{sorted(without_hidden(other.df.schema).names)} (from '{parent.name}')",
-                node.name,
-            )
+                f"union inputs must have the same fields: {fields} vs {theirs} (from '{parent.name}')", node.name)
     frames = _timed_like_steps(comp, node, frames)
     df = frames[0].df
     for other in frames[1:]:
@@ -105,10 +104,8 @@ def _timed_like_steps(comp: Compilation, node: UnionNode, frames: list[Frame]) -
             out.append(frame)
             continue
         assert frame.time is not None  # the union's inputs share the stepped input's watermark strategy
-        mark = f"__ember_watermark_of_input_{i}"
-        df = with_event_time(comp, frame.df, frame.time, node.name, column=mark)
-        columns = [F.col(c) for c in frame.df.columns]
-        columns += [F.unix_millis(F.col(mark)).alias(TIME_OUT), F.lit(False).alias(PRE)]
+        df, own_time = own_watermark(comp, frame.df, frame.time, node.name, f"__ember_watermark_of_input_{i}")
+        columns = [F.col(c) for c in frame.df.columns] + [own_time, F.lit(False).alias(PRE)]
         if ANCHOR in stepped:
             columns.append(F.lit(None).cast("timestamp").alias(ANCHOR))
         out.append(Frame(df.select(*columns), frame.time))
