@@ -4,6 +4,7 @@ functions receive. Declarations only: the runner implements the contexts."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable
 
 from ember.errors import ConfigError
@@ -25,6 +26,7 @@ __all__ = [
     "Context",
     "ValueState",  # re-exported from ember.state.interfaces
     "DEAD_LETTER_SCHEMA",
+    "record_text",
 ]
 
 
@@ -50,6 +52,11 @@ class OutputTag:
 
 
 DEAD_LETTER_SCHEMA = "raw string, error string"  # a dead-letter record: the input as text, and why it failed
+
+
+def record_text(record: Any) -> str:
+    """A record as JSON text for a dead letter's ``raw`` (values JSON cannot hold as their text)."""
+    return json.dumps(record, default=str, ensure_ascii=False)
 
 
 class AggregateFunction:

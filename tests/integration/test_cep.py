@@ -4,6 +4,7 @@ output; SQL conditions; processing time; partial matches surviving a restart."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections import defaultdict
 from datetime import timedelta
@@ -112,6 +113,23 @@ def test_late_events_go_to_a_side_output_when_asked(spark, tmp_path):
     assert [r["start"] for r in main.rows()] == [5_000]
     assert side.rows() == [{"ts": 2_000, "user": "u1", "t": "a", "v": 7}]  # as it came, without the SQL condition's column
     assert result.late_dropped == 0  # kept, not dropped
+
+
+def test_events_a_condition_raises_on_are_dead_letters_and_the_job_goes_on(env):
+    data = [[(1_000, "u1", "a", 0), (1_500, "u1", "a", 2), (2_000, "u1", "b", 1)], [(3_000, "u1", "a", 0), (3_500, "u1", "b", 3)]]
+    bad = OutputTag("bad")
+    keyed = env.from_source(ScriptedSource(data, SCHEMA), BOUND).key_by("user")
+    p = Pattern.begin("a").where(lambda e: e["t"] == "a" and 10 // e["v"] > 1).followed_by("b").where("t = 'b'")
+    matches = CEP.pattern(keyed, p).select(lambda m: {"start": m["a"][0]["ts"]}, "start bigint", dead_letter=bad)
+    main, dead = CollectSink(), CollectSink()
+    matches.sink_to(main)
+    matches.get_side_output(bad).sink_to(dead)
+    env.execute("cep-dead-letters", progress=False)
+    assert [r["start"] for r in main.rows()] == [1_500]  # the a at 1000 never was: no second match through it
+    letters = sorted(dead.rows(), key=lambda r: r["raw"])
+    assert [json.loads(r["raw"]) for r in letters] == [{"ts": 1_000, "user": "u1", "t": "a", "v": 0},
+                                                       {"ts": 3_000, "user": "u1", "t": "a", "v": 0}]
+    assert {r["error"] for r in letters} == {"step 'pattern': a pattern condition raised ZeroDivisionError: integer division or modulo by zero"}
 
 
 class Report(PatternProcessFunction):

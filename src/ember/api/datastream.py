@@ -81,7 +81,7 @@ class DataStream:
         record as JSON, ``error``: what happened) and the job goes on.
         """
         _require_callable(fn, "map", name)
-        dead = _dead_letter_tag(dead_letter, "map dead_letter", name) if dead_letter is not None else None
+        dead = dead_letter_tag(dead_letter, "map dead_letter", name) if dead_letter is not None else None
         return DataStream(self._env, self._add(n.MapNode, name, "map", fn=fn, output_schema=output_schema, dead_letter=dead))
 
     def flat_map(
@@ -91,7 +91,7 @@ class DataStream:
         """Apply ``fn`` to every record; it returns an iterable of zero or more output
         records. ``dead_letter`` as for :meth:`map` (a failing record emits nothing)."""
         _require_callable(fn, "flat_map", name)
-        dead = _dead_letter_tag(dead_letter, "flat_map dead_letter", name) if dead_letter is not None else None
+        dead = dead_letter_tag(dead_letter, "flat_map dead_letter", name) if dead_letter is not None else None
         node = self._add(n.FlatMapNode, name, "flat_map", fn=fn, output_schema=output_schema, dead_letter=dead)
         return DataStream(self._env, node)
 
@@ -112,7 +112,7 @@ class DataStream:
         if dead_letter is not None:
             if not callable(predicate) or _is_column(predicate):
                 raise PipelineError("filter: dead_letter is for Python predicates (SQL cannot fail per record)", name or "filter")
-            dead = _dead_letter_tag(dead_letter, "filter dead_letter", name)
+            dead = dead_letter_tag(dead_letter, "filter dead_letter", name)
         return DataStream(self._env, self._add(n.FilterNode, name, "filter", predicate=predicate, dead_letter=dead))
 
     # -- vectorised and native ---------------------------------------------------------
@@ -213,7 +213,7 @@ class DataStream:
         if unmatched is not None:
             if how != "inner":
                 raise PipelineError("join_lookup: unmatched records exist only for how='inner'", name or "join_lookup")
-            unmatched = _dead_letter_tag(unmatched, "join_lookup unmatched", name)
+            unmatched = dead_letter_tag(unmatched, "join_lookup unmatched", name)
         node = self._add(n.LookupJoinNode, name, "join_lookup", table=table, on=keys, how=how, unmatched=unmatched)
         return DataStream(self._env, node)
 
@@ -236,7 +236,7 @@ class DataStream:
             fields = parse_json_schema(schema, "parse_json")
         except ConfigError as exc:
             raise PipelineError(str(exc), step) from None
-        tag = _dead_letter_tag(dead_letter, "parse_json dead_letter", name)
+        tag = dead_letter_tag(dead_letter, "parse_json dead_letter", name)
         node = self._add(n.ParseJsonNode, name, "parse_json", field=field, fields=fields, dead_letter=tag)
         return DataStream(self._env, node)
 
@@ -357,7 +357,7 @@ class KeyedStream(DataStream):
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
         if not all(isinstance(k, str) for k in self.keys):
             raise PipelineError("process needs key_by with field names (not Columns)", step)
-        dead = _dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None
+        dead = dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None
         node = self._add(n.KeyedProcessNode, name, "process", keys=self.keys, fn=fn, output_schema=output_schema,
                          dead_letter=dead)
         return DataStream(self._env, node)
@@ -609,7 +609,7 @@ class _Unsinked(Sink):
         return "(no sink yet)"
 
 
-def _dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
+def dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
     """``tag`` typed as a dead-letter output (``raw string, error string``)."""
     if not isinstance(tag, OutputTag):
         raise PipelineError(f"{what} must be an OutputTag, got {tag!r}", name or what.split()[0])

@@ -8,6 +8,11 @@ advances to the watermark (timing out partial matches, completing trailing negat
 stages). An event at or behind the watermark when it arrives is late: dropped and counted in
 ``late_dropped``, or sent to the ``late`` side output when one is given (Flink's
 ``sideOutputLateData``). Processing time: events go to the matcher as they arrive.
+
+With ``dead_letter``, an event a condition raises on goes to that side output and leaves
+every partial match as it was — as if the event had not arrived; a match or timed-out
+match the handler raises on goes there too (``raw``: the match as JSON), and what that
+call emitted is discarded. Without it, either fails the job naming the step.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any, Iterable
 from ember.cep.nfa import Matcher, compile_pattern, relevance
 from ember.cep.pattern import Pattern
 from ember.errors import UserFunctionError
-from ember.functions import Context, KeyedProcessFunction, RuntimeContext
+from ember.functions import Context, KeyedProcessFunction, RuntimeContext, record_text
 from ember.state.descriptors import ValueStateDescriptor
 
 __all__ = ["PatternProcessFunction", "CepFunction", "SelectFunction", "SQL_PREFIX"]
@@ -58,9 +63,10 @@ class CepFunction(KeyedProcessFunction):
     """Matches ``pattern`` per key and hands matches to ``handler``."""
 
     def __init__(self, pattern: Pattern, handler: PatternProcessFunction, step: str, timed_out: Any = None,
-                 sql_columns: dict[str, str] | None = None, late: Any = None) -> None:
+                 sql_columns: dict[str, str] | None = None, late: Any = None, dead_letter: Any = None) -> None:
         self.pattern, self.handler, self.step = pattern, handler, step
         self.timed_out, self.sql_columns, self.late = timed_out, dict(sql_columns or {}), late
+        self.dead_letter = dead_letter
 
     def open(self, ctx: RuntimeContext) -> None:
         self.matcher = Matcher(compile_pattern(self.pattern, self.sql_columns))
@@ -95,7 +101,7 @@ class CepFunction(KeyedProcessFunction):
         relevant = self._relevant
         if relevant is not None:  # (late events are kept: counted or sent on below)
             floor = watermark if watermark is not None else -(1 << 63)
-            keep = [times[i] <= floor or relevant(dict(zip(fields, row))) for i, row in enumerate(rows)]
+            keep = [times[i] <= floor or _relevant(relevant, dict(zip(fields, row))) for i, row in enumerate(rows)]
         for key, indices in positions.items():
             if relevant is not None:
                 indices = [i for i in indices if keep[i]]
@@ -180,10 +186,14 @@ class CepFunction(KeyedProcessFunction):
 
     def _feed(self, partials: list, seq: int, ts: int, event: dict[str, Any], ctx: Context, out: list[Any]) -> list:
         try:
-            partials, done, expired = self.matcher.event(partials, seq, ts, event)
+            fed, done, expired = self.matcher.event(partials, seq, ts, event)
         except Exception as exc:
-            raise UserFunctionError(
-                f"step '{self.step}': a pattern condition raised {type(exc).__name__}: {exc} on event {event!r}") from exc
+            error = f"step '{self.step}': a pattern condition raised {type(exc).__name__}: {exc}"
+            if self.dead_letter is None:
+                raise UserFunctionError(f"{error} on event {event!r}") from exc
+            ctx.output(self.dead_letter, {"raw": record_text(_without_sql(event)), "error": error})
+            return partials  # (the matcher built new partial matches; the ones it was given are as they were)
+        partials = fed
         if self.sql_columns:  # the SQL conditions' columns are Ember's, not the user's
             done, expired = _visible(done), _visible(expired)
         self._emit(done, expired, ctx, out)
@@ -203,12 +213,19 @@ class CepFunction(KeyedProcessFunction):
 
     def _call(self, method: Any, m: tuple, ctx: Context) -> Any:
         match = self.matcher.as_dict(m)
+        sides = getattr(ctx, "side", None)
+        emitted = len(sides) if sides is not None else 0
         try:
-            return method(match, ctx)
+            result = method(match, ctx)
+            return None if result is None else list(result)  # a generator runs here, inside the guard
         except Exception as exc:
-            raise UserFunctionError(
-                f"step '{self.step}': {type(self.handler).__name__}.{method.__name__} raised {type(exc).__name__}: {exc} "
-                f"on match {match!r}") from exc
+            error = f"step '{self.step}': {type(self.handler).__name__}.{method.__name__} raised {type(exc).__name__}: {exc}"
+            if self.dead_letter is None:
+                raise UserFunctionError(f"{error} on match {match!r}") from exc
+            if sides is not None:
+                del sides[emitted:]  # the side outputs the failed call emitted
+            ctx.output(self.dead_letter, {"raw": record_text(match), "error": error})
+            return None
 
     def _arm(self, st: list, ctx: Context, processing: bool) -> None:
         """A timer at the earliest partial match's window end (timeouts, trailing negatives)."""
@@ -220,6 +237,15 @@ class CepFunction(KeyedProcessFunction):
             ctx.register_processing_time_timer(due)
         else:
             ctx.register_event_time_timer(due)
+
+
+def _relevant(relevant: Any, event: dict[str, Any]) -> bool:
+    """Whether ``event`` can matter; True when a condition raises on it (the matcher then
+    meets the same condition: the event fails the job or becomes a dead letter there)."""
+    try:
+        return bool(relevant(event))
+    except Exception:  # noqa: BLE001 - reported where the matcher runs the condition
+        return True
 
 
 def _without_sql(event: dict[str, Any]) -> dict[str, Any]:

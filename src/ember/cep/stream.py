@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember.api.datastream import DataStream, KeyedStream
+from ember.api.datastream import DataStream, KeyedStream, dead_letter_tag
 from ember.cep.operator import SQL_PREFIX, CepFunction, PatternProcessFunction, SelectFunction
 from ember.cep.pattern import Pattern
 from ember.errors import PipelineError
@@ -32,12 +32,16 @@ class PatternStream:
         self.stream, self.pattern = stream, pattern
 
     def process(self, fn: PatternProcessFunction, output_schema: Any, *, timed_out: Any = None, late: Any = None,
-                name: str | None = None) -> DataStream:
+                dead_letter: Any = None, name: str | None = None) -> DataStream:
         """``fn.process_match(match, ctx)`` per match, yielding records of ``output_schema``;
         with ``timed_out=OutputTag(name, schema)``, ``fn.process_timed_out_match`` per partial
         match cut short by ``within``; with ``late=OutputTag(name, schema)`` (event time), the
         events that came behind the watermark, as they are (read either with
-        ``get_side_output(tag)``; without ``late`` they are dropped and counted)."""
+        ``get_side_output(tag)``; without ``late`` they are dropped and counted).
+        ``dead_letter=OutputTag(...)``: an event a condition raises on goes to that side
+        output (``raw``: the event as JSON, ``error``: why) and leaves every partial match as
+        it was, as if it had not arrived; a match ``fn`` raises on goes there too (``raw``:
+        the match as JSON). Without it, either fails the job naming the step."""
         step = name or "pattern"
         if not isinstance(fn, PatternProcessFunction):
             raise PipelineError(f"process takes a PatternProcessFunction instance, got {fn!r}", step)
@@ -48,16 +52,18 @@ class PatternStream:
                                 step)
         if timed_out is not None and self.pattern.window_ms is None:
             raise PipelineError("timed_out needs a pattern with within(...): without a window nothing times out", step)
+        dead = dead_letter_tag(dead_letter, "pattern dead_letter", name) if dead_letter is not None else None
         keyed, sql_columns = self._with_sql_conditions()
-        function = CepFunction(self.pattern, fn, step, timed_out, sql_columns, late)
-        return keyed.process(function, output_schema, name=name)
+        function = CepFunction(self.pattern, fn, step, timed_out, sql_columns, late, dead)
+        return keyed.process(function, output_schema, dead_letter=dead, name=name)
 
     def select(self, fn: Callable[[dict[str, list[dict[str, Any]]]], Any], output_schema: Any, *,
-               late: Any = None, name: str | None = None) -> DataStream:
-        """One record per match: ``fn(match)`` (a dict or tuple of ``output_schema``)."""
+               late: Any = None, dead_letter: Any = None, name: str | None = None) -> DataStream:
+        """One record per match: ``fn(match)`` (a dict or tuple of ``output_schema``);
+        ``late`` and ``dead_letter`` as for :meth:`process`."""
         if not callable(fn):
             raise PipelineError(f"select takes a function of the match, got {fn!r}", name or "pattern")
-        return self.process(SelectFunction(fn), output_schema, late=late, name=name)
+        return self.process(SelectFunction(fn), output_schema, late=late, dead_letter=dead_letter, name=name)
 
     def _with_sql_conditions(self) -> tuple[KeyedStream, dict[str, str]]:
         """SQL conditions become columns Spark computes before the step (vectorised); the

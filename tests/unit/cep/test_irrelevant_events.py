@@ -6,19 +6,16 @@ bucket function (event time, the watermark a batch behind, as on Spark), without
 
 from __future__ import annotations
 
-import pickle
-import random
 from collections import defaultdict
 
 import cep_model
-import pandas as pd
 import pytest
+from cep_bucket import batches, drive
 
 from ember import OutputTag
 from ember.cep import Pattern, PatternProcessFunction, SkipStrategy
 from ember.cep.nfa import compile_pattern, relevance
 from ember.cep.operator import CepFunction
-from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.runtime import TAG
 
 W = 6
@@ -63,63 +60,12 @@ class EveryEvent(CepFunction):
         self._relevant = None
 
 
-class _State:
-    """Spark's group state for one bucket, with the watermark of the batch."""
-
-    def __init__(self, blob, watermark):
-        self.blob, self.watermark = blob, watermark
-
-    exists = property(lambda self: self.blob is not None)
-    get = property(lambda self: (self.blob,))
-
-    def update(self, value):
-        self.blob = value[0]
-
-    def getCurrentWatermarkMs(self):  # noqa: N802 - Spark's names
-        return self.watermark
-
-    def getCurrentProcessingTimeMs(self):  # noqa: N802
-        return 0
-
-    def setTimeoutTimestamp(self, ts):  # noqa: N802
-        pass
-
-    def setTimeoutDuration(self, ms):  # noqa: N802
-        pass
-
-
-def batches(seed):
-    """Events of three keys (distinct timestamps per key), out of order within the bound, some late."""
-    rng = random.Random(seed)
-    out, front, n = [], 0, 0
-    for _ in range(8):
-        front += rng.randint(1, 5)
-        batch = []
-        for _ in range(rng.randint(0, 9)):
-            n += 1
-            ts = max(front - rng.randint(0, BOUND + 2), 0)
-            batch.append({"k": rng.choice("xyz"), "ts": ts, "t": rng.choice("aabbccde"), "v": rng.randint(0, 9), "n": n % 100})
-        out.append(batch)
-    return out
-
 
 def run(fn_type, pattern, data):
     fn = fn_type(pattern, Emit(), "cep", timed_out=OutputTag("partial", "k string, seqs string"))
-    bucket_fn = BucketFunction(fn, "cep", ["k"], [*FIELDS, "n"], ["k", "seqs"], "ts", True,
-                               side_outputs={"partial": ["k", "seqs"]}, counters={})
-    blob, spark_watermark, rows = None, 0, []  # Spark's watermark: max - bound (0 before any), Ember's 1 ms behind
-    for batch in data:
-        frames = [pd.DataFrame(batch, columns=[*FIELDS, "n"])] if batch else []
-        state = _State(blob, spark_watermark)
-        for out in bucket_fn(0, iter(frames), state):
-            rows += [tuple(r) for r in out[["k", "seqs", TAG]].itertuples(index=False, name=None)]
-        blob = state.blob
-        if batch:
-            spark_watermark = max(spark_watermark, max(e["ts"] for e in batch) - BOUND)
-    state = _State(blob, 1 << 40)  # the end of input: every event due, every window over
-    for out in bucket_fn(0, iter([]), state):
-        rows += [tuple(r) for r in out[["k", "seqs", TAG]].itertuples(index=False, name=None)]
-    return sorted(rows, key=repr), pickle.loads(state.blob) if state.blob else None
+    out, state = drive(fn, data, [*FIELDS, "n"], ["k", "seqs"], {"partial": ["k", "seqs"]}, BOUND)
+    rows = [tuple(r) for r in out[["k", "seqs", TAG]].itertuples(index=False, name=None)]
+    return sorted(rows, key=repr), state
 
 
 def reference(pattern, data):
@@ -148,7 +94,7 @@ def test_dropping_what_no_stage_sees_changes_nothing(name):
     assert relevant is not None
     dropped = checked = 0
     for seed in range(12):
-        data = batches(seed)
+        data = batches(seed, BOUND)
         dropped += sum(not relevant(e) for b in data for e in b)
         got, _ = run(CepFunction, pattern, data)
         assert got == run(EveryEvent, pattern, data)[0], seed

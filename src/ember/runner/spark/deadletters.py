@@ -8,7 +8,6 @@ with side outputs. A dead-letter output must be read by the pipeline.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +17,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import Node, SideOutputNode
 from ember.runner.spark.keyed.runtime import TAG, side_column
 
-__all__ = ["DEAD_LETTER_STRUCT", "require_reader", "combined_struct", "main_batch", "dead_batch", "record_text"]
+__all__ = ["DEAD_LETTER_STRUCT", "require_reader", "combined_struct", "main_batch", "dead_batch"]
 
 DEAD_LETTER_STRUCT = T.StructType([T.StructField("raw", T.StringType()), T.StructField("error", T.StringType())])
 
@@ -59,6 +58,3 @@ def dead_batch(schema: pa.Schema, tag: str, raws: list[str | None] | pa.Array, e
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def record_text(record: Any) -> str:
-    """A record as JSON text for a dead letter (values JSON cannot hold as text)."""
-    return json.dumps(record, default=str, ensure_ascii=False)

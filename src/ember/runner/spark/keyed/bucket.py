@@ -19,8 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ember.errors import UserFunctionError
-from ember.functions import KeyedProcessFunction
-from ember.runner.spark.deadletters import record_text
+from ember.functions import KeyedProcessFunction, record_text
 from ember.runner.spark.keyed.contracts import BatchHandler, GroupState
 from ember.runner.spark.keyed.runtime import (
     EVENT_TIMERS,

@@ -13,9 +13,10 @@ from typing import Any, Callable, Iterable, Iterator
 import pyarrow as pa
 
 from ember.errors import PipelineError, UserFunctionError
+from ember.functions import record_text
 from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, record_text, require_reader
+from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, require_reader
 from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
 from ember.runner.spark.pickling import ship_by_value
 
