@@ -348,7 +348,8 @@ class KeyedStream(DataStream):
         when the stream has event time, else in arrival order. ``dead_letter=OutputTag(...)``:
         a record ``process_element`` raises on goes to that side output (``raw``: the record
         as JSON, ``error``: why) and what that call emitted is discarded; the state and timers
-        it changed before raising stay changed. Without it, such a record fails the job.
+        it changed before raising stay changed. A timer ``on_timer`` raises on goes there too
+        (``raw``: its key and timestamp). Without it, such a record fails the job.
         """
         step = name or "process"
         if not isinstance(fn, KeyedProcessFunction):

@@ -86,8 +86,9 @@ class BucketFunction:
         # An operator may take whole batches (contracts.BatchHandler); process_batch = None opts out.
         self.batches: BatchHandler | None = fn if callable(getattr(fn, "process_batch", None)) else None  # type: ignore[assignment]
         self.build_records = records_builder(fields)
-        # A side output for the records process_element raises on (``process(dead_letter=)``):
-        # such a record becomes a dead letter, what the call emitted is discarded, the job goes on.
+        # A side output for the records process_element raises on, and the timers on_timer raises
+        # on (``process(dead_letter=)``): such a record (the timer's key and time) becomes a dead
+        # letter, what the call emitted is discarded, the job goes on.
         self.dead_letter = dead_letter
         self.columns_out = list(out_fields)
         if self.side_outputs:
@@ -284,20 +285,28 @@ class BucketFunction:
                 del rt.current[kind]
             rt.timestamp = ts
             rt.emitting(out, ts)
-            self._call("on_timer", {"key": key, "timestamp": ts}, self.fn.on_timer, (ts, rt), out)
+            self._call("on_timer", {"key": key, "timestamp": ts}, self.fn.on_timer, (ts, rt), out, rt)
             rt.leave(key, found)
 
-    def _call(self, what: str, record: Any, invoke: Callable[..., Any], args: tuple[Any, ...], out: list[Any]) -> None:
+    def _call(self, what: str, record: Any, invoke: Callable[..., Any], args: tuple[Any, ...], out: list[Any],
+              rt: KeyedRuntime) -> None:
+        """``invoke(*args)`` (``fn.<what>``, e.g. on_timer) with its output appended to
+        ``out``. With a dead-letter output, a call that raises emits nothing — its records and
+        side outputs are discarded — and ``record`` (the timer: key and timestamp) becomes a
+        dead letter; its state and timer changes before the raise stay, as for process_element."""
+        emitted = len(rt.side)
         try:
             result = invoke(*args)
             if result is not None:
-                out.extend(result)
+                out.extend(list(result) if self.dead_letter is not None else result)
         except UserFunctionError:
             raise
         except Exception as exc:
-            raise UserFunctionError(
-                f"step '{self.step}': {type(self.fn).__name__}.{what} raised {type(exc).__name__}: {exc} on {record!r}"
-            ) from exc
+            error = f"step '{self.step}': {type(self.fn).__name__}.{what} raised {type(exc).__name__}: {exc}"
+            if self.dead_letter is None:
+                raise UserFunctionError(f"{error} on {record!r}") from exc
+            del rt.side[emitted:]
+            rt.side.append((self.dead_letter, {"raw": record_text(record), "error": error}, rt.timestamp, rt.ahead))
 
     def _split_pre(self, frames: Iterator[pd.DataFrame]) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
         """The frames' rows emitted upstream after, and before, its watermark advance."""

@@ -117,7 +117,8 @@ class BucketDriver:
 
     def __init__(self, fn: Any, fields: list[str], out_fields: list[str], *, keys: tuple[str, ...] = ("k",),
                  event_time: bool = True, time_field: str = "ts", side_outputs: dict[str, list[str]] | None = None,
-                 counters: dict[str, Any] | None = None, every_batch: bool = False, advance_ms: int | None = None) -> None:
+                 counters: dict[str, Any] | None = None, every_batch: bool = False, advance_ms: int | None = None,
+                 dead_letter: str | None = None) -> None:
         """``every_batch``: call the bucket in every batch, as Spark does when other keys of
         the bucket have records in each; by default only when Spark would call it."""
         self.fields, self.time_field, self.event_time = fields, time_field, event_time
@@ -126,7 +127,7 @@ class BucketDriver:
         self.out_fields = out_fields
         self.fn = BucketFunction(
             fn, "test", list(keys), fields, out_fields, "__time" if event_time else None, event_time,
-            side_outputs=self.side_outputs, counters=counters, advance_ms=advance_ms,
+            side_outputs=self.side_outputs, counters=counters, advance_ms=advance_ms, dead_letter=dead_letter,
         )
         self.blob: bytes | None = None
         self.timeout_at: int | None = None
