@@ -189,3 +189,11 @@ def test_login_attacks_example(spark, load_example, capsys):
     assert example.main(["--users", "150"]) == 0
     out = capsys.readouterr().out
     assert "check: every alert exact" in out and "logins timed out before the pattern completed" in out
+
+
+def test_sensor_spikes_example(spark, load_example, capsys):
+    example = load_example("sensor_spikes")
+    assert example.main() == 0
+    out = capsys.readouterr().out
+    assert "check: every alert exact (2 alerts, 2 dead letters)" in out
+    assert example.expected_alerts() == [("s-1", 1_000, 2_000), ("s-2", 2_600, 3_100)]  # each across a garbled reading
