@@ -27,6 +27,7 @@ from ember.connectors import (
 from ember.errors import ConfigError, EmberError, JobFailedError, LatencyTargetError, PipelineError, UserFunctionError
 from ember.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
     KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
@@ -66,7 +67,8 @@ __all__ = [
     "Trigger", "TriggerResult", "EventTimeTrigger", "ProcessingTimeTrigger", "CountTrigger",
     "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "PurgingTrigger",
     "CountEvictor", "TimeEvictor", "DeltaEvictor",
-    "KeyedProcessFunction", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction", "AggregateFunction", "ProcessWindowFunction", "OutputTag",
+    "KeyedProcessFunction", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction", "BroadcastProcessFunction",
+    "AggregateFunction", "ProcessWindowFunction", "OutputTag",
     "Agg",
     "YahooSource", "GrepSource", "GroupingSource", "StateMachineSource",
     "FileSource", "RateSource", "ScriptedSource", "RedisStreamSource",

@@ -16,6 +16,7 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedBroadcastProcessFunction",
+    "BroadcastProcessFunction",
     "VectorizedKeyedFunction",
     "BatchContext",
     "AggregateFunction",
@@ -208,6 +209,34 @@ class KeyedBroadcastProcessFunction:
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
         """Called for a timer of ``ctx.current_key``; yields output records."""
         return None
+
+
+class BroadcastProcessFunction:
+    """A *non-keyed* stream checked against broadcast state (Flink's
+    ``BroadcastProcessFunction``): ``events.connect(rules.broadcast(descriptor)).process(fn,
+    schema)``, for rules that apply to every record alike, with no state per key.
+
+    - :meth:`process_broadcast_element` gets each record of the broadcast stream, with
+      ``ctx.get_broadcast_state(descriptor)`` read-write; it runs on every task with the same
+      records in the same order, and what it yields is emitted once.
+    - :meth:`process_element` gets each record of the other stream, with the broadcast state
+      read-only.
+
+    Both contexts offer ``timestamp``, ``current_watermark``, ``current_processing_time``,
+    ``output(tag, record)`` and ``get_broadcast_state``; there is no current key, keyed
+    state or timers (key the stream first and use a :class:`KeyedBroadcastProcessFunction`
+    for those). Broadcast state is exactly once across restarts and in savepoints, as for
+    the keyed variant.
+    """
+
+    def open(self, ctx: RuntimeContext) -> None:  # noqa: B027 - optional hook
+        """Called once per task before the first element (there is no keyed state to declare)."""
+
+    def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
+
+    def process_broadcast_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        raise NotImplementedError
 
 
 class BatchContext:

@@ -11,7 +11,7 @@ from datetime import timedelta
 import flink_model as model
 import pytest
 
-from ember import CollectSink, KeyedBroadcastProcessFunction, ScriptedSource, WatermarkStrategy
+from ember import BroadcastProcessFunction, CollectSink, KeyedBroadcastProcessFunction, ScriptedSource, WatermarkStrategy
 from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -127,6 +127,45 @@ def test_rules_racing_events_equal_the_model(spark, tmp_path, seed, layout):
     assert ties, "the streams should race a rule and an event at one timestamp"
     assert got == expected
     assert all(type(r["ts"]) is int for r in sink.rows())
+
+
+class RuleAlerts(BroadcastProcessFunction):
+    """RuleCheck on a non-keyed stream: the same rules, alerts without per-key counts."""
+
+    def process_broadcast_element(self, rule, ctx):
+        limits = ctx.get_broadcast_state(LIMITS)
+        if rule["limit"] < 0:
+            limits.remove(rule["name"])
+        elif rule["name"] != "reset":
+            limits.put(rule["name"], rule["limit"])
+        yield ("rule", rule["name"], rule["ts"], len(limits.keys()))
+
+    def process_element(self, event, ctx):
+        assert ctx.timestamp == event["ts"]
+        for name, limit in sorted(ctx.get_broadcast_state(LIMITS).items()):
+            if event["v"] > limit:
+                yield ("alert", f"{event['k']}:{name}", event["ts"], 0)
+
+
+def test_a_non_keyed_stream_checked_against_broadcast_rules_equals_the_model(env):
+    """BroadcastProcessFunction: every event against the rules of its moment (a rule before an
+    event of the same timestamp), each rule's output once."""
+    events, rules = _streams(7)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    a = env.from_source(ScriptedSource(events, EVENTS), strategy, name="events")
+    b = env.from_source(ScriptedSource(rules, RULES), strategy, name="rules")
+    sink = CollectSink()
+    a.connect(b.broadcast(LIMITS)).process(RuleAlerts(), OUT, name="check").sink_to(sink)
+    env.execute("rule-alerts", progress=False)
+    got = sorted(((_label(bt.batch_id, len(events)), r["what"], r["name"], r["ts"], r["n"])
+                  for bt in sink.batches for r in bt.rows), key=repr)
+    expected = sorted(((k, what, name, ts, n if what == "rule" else 0)
+                       for k, what, name, ts, n in model.broadcast_rules(events, rules, BOUND, EXPIRY) if what != "summary"),
+                      key=repr)
+    assert sum(1 for e in expected if e[1] == "alert") > 10 and any(e[1] == "rule" for e in expected)
+    ties = {ts for batch in rules for ts, _, _ in batch} & {ts for batch in events for ts, _, _ in batch}
+    assert ties, "the streams should race a rule and an event at one timestamp"
+    assert got == expected
 
 
 def _ordered(n_events: int) -> tuple[list[tuple], list[tuple]]:

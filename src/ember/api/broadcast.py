@@ -4,7 +4,8 @@
 :class:`BroadcastStream`; ``events.key_by(k).connect(that)`` gives a
 :class:`BroadcastConnectedStream`, and ``.process(KeyedBroadcastProcessFunction, schema)``
 runs the function with keyed state for the events and the broadcast MapStates, written by
-the rules, read by the events (ember.functions). Like ember.api.connected, this module
+the rules, read by the events (ember.functions); ``events.connect(that)`` on a non-keyed
+stream takes a ``BroadcastProcessFunction`` (broadcast state only). Like ember.api.connected, this module
 gets the stream class handed in, so the API's modules import one way.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ember.errors import PipelineError
-from ember.functions import KeyedBroadcastProcessFunction
+from ember.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from ember.graph import nodes as n
 from ember.state.descriptors import MapStateDescriptor
 
@@ -37,7 +38,7 @@ def broadcast_descriptors(descriptors: tuple[Any, ...], step: str) -> tuple[MapS
 
 class BroadcastStream:
     """A stream whose records reach every task, with the broadcast state they fill;
-    only ``keyed.connect(broadcast_stream)`` reads it."""
+    only ``stream.connect(broadcast_stream)`` reads it."""
 
     def __init__(self, stream: Any, descriptors: tuple[MapStateDescriptor, ...]) -> None:
         self.stream = stream
@@ -48,23 +49,29 @@ class BroadcastStream:
 
 
 class BroadcastConnectedStream:
-    """``keyed.connect(broadcast_stream)``: waiting for ``process``."""
+    """``stream.connect(broadcast_stream)``: waiting for ``process`` (a keyed stream's takes a
+    KeyedBroadcastProcessFunction, a non-keyed one's a BroadcastProcessFunction)."""
 
-    def __init__(self, keyed: Any, broadcast: BroadcastStream, stream_type: type) -> None:
-        if getattr(broadcast.stream, "_env", None) is not keyed._env:
+    def __init__(self, stream: Any, broadcast: BroadcastStream, stream_type: type) -> None:
+        if getattr(broadcast.stream, "_env", None) is not stream._env:
             raise PipelineError("cannot connect streams of different environments", "connect")
-        self.keyed, self.broadcast, self.stream_type = keyed, broadcast, stream_type
+        self.stream, self.broadcast, self.stream_type = stream, broadcast, stream_type
+        self.keys = tuple(getattr(stream, "keys", ()))  # none: a non-keyed stream
 
-    def process(self, fn: KeyedBroadcastProcessFunction, output_schema: Any, *, name: str | None = None) -> Any:
-        """Run ``fn``: ``process_element`` per keyed record (keyed state, timers, broadcast
-        state read-only), ``process_broadcast_element`` per broadcast record (broadcast state
-        read-write); ``output_schema`` types what both yield."""
+    def process(self, fn: KeyedBroadcastProcessFunction | BroadcastProcessFunction, output_schema: Any, *,
+                name: str | None = None) -> Any:
+        """Run ``fn``: ``process_element`` per record of the stream (broadcast state read-only;
+        a keyed stream's with keyed state and timers), ``process_broadcast_element`` per
+        broadcast record (broadcast state read-write); ``output_schema`` types what both yield."""
         step = name or "broadcast_process"
-        if not isinstance(fn, KeyedBroadcastProcessFunction):
-            raise PipelineError(f"process takes a KeyedBroadcastProcessFunction instance, got {fn!r}", step)
+        wanted = KeyedBroadcastProcessFunction if self.keys else BroadcastProcessFunction
+        if not isinstance(fn, wanted):
+            hint = ("" if self.keys or not isinstance(fn, KeyedBroadcastProcessFunction)
+                    else " (a KeyedBroadcastProcessFunction needs a keyed stream: key_by(...) before connect)")
+            raise PipelineError(f"process takes a {wanted.__name__} instance, got {fn!r}{hint}", step)
         if not output_schema:
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
-        keyed = self.keyed
-        node = keyed._add(n.BroadcastProcessNode, name, "broadcast_process", inputs=(keyed.node, self.broadcast.stream.node),
-                          keys=tuple(keyed.keys), fn=fn, output_schema=output_schema, descriptors=self.broadcast.descriptors)
-        return self.stream_type(keyed._env, node)
+        stream = self.stream
+        node = stream._add(n.BroadcastProcessNode, name, "broadcast_process", inputs=(stream.node, self.broadcast.stream.node),
+                           keys=self.keys, fn=fn, output_schema=output_schema, descriptors=self.broadcast.descriptors)
+        return self.stream_type(stream._env, node)

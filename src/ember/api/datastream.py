@@ -168,14 +168,11 @@ class DataStream:
         with keyed state and timers shared by both streams (ember.api.connected).
 
         ``keyed.connect(rules.broadcast(descriptor))`` connects a keyed stream with a
-        broadcast stream: then ``.process(KeyedBroadcastProcessFunction, schema)``
-        (ember.api.broadcast; docs/broadcast.md)."""
+        broadcast stream: then ``.process(KeyedBroadcastProcessFunction, schema)``; a
+        non-keyed stream's ``connect(rules.broadcast(descriptor))`` takes a
+        ``BroadcastProcessFunction`` (ember.api.broadcast; docs/broadcast.md)."""
         if isinstance(other, BroadcastStream):
-            if not isinstance(self, KeyedStream):
-                raise PipelineError(
-                    "only a keyed stream connects with a broadcast stream: key_by(...) first, then connect", "connect"
-                )
-            if not all(isinstance(k, str) for k in self.keys):
+            if isinstance(self, KeyedStream) and not all(isinstance(k, str) for k in self.keys):
                 raise PipelineError("a stream connected with a broadcast stream must be keyed by field names", "connect")
             return BroadcastConnectedStream(self, other, DataStream)
         return ConnectedStreams(self, other, DataStream)

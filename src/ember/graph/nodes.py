@@ -254,12 +254,16 @@ class CoProcessNode(KeyedProcessNode):
 class BroadcastProcessNode(CoProcessNode):
     """A keyed stream (``inputs[0]``: its key_by step) connected with a broadcast stream
     (``inputs[1]``) into one KeyedBroadcastProcessFunction ``fn``: keyed state by ``keys``,
-    and the broadcast ``descriptors``' MapStates, the same copy in every state bucket."""
+    and the broadcast ``descriptors``' MapStates, the same copy in every state bucket.
+    Without ``keys``: a non-keyed stream and a BroadcastProcessFunction (broadcast state only)."""
 
     descriptors: tuple[Any, ...] = ()
 
     def describe(self) -> str:
         names = ", ".join(d.name for d in self.descriptors)
+        if not self.keys:
+            return (f"broadcast-process {type(self.fn).__name__} of {self.inputs[0].name} (non-keyed) "
+                    f"with broadcast {self.inputs[1].name} (python, broadcast state {names})")
         return (f"broadcast-process {type(self.fn).__name__} of {self.inputs[0].name} by {', '.join(self.keys)} "
                 f"with broadcast {self.inputs[1].name} (python, keyed state + broadcast state {names})")
 

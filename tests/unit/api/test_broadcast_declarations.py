@@ -4,17 +4,27 @@ refuses keyed state where there is no key."""
 
 import pytest
 
-from ember import CollectSink, KeyedBroadcastProcessFunction, KeyedProcessFunction, PipelineError, ScriptedSource, WatermarkStrategy
+from ember import (
+    BroadcastProcessFunction,
+    CollectSink,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    OutputTag,
+    PipelineError,
+    ScriptedSource,
+    WatermarkStrategy,
+)
 from ember.coprocess import INPUT, field_column
 from ember.errors import UserFunctionError
 from ember.graph.nodes import BroadcastProcessNode
-from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter
+from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter, UnkeyedBroadcast
 from ember.runner.spark.keyed.runtime import BROADCAST, KeyedRuntime
 from ember.runner.spark.planner import plan
 from ember.state.descriptors import MapStateDescriptor, StateTtlConfig, ValueStateDescriptor
 
 RULES = MapStateDescriptor("rules")
 SEEN = ValueStateDescriptor("seen", default=0)
+OVER = OutputTag("over", "k string")
 
 
 class Check(KeyedBroadcastProcessFunction):
@@ -36,6 +46,24 @@ class Check(KeyedBroadcastProcessFunction):
         if value["v"] < 0:
             ctx.get_broadcast_state(RULES).put("x", 1)
         yield (value["k"], ctx.get_broadcast_state(RULES).get("r1"))
+
+
+class Alerts(BroadcastProcessFunction):
+    """A non-keyed stream's rules check; the rule 'keyed' or an event with v < 0 reach for what it has not."""
+
+    def process_broadcast_element(self, value, ctx):
+        ctx.get_broadcast_state(RULES).put(value["name"], value["limit"])
+        if value["name"] == "keyed":
+            ctx.apply_to_keyed_state(SEEN, lambda key, state: None)
+        yield ("rule", value["name"])
+
+    def process_element(self, value, ctx):
+        if value["v"] < 0:
+            ctx.register_event_time_timer(5)
+        limit = ctx.get_broadcast_state(RULES).get("r1")
+        if value["v"] > limit:
+            ctx.output(OVER, {"k": value["k"]})
+            yield (value["k"], limit)
 
 
 class Pass(KeyedProcessFunction):
@@ -67,12 +95,14 @@ def test_bad_declarations_fail_naming_the_step(env, events, rules):
     with pytest.raises(PipelineError, match="names must differ"):
         rules.broadcast(RULES, MapStateDescriptor("rules"))
     stream = events()
-    with pytest.raises(PipelineError, match="only a keyed stream connects with a broadcast stream"):
-        stream.connect(rules.broadcast(RULES))
+    with pytest.raises(PipelineError, match=r"takes a BroadcastProcessFunction .*needs a keyed stream: key_by\(...\) before connect"):
+        stream.connect(rules.broadcast(RULES)).process(Check(), "k string, r int")
     connected = stream.key_by("k").connect(rules.broadcast(RULES))
     with pytest.raises(PipelineError, match="takes a KeyedBroadcastProcessFunction") as failure:
         connected.process(Pass(), "x int", name="p")
     assert failure.value.step == "p"
+    with pytest.raises(PipelineError, match="takes a KeyedBroadcastProcessFunction"):
+        connected.process(Alerts(), "x int")
     with pytest.raises(PipelineError, match="needs an output_schema"):
         connected.process(Check(), None)
 
@@ -150,6 +180,39 @@ def test_apply_to_keyed_state_reaches_every_key_holding_the_state():
         rt.apply_to_keyed_state(SEEN, lambda key, state: None)
     with pytest.raises(UserFunctionError, match="no broadcast state 'other'"):
         rt.get_broadcast_state(MapStateDescriptor("other"))
+
+
+def test_a_non_keyed_stream_is_connected_without_keys(env, events, rules):
+    out = events().connect(rules.broadcast(RULES)).process(Alerts(), "k string, r int", name="alerts")
+    node = out.node
+    assert isinstance(node, BroadcastProcessNode) and node.keys == () and node.inputs[0].name == "events"
+    assert "broadcast-process Alerts of events (non-keyed)" in node.describe()
+
+
+def test_a_broadcast_process_function_sees_no_key_keyed_state_or_timers():
+    adapter = BroadcastAdapter(UnkeyedBroadcast(Alerts()), ["k", "v"], ["name", "limit"], (RULES,))
+    rt = KeyedRuntime(event_time=True, side_tags=frozenset({"over"}))
+    adapter.open(rt)
+    assert adapter.process_element(_row(BROADCAST_INPUT, name="r1", limit=3, first=True), rt) == [("rule", "r1")]
+    rt.enter(12345)  # the row's hash: placement only
+    rt.timestamp = 7
+    assert list(adapter.process_element(_row(KEYED_INPUT, k="a", v=5), rt)) == [("a", 3)]
+    assert list(adapter.process_element(_row(KEYED_INPUT, k="b", v=1), rt)) == []
+    assert [(tag, record, ts) for tag, record, ts, _ in rt.side] == [("over", {"k": "a"}, 7)]
+    with pytest.raises(UserFunctionError, match=r"Alerts: ctx.register_event_time_timer is not there .*KeyedBroadcastProcessFunction"):
+        list(adapter.process_element(_row(KEYED_INPUT, k="a", v=-1), rt))
+    with pytest.raises(UserFunctionError, match="ctx.apply_to_keyed_state is not there"):
+        adapter.process_element(_row(BROADCAST_INPUT, name="keyed", limit=0, first=True), rt)
+    assert rt.blob["keys"] == {}
+
+
+def test_a_broadcast_process_function_cannot_declare_keyed_state():
+    class Keyed(Alerts):
+        def open(self, ctx):
+            ctx.get_state(SEEN)
+
+    with pytest.raises(UserFunctionError, match="ctx.get_state is not there"):
+        BroadcastAdapter(UnkeyedBroadcast(Keyed()), ["k", "v"], ["name", "limit"], (RULES,)).open(KeyedRuntime(event_time=True))
 
 
 def test_the_restart_manifest_names_the_broadcast_state(tmp_path, events):

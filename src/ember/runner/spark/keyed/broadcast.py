@@ -10,6 +10,11 @@ same records in the same order: the same state everywhere, as Flink's broadcast 
 every task. :class:`BroadcastAdapter` hands each row back to ``process_element`` or
 ``process_broadcast_element``; of a broadcast record's copies only the one in bucket 0
 emits (``FIRST``), so its output is emitted once.
+
+A non-keyed stream's ``connect(rules.broadcast(d)).process(fn)`` (a
+:class:`~ember.functions.BroadcastProcessFunction`) runs the same way: its rows are spread
+over the buckets by a hash of the whole record (placement only), and
+:class:`UnkeyedBroadcast` hands ``fn`` a context without key, keyed state or timers.
 """
 
 from __future__ import annotations
@@ -17,11 +22,18 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ember.coprocess import INPUT, field_column
-from ember.functions import Context, KeyedBroadcastProcessFunction, KeyedProcessFunction, RuntimeContext
+from ember.errors import UserFunctionError
+from ember.functions import (
+    BroadcastProcessFunction,
+    Context,
+    KeyedBroadcastProcessFunction,
+    KeyedProcessFunction,
+    RuntimeContext,
+)
 from ember.runner.spark.keyed.runtime import NO_KEY, KeyedRuntime
 from ember.state.descriptors import MapStateDescriptor
 
-__all__ = ["BroadcastAdapter", "BROADCAST_INPUT", "KEYED_INPUT", "FIRST"]
+__all__ = ["BroadcastAdapter", "UnkeyedBroadcast", "BROADCAST_INPUT", "KEYED_INPUT", "FIRST"]
 
 # INPUT of a broadcast row sorts before a keyed row's: at equal timestamps broadcast first.
 BROADCAST_INPUT, KEYED_INPUT = 0, 1
@@ -63,3 +75,50 @@ class BroadcastAdapter(KeyedProcessFunction):
 
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
         return self.fn.on_timer(timestamp, ctx)
+
+
+class UnkeyedBroadcast(KeyedBroadcastProcessFunction):
+    """A :class:`~ember.functions.BroadcastProcessFunction` as the keyed variant: each call
+    gets a :class:`_NoKey` view of the runtime (no key, keyed state or timers)."""
+
+    def __init__(self, fn: BroadcastProcessFunction) -> None:
+        self.fn = fn
+
+    def open(self, ctx: RuntimeContext) -> None:
+        assert isinstance(ctx, KeyedRuntime)
+        self.view = _NoKey(ctx, type(self.fn).__name__)
+        self.fn.open(self.view)  # type: ignore[arg-type]
+
+    def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        return self.fn.process_element(value, self.view)  # type: ignore[arg-type]
+
+    def process_broadcast_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
+        return self.fn.process_broadcast_element(value, self.view)  # type: ignore[arg-type]
+
+
+class _NoKey:
+    """What a BroadcastProcessFunction's context offers (Flink's ReadOnlyContext / Context of a
+    non-keyed stream): the record's time, the watermark, processing time, side outputs and the
+    broadcast state (writable in process_broadcast_element); anything keyed raises, saying so."""
+
+    __slots__ = ("_rt", "_fn")
+
+    def __init__(self, rt: KeyedRuntime, fn: str) -> None:
+        self._rt, self._fn = rt, fn
+
+    timestamp = property(lambda self: self._rt.timestamp)
+    current_watermark = property(lambda self: self._rt.current_watermark)
+    current_processing_time = property(lambda self: self._rt.current_processing_time)
+
+    def output(self, tag: Any, record: Any) -> None:
+        self._rt.output(tag, record)
+
+    def get_broadcast_state(self, descriptor: Any) -> Any:
+        return self._rt.get_broadcast_state(descriptor)
+
+    def __getattr__(self, name: str) -> Any:
+        raise UserFunctionError(
+            f"{self._fn}: ctx.{name} is not there — a BroadcastProcessFunction reads a non-keyed stream "
+            "(no key, keyed state or timers); key the stream (key_by before connect) and use a "
+            "KeyedBroadcastProcessFunction for those"
+        )

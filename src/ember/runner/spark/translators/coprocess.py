@@ -23,7 +23,7 @@ from ember.coprocess import INPUT, CoProcessAdapter, field_column, key_column
 from ember.errors import PipelineError
 from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, IntervalJoinNode, KeyByNode, WindowJoinNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter
+from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter, UnkeyedBroadcast
 from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
 from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
 from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
@@ -35,6 +35,8 @@ from ember.runner.spark.translators.transforms import check_paired_keys, column
 from ember.time.watermarks import TimeCharacteristic
 
 __all__ = ["keyed_interval_join", "joined_pairs"]
+
+ROW_KEY = "__ember_row_key"  # a non-keyed stream's rows on a broadcast step: a hash of the record
 
 
 def _event_time(node: Any, ups: list[Frame], what: str, required: bool = False) -> bool:
@@ -175,19 +177,26 @@ def joined_pairs(comp: Compilation, node: Any, what: str, function: Callable[[Ca
 @translates(BroadcastProcessNode)
 def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     """Keyed rows go to their key's bucket, every broadcast row to every bucket (each bucket
-    keeps a copy of the broadcast state; keyed/broadcast.py), bucket 0's copy marked FIRST."""
+    keeps a copy of the broadcast state; keyed/broadcast.py), bucket 0's copy marked FIRST.
+    A non-keyed stream's rows are keyed by a hash of the whole record: placement only (its
+    function has no keyed state), spread over the buckets."""
     ups = [keyed_input(comp, node, node.keys), comp.frame(node.inputs[1])]
     structs = [without_hidden(up.df.schema) for up in ups]
     event_time = _event_time(node, ups, "connect with a broadcast stream")
-    key_types = [structs[0][k].dataType for k in node.keys]
-    df, columns = _rows(comp, node, ups[0], 1, node.keys, key_types, structs, event_time, KEYED_INPUT)
-    keys = tuple(key_column(i) for i in range(len(node.keys)))
+    row_keys = node.keys
+    if not row_keys:
+        row_keys = (ROW_KEY,)
+        ups[0] = Frame(ups[0].df.withColumn(ROW_KEY, F.xxhash64(*[F.col(f) for f in structs[0].names])), ups[0].time)
+    key_types = [(ups[0].df.schema if k == ROW_KEY else structs[0])[k].dataType for k in row_keys]
+    df, columns = _rows(comp, node, ups[0], 1, row_keys, key_types, structs, event_time, KEYED_INPUT)
+    keys = tuple(key_column(i) for i in range(len(row_keys)))
     events = df.select(*columns, F.lit(False).alias(FIRST)).withColumn(BUCKET, bucket_of(keys))
     df, columns = _rows(comp, node, ups[1], 2, (), key_types, structs, event_time, BROADCAST_INPUT)
     copies = df.select(*columns, F.explode(F.sequence(F.lit(0), F.lit(STATE_BUCKETS - 1))).alias(BUCKET))
     copies = copies.withColumn(FIRST, F.col(BUCKET) == 0)
     union = events.unionByName(copies)
-    adapter = BroadcastAdapter(node.fn, structs[0].names, structs[1].names, node.descriptors)
+    fn = node.fn if node.keys else UnkeyedBroadcast(node.fn)
+    adapter = BroadcastAdapter(fn, structs[0].names, structs[1].names, node.descriptors)
     out = output_struct(node.output_schema, None, node.name)
     return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out, event_time, timed=event_time,
                           tie_break=INPUT)
