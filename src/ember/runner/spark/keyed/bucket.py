@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import pickle
+from itertools import repeat
 from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
@@ -219,18 +220,19 @@ class BucketFunction:
         if self.dead_letter is not None:
             process = self._guarded(process, rt)
         # The hot loop: one user call per record and nothing else per record.
-        for i, record in enumerate(self.build_records(columns)):
-            key = key_cols[0][i] if single else tuple(c[i] for c in key_cols)
+        keys = key_cols[0] if single else list(zip(*key_cols))
+        stamps = times if times is not None else repeat(None)
+        marking = marks is not None and times is not None
+        for record, key, ts in zip(self.build_records(columns), keys, stamps):
             found = lookup(key)
             rt.current = slot = found if found is not None else {}
             rt.current_key = key
-            if times is not None:
-                rt.timestamp = times[i]
+            rt.timestamp = ts
             try:
                 result = process(record, rt)
                 if result is not None:
-                    if marks is not None and times is not None:
-                        marks.append((len(out), times[i]))
+                    if marking:
+                        marks.append((len(out), ts))  # type: ignore[union-attr]
                     append(result)
             except Exception as exc:
                 raise UserFunctionError(

@@ -69,6 +69,8 @@ class _State(State):
 
 
 class _Value(_State, ValueState):
+    """A ValueState without TTL: the hot path of most process functions, one dict access each."""
+
     __slots__ = ("_default",)
 
     def __init__(self, rt: SlotHolder, d: ValueStateDescriptor) -> None:
@@ -76,11 +78,37 @@ class _Value(_State, ValueState):
         self._default = d.default
 
     def value(self) -> Any:
-        v = self._get()
+        v = self._rt.current.get(self._name, _ABSENT)
         return self._default if v is _ABSENT else v
 
     def update(self, value: Any) -> None:
-        self._set(value)
+        self._rt.current[self._name] = value
+
+
+class _TtlValue(_Value):
+    """A ValueState with TTL: stored as ``(value, last written or read ms)`` (``_State._get``
+    inlined: it runs once per record in a dedupe)."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        rt = self._rt
+        slot = rt.current
+        stored = slot.get(self._name)  # a tuple when there (a stored None is (None, ms))
+        if stored is None:
+            return self._default
+        value, touched = stored
+        now = rt.now
+        if now - touched >= self._ttl_ms:
+            del slot[self._name]
+            return self._default
+        if self._touch_on_read:
+            slot[self._name] = (value, now)
+        return value
+
+    def update(self, value: Any) -> None:
+        rt = self._rt
+        rt.current[self._name] = (value, rt.now)
 
 
 class _List(_State, ListState):
@@ -182,6 +210,8 @@ def state_object(holder: SlotHolder, descriptor: StateDescriptor) -> State:
     kind = _STATE_KINDS.get(type(descriptor))
     if kind is None:
         raise UserFunctionError(f"get_state takes a state descriptor from ember.state, got {descriptor!r}")
+    if kind is _Value and descriptor.ttl is not None:
+        kind = _TtlValue
     return kind(holder, descriptor)
 
 
