@@ -154,3 +154,70 @@ def test_json_decoded_at_the_source_feeds_event_time_windows_with_dead_letters(e
     assert len(dead) == 3 and dead[None] == "field 'event' is missing"
     for raw, reason in bad.items():
         assert dead[raw].startswith(reason), dead
+
+
+def _texts(n: int) -> list[list[tuple]]:
+    """In time order (never late), three keys, every seventh text not a number."""
+    rows = [(1_000 + 137 * i, "abc"[i % 3], "x" if i % 7 == 0 else str(i)) for i in range(n)]
+    return [rows[: n // 3], rows[n // 3: 2 * n // 3], rows[2 * n // 3:]]
+
+
+def _second_sums(rows: list[tuple]) -> list[tuple]:
+    """Per key and event-time second, the sum of ``n`` over ``(ts, k, n)`` rows."""
+    sums: dict[tuple, int] = collections.Counter()
+    for ts, k, n in rows:
+        sums[(k, ts - ts % 1_000)] += n
+    return sorted((k, start, total) for (k, start), total in sums.items())
+
+
+def test_dead_letters_of_stateless_steps_before_a_window_detour(env):
+    """map / filter dead letters read beside a window: spooled by the steps' tasks and written
+    after each micro-batch, so the window stays in the query (before: refused)."""
+    from ember import ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+
+    failed_map, failed_filter = OutputTag("failed_map"), OutputTag("failed_filter")
+    batches = _texts(60)
+    stream = env.from_source(ScriptedSource(batches, "ts bigint, k string, text string"),
+                             WatermarkStrategy.for_monotonous_timestamps("ts"), name="in")
+    parsed = stream.map(lambda r: {"ts": r["ts"], "k": r["k"], "n": int(r["text"])}, "ts bigint, k string, n int",
+                        dead_letter=failed_map, name="to-int")
+    kept = parsed.filter(lambda r: 100 // (r["n"] % 5) > 0, dead_letter=failed_filter, name="no-fives")
+    sums, bad_texts, fives = CollectSink(), CollectSink(), CollectSink()
+    kept.key_by("k").window(TumblingEventTimeWindows.of(1_000)).sum("n", name="per-second").sink_to(sums, name="sums")
+    parsed.get_side_output(failed_map).sink_to(bad_texts, name="bad-texts")
+    kept.get_side_output(failed_filter).sink_to(fives, name="fives")
+    env.execute("detoured-map-dead-letters", progress=False)
+
+    rows = [r for b in batches for r in b]
+    good = [(ts, k, int(t)) for ts, k, t in rows if t != "x" and int(t) % 5]
+    assert sorted((r["k"], r["window_start"], r["sum_n"]) for r in sums.rows()) == _second_sums(good)
+    assert sorted(json.loads(r["raw"])["ts"] for r in bad_texts.rows()) == sorted(ts for ts, _, t in rows if t == "x")
+    assert {r["error"].split(":")[0] for r in bad_texts.rows()} == {"step 'to-int'"}
+    assert sorted(json.loads(r["raw"])["n"] for r in fives.rows()) == sorted(int(t) for _, _, t in rows if t != "x" and int(t) % 5 == 0)
+
+
+def test_a_flat_map_with_dead_letters_between_two_keyed_steps(env):
+    """The dead letters of a step between two keyed steps detour; the rows it emits keep their
+    event time into the window after it (before: refused)."""
+    from ember import KeyedProcessFunction, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+
+    class Forward(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            yield value
+
+    bad = OutputTag("bad")
+    batches = _texts(45)
+    stream = env.from_source(ScriptedSource(batches, "ts bigint, k string, text string"),
+                             WatermarkStrategy.for_monotonous_timestamps("ts"), name="in")
+    forwarded = stream.key_by("k").process(Forward(), "ts bigint, k string, text string", name="forward")
+    parsed = forwarded.flat_map(lambda r: [{"ts": r["ts"], "k": r["k"], "n": int(r["text"])}], "ts bigint, k string, n int",
+                                dead_letter=bad, name="to-int")
+    sums, dead = CollectSink(), CollectSink()
+    parsed.key_by("k").window(TumblingEventTimeWindows.of(1_000)).sum("n", name="per-second").sink_to(sums, name="sums")
+    parsed.get_side_output(bad).sink_to(dead, name="dead")
+    env.execute("detoured-between-keyed-steps", progress=False)
+
+    rows = [r for b in batches for r in b]
+    assert sorted((r["k"], r["window_start"], r["sum_n"]) for r in sums.rows()) == _second_sums(
+        [(ts, k, int(t)) for ts, k, t in rows if t != "x"])
+    assert sorted(json.loads(r["raw"])["ts"] for r in dead.rows()) == sorted(ts for ts, _, t in rows if t == "x")

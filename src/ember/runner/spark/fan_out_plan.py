@@ -86,11 +86,12 @@ def _readers(graph: Graph) -> dict[int, list[Node]]:
     return out
 
 
-def fan_out_of(graph: Graph) -> FanOut | None:
+def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | None:
     """The job's fan-out (:class:`FanOut`), None when no keyed-runtime step's output is
     read by a keyed step and by another reader; raises :class:`PipelineError` for a
-    fan-out this runner cannot run yet, naming the step."""
-    readers = _readers(graph)
+    fan-out this runner cannot run yet, naming the step. ``ignore``: the ids of readers
+    that do not count (side outputs whose records leave the query beside it: detours)."""
+    readers = {k: [r for r in rs if id(r) not in ignore] for k, rs in _readers(graph).items()}
     steps = runtime_steps(graph)
     candidates = []
     for source in steps:

@@ -17,9 +17,10 @@ a session.
   in ``foreachBatch``: those branches must be stateless.
 - **Fan-out.** A keyed-runtime step whose output several keyed steps read runs its
   readers as lanes of one Spark operator, and the job splits after it (fan_out_plan.py).
-- **Detours.** When the only obstacle to that is a ``parse_json`` step's dead
-  letters read beside a stateful step, the dead letters *detour*: spooled by the
-  decoding step and written from the spool after the micro-batch (spool.py).
+- **Detours.** When the only obstacle to that is the dead letters of a stateless step
+  (``parse_json``, ``map``, ``flat_map``, ``filter``) read beside a stateful step, the
+  dead letters *detour*: spooled by the step's tasks and written from the spool after
+  the micro-batch (spool.py).
 - **Where each step runs** (Spark's native windows and joins, or Ember's keyed runtime):
   placement.py.
 - **Lateness.** With a single Spark stateful operator, the query runs with Spark's
@@ -38,7 +39,10 @@ from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
     CoProcessNode,
+    FilterNode,
+    FlatMapNode,
     IntervalJoinNode,
+    MapNode,
     Node,
     ParseJsonNode,
     SideOutputNode,
@@ -58,7 +62,7 @@ from ember.runner.spark.placement import (
     upstream_steps,
 )
 
-__all__ = ["Plan", "plan", "physical_notes"]
+__all__ = ["Plan", "plan", "physical_notes", "job_fan_out"]
 
 
 def physical_notes(graph: Graph) -> Callable[[Node], str]:
@@ -66,7 +70,7 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
     other steps: they say it themselves)."""
 
     try:
-        fan = fan_out_of(graph)
+        fan = job_fan_out(graph)
     except PipelineError:
         fan = None  # explained as declared; plan() says why it cannot run
 
@@ -152,11 +156,40 @@ def plan(graph: Graph) -> Plan:
     for what one Spark query cannot run."""
     _check_chains(graph)
     _check_alone(graph)
-    fan = fan_out_of(graph)
+    fan = job_fan_out(graph)
     if fan is not None:
         return Plan(graph, None, (), tuple(graph.sinks), fan)
     fork, detours, streamed = _split(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
+
+
+def job_fan_out(graph: Graph) -> FanOut | None:
+    """The job's fan-out (fan_out_plan.py), or None — also when a stateful step's only other
+    reader is a dead-letter output that detours (a ``map`` with dead letters between two keyed
+    steps, say); raises :class:`PipelineError` for a fan-out this runner cannot run, naming it."""
+    try:
+        return fan_out_of(graph)
+    except PipelineError as problem:
+        detourable = frozenset(id(n) for n in _detourable(graph))
+        if not detourable:
+            raise
+        try:
+            fan = fan_out_of(graph, detourable)
+        except PipelineError:
+            raise problem from None
+        if fan is not None:
+            raise problem from None
+        return None
+
+
+def _detourable(graph: Graph) -> list[SideOutputNode]:
+    """The dead-letter outputs of stateless steps: they may leave the query beside it (spool.py)."""
+    return [n for n in graph.nodes
+            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], DETOURING) and n.tag == n.inputs[0].dead_letter]
+
+
+# Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py).
+DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode)
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:
@@ -168,19 +201,16 @@ def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNo
     (None for a job with one sink).
 
     When that would put a stateful step after the split only because the job also
-    reads the dead letters of a ``parse_json`` step (decoded JSON feeding a window,
-    say), those dead letters *detour*: the decoding step spools them beside the
-    query per micro-batch, and their (stateless) branch is written from the spool
-    after the micro-batch's other sinks. Returns the split, the detoured side outputs and
-    the sinks written from the query's own rows."""
+    reads the dead letters of a stateless step (``parse_json`` decoding JSON for a window,
+    a ``map`` parsing records between two keyed steps, say), those dead letters
+    *detour*: the step's tasks spool them beside the query per micro-batch, and their
+    (stateless) branch is written from the spool after the micro-batch's other sinks.
+    Returns the split, the detoured side outputs and the sinks written from the query's
+    own rows."""
     try:
         return _fork(graph, graph.sinks), [], graph.sinks
     except PipelineError as problem:
-        detours = [
-            n for n in graph.nodes
-            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], ParseJsonNode)
-            and n.tag == n.inputs[0].dead_letter
-        ]
+        detours = _detourable(graph)
         detoured = {id(s) for d in detours for s in graph.sinks_after(d)}
         rest = [s for s in graph.sinks if id(s) not in detoured]
         if not detours or not rest:
@@ -189,6 +219,17 @@ def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNo
             branch = [n for n in graph.nodes if id(d) in {id(a) for a in ancestors(n)} and not isinstance(n, SinkNode)]
             if _branch_problem(branch, {id(a) for a in ancestors(d)} | {id(d)}, d, d.name) is not None:
                 raise problem from None
+            inside = {id(n) for n in branch} | {id(d)}
+            for node in branch:
+                foreign = next((p for p in node.inputs if id(p) not in inside), None)
+                if foreign is not None:
+                    other = (f"the side output '{foreign.tag.name}' of '{foreign.inputs[0].name}'"
+                             if isinstance(foreign, SideOutputNode) else f"'{foreign.name}'")
+                    raise PipelineError(
+                        f"'{node.name}' reads the dead letters of '{d.inputs[0].name}', which leave the query beside "
+                        f"it (a detour: its records feed a stateful step), and {other} too; read each such "
+                        "dead-letter output into its own sink(s)", node.name,
+                    ) from None
         return _fork(graph, rest), detours, rest
 
 

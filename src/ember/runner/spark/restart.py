@@ -29,10 +29,10 @@ from ember.errors import RestartError
 from ember.graph import nodes as n
 from ember.graph.graph import Graph, from_the_sinks
 from ember.runner.spark.checkpoint import CheckpointLayout, write_json
-from ember.runner.spark.fan_out_plan import fan_out_of
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
 from ember.runner.spark.placement import native_join, native_window, runtime_steps, upstream_steps
+from ember.runner.spark.planner import job_fan_out
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
 
@@ -52,7 +52,7 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
             op["spark operator"] = spark_operator
         if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
-    fan = fan_out_of(graph)
+    fan = job_fan_out(graph)
     if fan is not None:  # the readers of a fan-out share one Spark operator per level, one lane each (keyed/lanes.py)
         for op, node in zip(operators, stateful):
             where = fan.where(node)

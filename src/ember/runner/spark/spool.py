@@ -1,7 +1,8 @@
 """Detoured side outputs: records that leave the streaming query beside it.
 
-A ``parse_json`` step whose decoded records feed a stateful step (a window)
-cannot also hand its dead letters to a second sink inside the query: Spark
+A ``parse_json`` step whose decoded records feed a stateful step (a window) — or
+a ``map``, ``flat_map`` or ``filter`` whose records do — cannot also hand its dead
+letters to a second sink inside the query: Spark
 runs one streaming plan per query, and Ember's split of a query into several
 sinks happens per micro-batch, after every stateful step (planner.py: the
 split). So the step's task *spools* its dead letters instead: one
@@ -29,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["write_spool", "read_spool", "clear_spool"]
+__all__ = ["write_spool", "write_dead_letters", "read_spool", "clear_spool"]
 
 _BATCH_ID = "streaming.sql.batchId"  # the local property Spark sets on every task of a micro-batch
 
@@ -49,6 +50,12 @@ def write_spool(directory: str, table: pa.Table) -> None:
     tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
     pq.write_table(table, tmp)
     os.replace(tmp, path)
+
+
+def write_dead_letters(directory: str, raw: pa.Array | list[str], errors: list[str]) -> None:
+    """On a worker: this task's dead letters (``raw``, ``error``) of the current micro-batch."""
+    raw = raw if isinstance(raw, pa.Array) else pa.array(raw, pa.string())
+    write_spool(directory, pa.table({"raw": raw, "error": pa.array(errors, pa.string())}))
 
 
 def read_spool(spark: Any, directory: str, batch_id: int) -> Any | None:

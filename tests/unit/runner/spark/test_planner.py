@@ -72,6 +72,29 @@ def test_dead_letters_beside_a_window_detour_instead_of_splitting(env):
     assert p.streamed_sinks == (counts,)
 
 
+def test_map_and_filter_dead_letters_beside_a_keyed_step_detour(env, events):
+    bad_map, bad_filter = OutputTag("bad_map"), OutputTag("bad_filter")
+    parsed = events().map(lambda r: r, "ts bigint, k string", dead_letter=bad_map, name="parse")
+    kept = parsed.filter(lambda r: True, dead_letter=bad_filter, name="check")
+    out = kept.key_by("k").process(_Count(), "ts bigint, k string", name="count").sink_to(CollectSink(), name="out")
+    a = parsed.get_side_output(bad_map).sink_to(CollectSink(), name="a")
+    b = kept.get_side_output(bad_filter).sink_to(CollectSink(), name="b")
+    p = plan(env.graph())
+    assert sorted(d.tag.name for d in p.detours) == ["bad_filter", "bad_map"]
+    assert p.streamed_sinks == (out,) and {id(s) for d in p.detours for s in p.detoured_sinks(d)} == {id(a), id(b)}
+
+
+def test_detoured_dead_letters_unioned_with_another_stream_are_refused_naming_both(env, events):
+    bad_map, bad_filter = OutputTag("bad_map"), OutputTag("bad_filter")
+    parsed = events().map(lambda r: r, "ts bigint, k string", dead_letter=bad_map, name="parse")
+    kept = parsed.filter(lambda r: True, dead_letter=bad_filter, name="check")
+    kept.key_by("k").process(_Count(), "ts bigint, k string", name="count").sink_to(CollectSink(), name="out")
+    parsed.get_side_output(bad_map).union(kept.get_side_output(bad_filter), name="all-bad").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'all-bad': 'all-bad' reads the dead letters of 'parse', which leave "
+                                            "the query beside it .*and the side output 'bad_filter' of 'check' too"):
+        plan(env.graph())
+
+
 class _Count(KeyedProcessFunction):
     def process_element(self, value, ctx):
         yield value

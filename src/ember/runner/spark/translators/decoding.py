@@ -91,12 +91,10 @@ def decode_batches(batches: Iterator[pa.RecordBatch], plan: DecodePlan) -> Itera
             else:
                 spooled.append((raw, [reasons[i] for i in index]))
     if spooled:
-        from ember.runner.spark.spool import write_spool
+        from ember.runner.spark.spool import write_dead_letters
 
-        write_spool(plan.spool, pa.table({
-            "raw": pa.concat_arrays([raw for raw, _ in spooled]),
-            "error": pa.array([why for _, reasons in spooled for why in reasons], pa.string()),
-        }))
+        write_dead_letters(plan.spool, pa.concat_arrays([raw for raw, _ in spooled]),
+                           [why for _, reasons in spooled for why in reasons])
 
 
 @translates(ParseJsonNode)

@@ -19,6 +19,7 @@ from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, require_reader
 from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
 from ember.runner.spark.pickling import ship_by_value
+from ember.runner.spark.spool import write_dead_letters
 
 __all__ = ["python_filter", "lane_map", "output_struct", "arrow_schema", "build_batch", "records_out",
            "user_function_failed", "pair_records"]
@@ -148,24 +149,30 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
                 yield build_batch(rows, schema, step)
 
         return Frame(up.df.mapInArrow(run, out), up.time)
-    if carried:
+    spool = comp.detoured.get(id(node))  # the dead letters leave the query beside it (spool.py)
+    if carried and spool is None:  # (a dead letter read beside a keyed step after this one detours)
         raise PipelineError(
             f"'{step}' sends dead letters between two stateful steps; that is not supported yet: move the step "
             "before the first stateful step or into its function", step
         )
-
-    require_reader(comp, node, node.dead_letter)
-    tag, combined = node.dead_letter.name, combined_struct(out, node.dead_letter.name)
+    if spool is None:
+        require_reader(comp, node, node.dead_letter)
+    tag = node.dead_letter.name
+    combined = out if spool is not None else combined_struct(out, tag)
     full = arrow_schema(combined)
+    hidden = [f.name for f in carried]
 
     def run_with_dead_letters(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        letters = _DeadLetters(spool, full, tag)
         for batch in batches:
             produced: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
             raws, errors = [], []
-            for record in batch.to_pylist():
+            times = batch.select(hidden).to_pylist() if hidden else None
+            for i, record in enumerate(batch.select(visible).to_pylist() if hidden else batch.to_pylist()):
                 try:
                     values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
-                    produced.append((record, [_to_row(v, names, step, fn) for v in values]))
+                    out_rows = [_to_row(v, names, step, fn) for v in values]
+                    produced.append((record, out_rows if times is None else [{**r, **times[i]} for r in out_rows]))
                 except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
                     raws.append(record_text(record))
                     errors.append(_reason(step, fn, exc))
@@ -183,11 +190,36 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
                         errors.append(f"step '{step}': {_fn_name(fn)} returned {out_rows!r}, which does not fit "
                                       f"the output schema: {exc}")
                 built = pa.RecordBatch.from_pylist(rows, schema=schema)
-            yield main_batch(built.columns, full)
-            if errors:
-                yield dead_batch(full, tag, raws, errors)
+            yield from letters.emit(built, raws, errors)
+        letters.close()
 
     return Frame(up.df.mapInArrow(run_with_dead_letters, combined), up.time)
+
+
+class _DeadLetters:
+    """A task's dead letters: in its output stream, tagged beside the main rows (``full``: the
+    combined schema), or spooled beside the query when they detour (``spool``: written once
+    the task's input is consumed, spool.py)."""
+
+    def __init__(self, spool: str | None, full: pa.Schema, tag: str) -> None:
+        self.spool, self.full, self.tag = spool, full, tag
+        self.raws: list[str] = []
+        self.errors: list[str] = []
+
+    def emit(self, main: pa.RecordBatch, raws: list[str], errors: list[str]) -> Iterator[pa.RecordBatch]:
+        """A batch's main rows and its dead letters (``raws``, ``errors``)."""
+        if self.spool is not None:
+            self.raws += raws
+            self.errors += errors
+            yield main
+            return
+        yield main_batch(main.columns, self.full)
+        if errors:
+            yield dead_batch(self.full, self.tag, raws, errors)
+
+    def close(self) -> None:
+        if self.spool is not None and self.errors:
+            write_dead_letters(self.spool, self.raws, self.errors)
 
 
 def _reason(step: str, fn: Callable[..., Any], exc: BaseException) -> str:
@@ -233,23 +265,26 @@ def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[
 
         return df.mapInArrow(run, df.schema)
 
-    require_reader(comp, node, tag)
-    combined = combined_struct(df.schema, tag.name)
+    spool = comp.detoured.get(id(node))  # the dead letters leave the query beside it (spool.py)
+    if spool is None:
+        require_reader(comp, node, tag)
+    combined = df.schema if spool is not None else combined_struct(df.schema, tag.name)
     full = arrow_schema(combined)
+    visible = without_hidden(df.schema).names  # a record without the columns carried between keyed steps
 
     def run_with_dead_letters(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        letters = _DeadLetters(spool, full, tag.name)
         for batch in batches:
             keep, raws, errors = [], [], []
-            for record in batch.to_pylist():
+            for record in batch.select(visible).to_pylist():
                 try:
                     keep.append(bool(fn(record)))
                 except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
                     keep.append(False)
                     raws.append(record_text(record))
                     errors.append(_reason(step, fn, exc))
-            yield main_batch(batch.filter(pa.array(keep, type=pa.bool_())).columns, full)
-            if errors:
-                yield dead_batch(full, tag.name, raws, errors)
+            yield from letters.emit(batch.filter(pa.array(keep, type=pa.bool_())), raws, errors)
+        letters.close()
 
     return df.mapInArrow(run_with_dead_letters, combined)
 
