@@ -221,3 +221,38 @@ def test_a_flat_map_with_dead_letters_between_two_keyed_steps(env):
     assert sorted((r["k"], r["window_start"], r["sum_n"]) for r in sums.rows()) == _second_sums(
         [(ts, k, int(t)) for ts, k, t in rows if t != "x"])
     assert sorted(json.loads(r["raw"])["ts"] for r in dead.rows()) == sorted(ts for ts, _, t in rows if t == "x")
+
+
+def test_records_a_window_aggregate_raises_on_become_dead_letters(env):
+    """window(...).aggregate(fn, dead_letter=tag): the record add raised on goes into no window."""
+    from ember import AggregateFunction, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+
+    class Total(AggregateFunction):
+        def create_accumulator(self):
+            return 0
+
+        def add(self, value, acc):
+            return acc + int(value["text"])  # "x" raises ValueError
+
+        def merge(self, a, b):
+            return a + b
+
+        def get_result(self, acc):
+            return acc
+
+    bad = OutputTag("bad")
+    batches = _texts(45)
+    stream = env.from_source(ScriptedSource(batches, "ts bigint, k string, text string"),
+                             WatermarkStrategy.for_monotonous_timestamps("ts"), name="in")
+    totals = stream.key_by("k").window(TumblingEventTimeWindows.of(1_000)).aggregate(
+        Total(), output_schema="sum_n bigint", dead_letter=bad, name="per-second")
+    sums, dead = CollectSink(), CollectSink()
+    totals.sink_to(sums, name="sums")
+    totals.get_side_output(bad).sink_to(dead, name="dead")
+    env.execute("window-dead-letters", progress=False)
+
+    rows = [r for b in batches for r in b]
+    assert sorted((r["k"], r["window_start"], r["sum_n"]) for r in sums.rows()) == _second_sums(
+        [(ts, k, int(t)) for ts, k, t in rows if t != "x"])
+    assert sorted(json.loads(r["raw"])["ts"] for r in dead.rows()) == sorted(ts for ts, _, t in rows if t == "x")
+    assert {r["error"] for r in dead.rows()} == {"step 'per-second': add raised ValueError: invalid literal for int() with base 10: 'x'"}

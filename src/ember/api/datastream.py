@@ -270,7 +270,8 @@ class DataStream:
 
     def get_side_output(self, tag: Any, *, name: str | None = None) -> "DataStream":
         """The side output ``tag`` of this step: records a process function sent with
-        ``ctx.output(tag, ...)``, or a window's late records (``side_output_late_data``)."""
+        ``ctx.output(tag, ...)``, a window's late records (``side_output_late_data``), or a
+        step's dead letters (``dead_letter=tag``)."""
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
         if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode | n.MapNode | n.FlatMapNode | n.FilterNode):
@@ -289,10 +290,12 @@ class DataStream:
                 "join_lookup(unmatched=...), map / flat_map / filter with dead_letter=...)",
                 name or "side_output",
             )
-        if isinstance(self._node, n.WindowNode) and tag != self._node.late_tag and self._node.window_fn is None:
+        if isinstance(self._node, n.WindowNode) and self._node.dead_letter is not None and tag == self._node.dead_letter:
+            tag = self._node.dead_letter
+        elif isinstance(self._node, n.WindowNode) and tag != self._node.late_tag and self._node.window_fn is None:
             raise PipelineError(
                 f"window '{self._node.name}' emits no side output '{tag.name}' (its late-data tag is "
-                f"{self._node.late_tag!r})",
+                f"{self._node.late_tag!r}, its dead letters' {getattr(self._node.dead_letter, 'name', None)!r})",
                 name or "side_output",
             )
         return DataStream(self._env, self._add(n.SideOutputNode, name, f"{tag.name}", tag=tag))
@@ -533,6 +536,7 @@ class WindowedStream:
         window_function: Any = None,
         *,
         output_schema: Any = None,
+        dead_letter: Any = None,
         name: str | None = None,
         **aggregates: Aggregate,
     ) -> DataStream:
@@ -545,8 +549,16 @@ class WindowedStream:
         ``window_end`` (epoch ms; null for global windows) and the aggregate's
         fields. With a ``window_function`` (a ProcessWindowFunction receiving the
         one aggregated result), ``output_schema`` is that function's output.
+        ``dead_letter=OutputTag(...)`` (with an AggregateFunction): a record ``add`` (or
+        ``create_accumulator``) raises on goes to that side output (``raw``: the record as
+        JSON, ``error``: why) and into no window; the window keeps what it had. The step
+        then aggregates record by record (no partial aggregation before the shuffle).
         """
         step = name or "window"
+        if dead_letter is not None and fn is None:
+            raise PipelineError("dead_letter is for a Python AggregateFunction (built-in aggregates cannot fail per record)",
+                                step)
+        dead = dead_letter_tag(dead_letter, "aggregate dead_letter", name) if dead_letter is not None else None
         if fn is not None:
             if aggregates:
                 raise PipelineError("aggregate takes an AggregateFunction or named built-ins, not both", step)
@@ -556,7 +568,8 @@ class WindowedStream:
                 raise PipelineError(f"window_function must be a ProcessWindowFunction, got {window_function!r}", step)
             if not output_schema:
                 raise PipelineError("aggregate with an AggregateFunction needs output_schema (Spark DDL)", step)
-            return self._window(name, aggregate_fn=fn, window_fn=window_function, output_schema=output_schema)
+            return self._window(name, aggregate_fn=fn, window_fn=window_function, output_schema=output_schema,
+                                dead_letter=dead)
         if not aggregates:
             raise PipelineError("aggregate needs at least one named aggregate, e.g. count=Agg.count()", step)
         for out, agg in aggregates.items():
@@ -564,11 +577,13 @@ class WindowedStream:
                 raise PipelineError(f"aggregate '{out}' must be an Agg.*(...) value, got {agg!r}", step)
         return self._window(name, aggregates=tuple(aggregates.items()))
 
-    def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> DataStream:
+    def reduce(self, fn: Callable[[dict, dict], dict], *, dead_letter: Any = None, name: str | None = None) -> DataStream:
         """Combine each window's records pairwise with ``fn(a, b) -> record``; the
-        output is the reduced record (the input's fields)."""
+        output is the reduced record (the input's fields). ``dead_letter``: as for
+        :meth:`aggregate` (a record ``fn`` raises on)."""
         _require_callable(fn, "reduce", name)
-        return self._window(name, reduce_fn=fn)
+        dead = dead_letter_tag(dead_letter, "reduce dead_letter", name) if dead_letter is not None else None
+        return self._window(name, reduce_fn=fn, dead_letter=dead)
 
     def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
         """Run a :class:`~ember.functions.ProcessWindowFunction` on all of a

@@ -321,6 +321,7 @@ class WindowNode(Node):
     window_fn: Any = None  # ProcessWindowFunction
     output_schema: Any = None
     label: str = ""  # how the window was declared, e.g. "count window 100"
+    dead_letter: Any = None  # OutputTag: records aggregate_fn.add / reduce_fn raises on go there
 
     @property
     def plain(self) -> bool:
@@ -341,6 +342,8 @@ class WindowNode(Node):
             parts.append(f"allowed lateness {self.allowed_lateness_ms} ms")
         if self.late_tag is not None:
             parts.append(f"late data -> side output '{self.late_tag.name}'")
+        if self.dead_letter is not None:
+            parts.append(f"failures -> '{self.dead_letter.name}'")
         if self.aggregates:
             what = ", ".join(f"{name}={a.describe()}" for name, a in self.aggregates)
         else:

@@ -416,7 +416,10 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
         key_names=node.keys,
         result_fields=result_fields,
         step=node.name,
+        dead_letter=node.dead_letter.name if node.dead_letter is not None else None,
     )
+    if node.dead_letter is not None:
+        require_reader(comp, node, node.dead_letter)
     late = (node.late_tag, input_type) if node.late_tag is not None else None
     combiner = None
     if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time):

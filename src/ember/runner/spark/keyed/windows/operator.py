@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, cast
 
 from ember.errors import UserFunctionError
-from ember.functions import KeyedProcessFunction, RuntimeContext
+from ember.functions import KeyedProcessFunction, RuntimeContext, record_text
 from ember.runner.spark.keyed.contracts import RecordsBuilder
 from ember.runner.spark.keyed.runtime import KeyedRuntime
 from ember.runner.spark.keyed.windows.batch import BatchPath, batch_path
@@ -74,7 +74,11 @@ class WindowOperator(KeyedProcessFunction):
             if self.is_late(window, ctx):
                 continue
             placed = True
-            self._add(ctx, window, value, ts)
+            if spec.dead_letter is not None:
+                if not self._guarded_add(ctx, window, value, ts):
+                    break  # a dead letter: into no further window
+            else:
+                self._add(ctx, window, value, ts)
             tctx = self.trigger_ctx.bind(ctx, window)
             result = self._call_trigger("on_element", spec.trigger.on_element, (value, ts, window, tctx))
             self.apply_result(ctx, window, result, out)
@@ -113,6 +117,18 @@ class WindowOperator(KeyedProcessFunction):
         else:
             prev = windows.get(window)
             windows[window] = value if prev is None else self.call("reduce", spec.reduce, (prev, value))
+
+    def _guarded_add(self, ctx: KeyedRuntime, window: TimeWindow, value: dict[str, Any], ts: int) -> bool:
+        """``_add`` with a record the function raises on sent to the dead-letter output
+        (``raw``: the record as JSON, ``error``: why): the window keeps what it had (unless
+        the function changed its accumulator in place before raising). False for a dead letter."""
+        try:
+            self._add(ctx, window, value, ts)
+            return True
+        except UserFunctionError as exc:
+            assert self.spec.dead_letter is not None
+            ctx.side.append((self.spec.dead_letter, {"raw": record_text(value), "error": str(exc)}, ctx.timestamp, ctx.ahead))
+            return False
 
     def _combine(self, a: Any, b: Any) -> Any:
         spec = self.spec

@@ -66,13 +66,15 @@ class WindowSpec:
     result_fields: tuple[str, ...] = ()  # aggregate results without a window function
     step: str = "window"
     combined: bool = False  # the input is partial aggregates from batch.make_combiner
+    dead_letter: str | None = None  # the side output for records add / reduce raises on (per element only)
 
     @property
     def combinable(self) -> bool:
         """Whether partial aggregation before the shuffle gives exactly the same output:
         event-time fixed windows with the default trigger and an AggregateFunction; no
-        evictor, no allowed lateness (each late element would fire again) and no late-data
-        side output (it needs the late records themselves)."""
+        evictor, no allowed lateness (each late element would fire again), no late-data
+        side output (it needs the late records themselves) and no dead letters (each
+        record's add is guarded on its own)."""
         return (
             isinstance(self.assigner, TumblingWindows | SlidingWindows)
             and not self.assigner.processing_time
@@ -81,6 +83,7 @@ class WindowSpec:
             and self.aggregate is not None
             and self.allowed_lateness_ms == 0
             and self.late_tag is None
+            and self.dead_letter is None
         )
 
     @property
@@ -93,8 +96,8 @@ class WindowSpec:
         """How the operator takes a micro-batch (chosen once per step)."""
         if self.combined:
             return WindowPath.PARTIALS
-        if self.keeps_elements or self.evictor is not None:
-            return WindowPath.ELEMENT
+        if self.keeps_elements or self.evictor is not None or self.dead_letter is not None:
+            return WindowPath.ELEMENT  # (dead letters: each record's add guarded on its own)
         if self.assigner.is_global and count_window_size(self.trigger) is not None:
             return WindowPath.COUNT
         if isinstance(self.assigner, TumblingWindows | SlidingWindows) and fires_on_time_only(self.trigger):

@@ -1,0 +1,118 @@
+"""``window(...).aggregate(fn, ..., dead_letter=tag)`` / ``.reduce(fn, dead_letter=tag)``: a record
+the function raises on becomes a dead letter (``raw``: the record as JSON) and goes into no
+window; every window's result is the one over the other records (computed here by hand).
+Driven through the window operator without Spark (bucket_driver)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+from bucket_driver import BucketDriver
+
+from ember import Agg, OutputTag, ScriptedSource, StreamEnvironment, WatermarkStrategy
+from ember.errors import PipelineError, UserFunctionError
+from ember.functions import AggregateFunction
+from ember.runner.spark.keyed.windows import WindowOperator, WindowSpec
+from ember.runner.spark.keyed.windows.spec import WindowPath
+from ember.windowing.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
+from ember.windowing.triggers import EventTimeTrigger
+
+pytestmark = pytest.mark.usefixtures("state_layout")  # both keyed state layouts (conftest.py)
+
+FIELDS = ["ts", "k", "x"]
+OUT = ["k", "window_start", "window_end", "total"]
+
+
+class Inverses(AggregateFunction):
+    """The sum of 60 // x: x = 0 raises (ZeroDivisionError), a negative x too (ValueError)."""
+
+    def create_accumulator(self):
+        return 0
+
+    def add(self, value, acc):
+        if value["x"] < 0:
+            raise ValueError(f"negative x: {value['x']}")
+        return acc + 60 // value["x"]
+
+    def merge(self, a, b):
+        return a + b
+
+    def get_result(self, acc):
+        return acc
+
+
+def _driver(assigner, *, aggregate=None, reduce=None, dead_letter="bad"):
+    spec = WindowSpec(assigner=assigner, trigger=EventTimeTrigger(), aggregate=aggregate, reduce=reduce,
+                      key_names=("k",), result_fields=("total",), step="w", dead_letter=dead_letter)
+    out = OUT if aggregate is not None else [*FIELDS, "window_start", "window_end"]
+    sides = {"bad": ["raw", "error"]} if dead_letter else None
+    return BucketDriver(WindowOperator(spec), FIELDS, out, side_outputs=sides), spec
+
+
+BATCHES = [
+    [(1, "a", 2), (3, "a", 0), (4, "b", 5), (7, "a", 3)],
+    [(11, "a", 4), (12, "b", -1), (14, "b", 6), (19, "a", 0)],
+    [(22, "b", 1), (25, "a", 10)],
+]
+
+
+def _run(driver):
+    main, bad = [], []
+    watermark = None
+    for batch in BATCHES:
+        m, sides = driver.batch(batch, watermark=watermark)
+        main += m
+        bad += sides.get("bad", [])
+        watermark = max(ts for ts, _, _ in batch) - 1
+    m, sides = driver.batch([], watermark=10 ** 6)
+    return main + m, bad + sides.get("bad", [])
+
+
+def test_records_add_raises_on_are_dead_letters_and_go_into_no_window():
+    driver, spec = _driver(SlidingEventTimeWindows.of(10, 5), aggregate=Inverses())
+    assert spec.path is WindowPath.ELEMENT and not spec.combinable  # each record's add on its own
+    main, bad = _run(driver)
+    expected = defaultdict(int)
+    for ts, k, x in (r for b in BATCHES for r in b):
+        if x > 0:
+            for start in (ts - ts % 5 - 5, ts - ts % 5):
+                if start + 10 > ts >= start:
+                    expected[(k, start)] += 60 // x
+    assert sorted((r["k"], r["window_start"], r["total"]) for r in main) == sorted((k, s, t) for (k, s), t in expected.items())
+    assert sorted(json.loads(r["raw"])["ts"] for r in bad) == [3, 12, 19]  # each once, though in two windows
+    errors = {json.loads(r["raw"])["ts"]: r["error"] for r in bad}
+    assert errors[3] == "step 'w': add raised ZeroDivisionError: integer division or modulo by zero"
+    assert errors[12] == "step 'w': add raised ValueError: negative x: -1"
+
+
+def test_a_record_reduce_raises_on_is_a_dead_letter():
+    def biggest(a, b):  # b: the record being added
+        if b["x"] == 0:
+            raise ValueError("zero")
+        return a if a["x"] >= b["x"] else b
+
+    driver, _ = _driver(TumblingEventTimeWindows.of(10), reduce=biggest)
+    main, bad = _run(driver)
+    assert sorted((r["k"], r["window_start"], r["x"]) for r in main) == [("a", 0, 3), ("a", 10, 4), ("a", 20, 10),
+                                                                         ("b", 0, 5), ("b", 10, 6), ("b", 20, 1)]
+    assert sorted(json.loads(r["raw"])["ts"] for r in bad) == [3, 19]
+    assert {r["error"] for r in bad} == {"step 'w': reduce raised ValueError: zero"}
+
+
+def test_without_a_dead_letter_tag_the_record_fails_the_step():
+    driver, _ = _driver(TumblingEventTimeWindows.of(10), aggregate=Inverses(), dead_letter=None)
+    with pytest.raises(UserFunctionError, match="step 'w': add raised ZeroDivisionError"):
+        _run(driver)
+
+
+def test_dead_letters_are_for_python_functions():
+    env = StreamEnvironment()
+    keyed = env.from_source(ScriptedSource([[]], "ts bigint, k string, x int"), WatermarkStrategy.for_monotonous_timestamps("ts"),
+                            name="in").key_by("k")
+    windowed = keyed.window(TumblingEventTimeWindows.of(10))
+    with pytest.raises(PipelineError, match="dead_letter is for a Python AggregateFunction"):
+        windowed.aggregate(dead_letter=OutputTag("bad"), n=Agg.count())
+    step = windowed.aggregate(Inverses(), output_schema="total int", dead_letter=OutputTag("bad"), name="w")
+    assert step.node.dead_letter == OutputTag("bad") and "failures -> 'bad'" in step.node.describe()
