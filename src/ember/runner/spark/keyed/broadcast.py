@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ember.coprocess import INPUT, field_column
-from ember.errors import UserFunctionError
 from ember.functions import (
     BroadcastProcessFunction,
     Context,
@@ -99,7 +98,8 @@ class UnkeyedBroadcast(KeyedBroadcastProcessFunction):
 class _NoKey:
     """What a BroadcastProcessFunction's context offers (Flink's ReadOnlyContext / Context of a
     non-keyed stream): the record's time, the watermark, processing time, side outputs and the
-    broadcast state (writable in process_broadcast_element); anything keyed raises, saying so."""
+    broadcast state (writable in process_broadcast_element); anything keyed is not there (an
+    AttributeError saying so, which the runtime reports naming the step and the record)."""
 
     __slots__ = ("_rt", "_fn")
 
@@ -116,8 +116,8 @@ class _NoKey:
     def get_broadcast_state(self, descriptor: Any) -> Any:
         return self._rt.get_broadcast_state(descriptor)
 
-    def __getattr__(self, name: str) -> Any:
-        raise UserFunctionError(
+    def __getattr__(self, name: str) -> Any:  # an AttributeError: hasattr / getattr(ctx, name, default) work
+        raise AttributeError(
             f"{self._fn}: ctx.{name} is not there — a BroadcastProcessFunction reads a non-keyed stream "
             "(no key, keyed state or timers); key the stream (key_by before connect) and use a "
             "KeyedBroadcastProcessFunction for those"
