@@ -256,3 +256,27 @@ def test_records_a_window_aggregate_raises_on_become_dead_letters(env):
         [(ts, k, int(t)) for ts, k, t in rows if t != "x"])
     assert sorted(json.loads(r["raw"])["ts"] for r in dead.rows()) == sorted(ts for ts, _, t in rows if t == "x")
     assert {r["error"] for r in dead.rows()} == {"step 'per-second': add raised ValueError: invalid literal for int() with base 10: 'x'"}
+
+
+def test_unmatched_records_of_a_lookup_join_before_a_window_detour(env):
+    """join_lookup(unmatched=tag) read beside a window: its unmatched records are spooled and
+    written after each micro-batch (before: refused)."""
+    from ember import ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+
+    unknown = OutputTag("unknown")
+    batches = _texts(45)
+    regions = [{"k": "a", "region": "north"}, {"k": "b", "region": "south"}]  # no "c"
+    stream = env.from_source(ScriptedSource(batches, "ts bigint, k string, text string"),
+                             WatermarkStrategy.for_monotonous_timestamps("ts"), name="in")
+    joined = stream.join_lookup(regions, on="k", unmatched=unknown, name="regions")
+    counts, dead = CollectSink(), CollectSink()
+    joined.key_by("region").window(TumblingEventTimeWindows.of(1_000)).count(name="per-second").sink_to(counts, name="counts")
+    joined.get_side_output(unknown).sink_to(dead, name="dead")
+    env.execute("detoured-lookup", progress=False)
+
+    rows = [r for b in batches for r in b]
+    expected = collections.Counter(({"a": "north", "b": "south"}[k], ts - ts % 1_000) for ts, k, _ in rows if k != "c")
+    assert sorted((r["region"], r["window_start"], r["count"]) for r in counts.rows()) == sorted(
+        (region, start, n) for (region, start), n in expected.items())
+    assert sorted(json.loads(r["raw"])["ts"] for r in dead.rows()) == sorted(ts for ts, k, _ in rows if k == "c")
+    assert {r["error"] for r in dead.rows()} == {'no match in the lookup table for k = {"k":"c"}'}

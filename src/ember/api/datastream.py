@@ -551,8 +551,10 @@ class WindowedStream:
         one aggregated result), ``output_schema`` is that function's output.
         ``dead_letter=OutputTag(...)`` (with an AggregateFunction): a record ``add`` (or
         ``create_accumulator``) raises on goes to that side output (``raw``: the record as
-        JSON, ``error``: why) and into no window; the window keeps what it had. The step
-        then aggregates record by record (no partial aggregation before the shuffle).
+        JSON, ``error``: why) and into no window; the window keeps what it had. A window
+        ``get_result`` or the window function raises on emits nothing and goes there too
+        (``raw``: its key and bounds). The step then aggregates record by record (no partial
+        aggregation before the shuffle).
         """
         step = name or "window"
         if dead_letter is not None and fn is None:
@@ -585,15 +587,18 @@ class WindowedStream:
         dead = dead_letter_tag(dead_letter, "reduce dead_letter", name) if dead_letter is not None else None
         return self._window(name, reduce_fn=fn, dead_letter=dead)
 
-    def process(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
+    def process(self, fn: Any, output_schema: Any, *, dead_letter: Any = None, name: str | None = None) -> DataStream:
         """Run a :class:`~ember.functions.ProcessWindowFunction` on all of a
-        window's elements when it fires; ``output_schema`` types what it yields."""
+        window's elements when it fires; ``output_schema`` types what it yields.
+        ``dead_letter=OutputTag(...)``: a window ``fn`` raises on emits nothing and goes to
+        that side output (``raw``: its key, ``window_start`` and ``window_end``)."""
         step = name or "window"
         if not isinstance(fn, ProcessWindowFunction):
             raise PipelineError(f"process takes a ProcessWindowFunction instance, got {fn!r}", step)
         if not output_schema:
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
-        return self._window(name, window_fn=fn, output_schema=output_schema)
+        dead = dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None
+        return self._window(name, window_fn=fn, output_schema=output_schema, dead_letter=dead)
 
     def count(self, *, name: str | None = None) -> DataStream:
         return self.aggregate(name=name, count=Agg.count())

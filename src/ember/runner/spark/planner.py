@@ -18,7 +18,8 @@ a session.
 - **Fan-out.** A keyed-runtime step whose output several keyed steps read runs its
   readers as lanes of one Spark operator, and the job splits after it (fan_out_plan.py).
 - **Detours.** When the only obstacle to that is the dead letters of a stateless step
-  (``parse_json``, ``map``, ``flat_map``, ``filter``) read beside a stateful step, the
+  (``parse_json``, ``map``, ``flat_map``, ``filter``; ``join_lookup``'s unmatched records)
+  read beside a stateful step, the
   dead letters *detour*: spooled by the step's tasks and written from the spool after
   the micro-batch (spool.py).
 - **Where each step runs** (Spark's native windows and joins, or Ember's keyed runtime):
@@ -42,6 +43,7 @@ from ember.graph.nodes import (
     FilterNode,
     FlatMapNode,
     IntervalJoinNode,
+    LookupJoinNode,
     MapNode,
     Node,
     ParseJsonNode,
@@ -185,11 +187,16 @@ def job_fan_out(graph: Graph) -> FanOut | None:
 def _detourable(graph: Graph) -> list[SideOutputNode]:
     """The dead-letter outputs of stateless steps: they may leave the query beside it (spool.py)."""
     return [n for n in graph.nodes
-            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], DETOURING) and n.tag == n.inputs[0].dead_letter]
+            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], DETOURING) and n.tag == _dead_letters_of(n.inputs[0])]
 
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py).
-DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode)
+DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, LookupJoinNode)
+
+
+def _dead_letters_of(node: Node) -> object:
+    """The tag of ``node``'s dead letters (a lookup join's: its unmatched records)."""
+    return node.unmatched if isinstance(node, LookupJoinNode) else getattr(node, "dead_letter", None)
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:

@@ -84,6 +84,17 @@ def test_map_and_filter_dead_letters_beside_a_keyed_step_detour(env, events):
     assert p.streamed_sinks == (out,) and {id(s) for d in p.detours for s in p.detoured_sinks(d)} == {id(a), id(b)}
 
 
+def test_unmatched_records_of_a_lookup_join_beside_a_window_detour(env, events):
+    unknown = OutputTag("unknown")
+    joined = events().join_lookup([{"k": "a", "region": "north"}], on="k", unmatched=unknown, name="regions")
+    out = (joined.key_by("region").window(TumblingEventTimeWindows.of(1000)).count(name="per-region")
+           .sink_to(CollectSink(), name="out"))
+    dead = joined.get_side_output(unknown).sink_to(CollectSink(), name="dead")
+    p = plan(env.graph())
+    assert [d.tag for d in p.detours] == [unknown] and p.detoured_sinks(p.detours[0]) == [dead]
+    assert p.streamed_sinks == (out,)
+
+
 def test_detoured_dead_letters_unioned_with_another_stream_are_refused_naming_both(env, events):
     bad_map, bad_filter = OutputTag("bad_map"), OutputTag("bad_filter")
     parsed = events().map(lambda r: r, "ts bigint, k string", dead_letter=bad_map, name="parse")

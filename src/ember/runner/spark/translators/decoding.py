@@ -161,17 +161,40 @@ def _only_reader(comp: Compilation, source: Any, node: ParseJsonNode) -> bool:
 
 
 def lookup_with_unmatched(comp: Compilation, node: LookupJoinNode, stream: Any, table: Any) -> Any:
-    """An inner lookup join whose records without a match become dead letters."""
-    require_reader(comp, node, node.unmatched)
+    """An inner lookup join whose records without a match become dead letters (tagged in
+    the join's output, or spooled beside the query when they detour: spool.py)."""
+    spool = comp.detoured.get(id(node))
+    if spool is None:
+        require_reader(comp, node, node.unmatched)
     marker = "__ember_matched"
     tag = node.unmatched.name
     joined = stream.join(F.broadcast(table.withColumn(marker, F.lit(True))), list(node.on), "left")
     missing = F.col(marker).isNull()
     keys = ", ".join(node.on)
     error = F.concat(F.lit(f"no match in the lookup table for {keys} = "), F.to_json(F.struct(*[F.col(k) for k in node.on])))
-    return joined.select(
-        *[c for c in joined.columns if c != marker],
+    main = [c for c in joined.columns if c != marker]
+    tagged = joined.select(
+        *main,
         F.when(missing, F.lit(tag)).alias(TAG),
         F.when(missing, F.to_json(F.struct(*[F.col(c) for c in stream.columns]))).alias(side_column(tag, "raw")),
         F.when(missing, error).alias(side_column(tag, "error")),
     )
+    if spool is None:
+        return tagged
+    raw, why = side_column(tag, "raw"), side_column(tag, "error")
+
+    def spooled(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from ember.runner.spark.spool import write_dead_letters
+
+        raws: list[str] = []
+        errors: list[str] = []
+        for batch in batches:
+            unmatched = pc.is_valid(batch.column(TAG))
+            letters = batch.filter(unmatched)
+            raws += letters.column(raw).to_pylist()
+            errors += letters.column(why).to_pylist()
+            yield batch.filter(pc.invert(unmatched)).select(main)
+        if errors:
+            write_dead_letters(spool, raws, errors)
+
+    return tagged.mapInArrow(spooled, joined.select(*main).schema)

@@ -13,7 +13,7 @@ from bucket_driver import BucketDriver
 
 from ember import Agg, OutputTag, ScriptedSource, StreamEnvironment, WatermarkStrategy
 from ember.errors import PipelineError, UserFunctionError
-from ember.functions import AggregateFunction
+from ember.functions import AggregateFunction, ProcessWindowFunction
 from ember.runner.spark.keyed.windows import WindowOperator, WindowSpec
 from ember.runner.spark.keyed.windows.spec import WindowPath
 from ember.windowing.assigners import SlidingEventTimeWindows, TumblingEventTimeWindows
@@ -43,11 +43,12 @@ class Inverses(AggregateFunction):
         return acc
 
 
-def _driver(assigner, *, aggregate=None, reduce=None, dead_letter="bad"):
+def _driver(assigner, *, aggregate=None, reduce=None, window_fn=None, out=None, dead_letter="bad", sides=None):
     spec = WindowSpec(assigner=assigner, trigger=EventTimeTrigger(), aggregate=aggregate, reduce=reduce,
-                      key_names=("k",), result_fields=("total",), step="w", dead_letter=dead_letter)
-    out = OUT if aggregate is not None else [*FIELDS, "window_start", "window_end"]
-    sides = {"bad": ["raw", "error"]} if dead_letter else None
+                      window_function=window_fn, key_names=("k",), result_fields=("total",), step="w",
+                      dead_letter=dead_letter)
+    out = out or (OUT if aggregate is not None else [*FIELDS, "window_start", "window_end"])
+    sides = {**(sides or {}), **({"bad": ["raw", "error"]} if dead_letter else {})}
     return BucketDriver(WindowOperator(spec), FIELDS, out, side_outputs=sides), spec
 
 
@@ -59,15 +60,20 @@ BATCHES = [
 
 
 def _run(driver):
-    main, bad = [], []
+    """Main rows and the dead letters over BATCHES, then the end of input; ``driver.seen``: the
+    rows of side output "seen" (when declared)."""
+    main, rows = [], {"bad": [], "seen": []}
     watermark = None
-    for batch in BATCHES:
+    for batch in [*BATCHES, []]:  # the end of input: a batch whose watermark is past every window
         m, sides = driver.batch(batch, watermark=watermark)
         main += m
-        bad += sides.get("bad", [])
-        watermark = max(ts for ts, _, _ in batch) - 1
-    m, sides = driver.batch([], watermark=10 ** 6)
-    return main + m, bad + sides.get("bad", [])
+        for tag in rows:
+            rows[tag] += sides.get(tag, [])
+        watermark = max(ts for ts, _, _ in batch) - 1 if batch else None
+        if batch is BATCHES[-1]:
+            watermark = 10 ** 6
+    driver.seen = rows["seen"]
+    return main, rows["bad"]
 
 
 def test_records_add_raises_on_are_dead_letters_and_go_into_no_window():
@@ -99,6 +105,31 @@ def test_a_record_reduce_raises_on_is_a_dead_letter():
                                                                          ("b", 0, 5), ("b", 10, 6), ("b", 20, 1)]
     assert sorted(json.loads(r["raw"])["ts"] for r in bad) == [3, 19]
     assert {r["error"] for r in bad} == {"step 'w': reduce raised ValueError: zero"}
+
+
+class Ratio(ProcessWindowFunction):
+    """Per window: its first x over its count of zeros — a generator whose first row comes before
+    the division, and a side output before that; a window without zeros raises."""
+
+    def process(self, key, context, elements):
+        context.output(SEEN, {"k": key, "start": context.window.start})
+        yield {"k": key, "start": context.window.start, "r": -1}
+        yield {"k": key, "start": context.window.start, "r": elements[0]["x"] // sum(1 for e in elements if e["x"] == 0)}
+
+
+SEEN = OutputTag("seen", "k string, start bigint")
+
+
+def test_a_window_its_function_raises_on_is_a_dead_letter_and_emits_nothing():
+    spec_out = ["k", "start", "r"]
+    driver, _ = _driver(TumblingEventTimeWindows.of(10), window_fn=Ratio(), out=spec_out, sides={"seen": ["k", "start"]})
+    main, bad = _run(driver)
+    zeros = {("a", 0), ("a", 10)}  # the windows holding a zero: a's [0, 10) and [10, 20)
+    assert sorted((r["k"], r["start"], r["r"]) for r in main) == [("a", 0, -1), ("a", 0, 2), ("a", 10, -1), ("a", 10, 4)]
+    assert sorted((json.loads(r["raw"])["key"], json.loads(r["raw"])["window_start"]) for r in bad) == sorted(
+        {("a", 20), ("b", 0), ("b", 10), ("b", 20)} - zeros)
+    assert {r["error"] for r in bad} == {"step 'w': process raised ZeroDivisionError: integer division or modulo by zero"}
+    assert sorted((r["k"], r["start"]) for r in driver.seen) == sorted(zeros)  # the failed windows' side outputs discarded
 
 
 def test_without_a_dead_letter_tag_the_record_fails_the_step():

@@ -247,6 +247,33 @@ class WindowOperator(KeyedProcessFunction):
             windows.pop(window, None)
 
     def emit(self, ctx: KeyedRuntime, window: TimeWindow, windows: dict[TimeWindow, Any], out: list[Any]) -> None:
+        """Fire ``window``: its result rows into ``out`` (or the call's output, marked with the
+        window's Flink timestamp). With a dead-letter output, a window whose functions raise
+        (``get_result``, the window function, an evictor) emits nothing and becomes a dead letter
+        (``raw``: its key and bounds); the side outputs that call emitted are discarded."""
+        spec = self.spec
+        sides = len(ctx.side)
+        try:
+            rows = self._results(ctx, window, windows)
+        except Exception as exc:
+            error = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
+                f"step '{spec.step}': process raised {type(exc).__name__}: {exc}")
+            if spec.dead_letter is None:
+                if error is exc:
+                    raise
+                raise error from exc
+            del ctx.side[sides:]
+            start, end = (None, None) if window.is_global else (window.start, window.end)
+            raw = {"key": ctx.current_key, "window_start": start, "window_end": end}
+            ctx.side.append((spec.dead_letter, {"raw": record_text(raw), "error": str(error)}, ctx.timestamp, ctx.ahead))
+            return
+        if ctx.out is not None:  # straight into the call's output, marked with Flink's timestamp
+            out = ctx.out
+            ctx.emitting(out, window.max_timestamp)
+        out.extend(rows)
+
+    def _results(self, ctx: KeyedRuntime, window: TimeWindow, windows: dict[TimeWindow, Any]) -> list[Any]:
+        """``window``'s output rows (a window function's run to the end)."""
         spec = self.spec
         contents = windows[window]
         if spec.keeps_elements:
@@ -273,19 +300,14 @@ class WindowOperator(KeyedProcessFunction):
             results = [self.call("get_result", spec.aggregate.get_result, (contents,))]
         else:
             results = [contents]
-        if ctx.out is not None:  # straight into the call's output, marked with Flink's timestamp
-            out = ctx.out
-            ctx.emitting(out, window.max_timestamp)
         if spec.window_function is not None:
             wctx = WindowFunctionContext(ctx, window)
             emitted = self.call("process", spec.window_function.process, (ctx.current_key, wctx, results))
-            if emitted is not None:
-                out.extend(emitted)
-        elif spec.aggregate is not None:
-            out.extend(self._row(ctx.current_key, window, r) for r in results)
-        else:  # the reduced record, with its window (overlapping windows are told apart)
-            start, end = (None, None) if window.is_global else (window.start, window.end)
-            out.extend({**r, "window_start": start, "window_end": end} for r in results)
+            return [] if emitted is None else list(emitted)
+        if spec.aggregate is not None:
+            return [self._row(ctx.current_key, window, r) for r in results]
+        start, end = (None, None) if window.is_global else (window.start, window.end)  # the reduced record, with its window
+        return [{**r, "window_start": start, "window_end": end} for r in results]
 
     def _row(self, key: Any, window: TimeWindow, result: Any) -> dict[str, Any]:
         spec = self.spec
