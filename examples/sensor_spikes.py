@@ -6,7 +6,10 @@ garbled value ("ERR") makes the condition ``float(e["value"]) > 90`` raise: with
 ``dead_letter=tag`` that event goes to a side output (``raw``: the event as JSON, ``error``:
 the step and the exception) and leaves every partial match as it was — as if the event had
 not arrived, so under ``next`` the reading after it counts as the next one (docs/cep.md,
-"Bad events"). At the end the alerts are checked against a plain scan of the valid readings.
+"Bad events"). A second job averages each sensor's readings per 5 s window with a Python
+``AggregateFunction`` whose ``add`` parses the value: with ``dead_letter=tag`` a garbled reading
+goes into no window (docs/windows.md, "Bad records"). At the end the alerts and the averages are
+checked against a plain scan of the valid readings.
 
     python examples/sensor_spikes.py
 """
@@ -18,7 +21,15 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from ember import CollectSink, OutputTag, ScriptedSource, StreamEnvironment, WatermarkStrategy
+from ember import (
+    AggregateFunction,
+    CollectSink,
+    OutputTag,
+    ScriptedSource,
+    StreamEnvironment,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
 from ember.cep import CEP, Pattern
 
 READINGS = [  # (event time ms, sensor, value as sent), in micro-batches, out of order within 1 s
@@ -56,6 +67,47 @@ def expected_alerts() -> list[tuple[str, int, int]]:
     return sorted(out)
 
 
+class Average(AggregateFunction):
+    """The mean of the readings' values; ``add`` parses the text (raises on "ERR")."""
+
+    def create_accumulator(self):
+        return (0.0, 0)
+
+    def add(self, value, acc):
+        return acc[0] + float(value["value"]), acc[1] + 1
+
+    def merge(self, a, b):
+        return a[0] + b[0], a[1] + b[1]
+
+    def get_result(self, acc):
+        return round(acc[0] / acc[1], 2)
+
+
+def expected_averages() -> list[tuple[str, int, float]]:
+    """Per sensor and 5 s window, the mean of its valid readings, by hand."""
+    sums: dict[tuple[str, int], list[float]] = {}
+    for ts, sensor, value in (r for batch in READINGS for r in batch):
+        try:
+            sums.setdefault((sensor, ts - ts % 5_000), []).append(float(value))
+        except ValueError:
+            continue
+    return sorted((sensor, start, round(sum(vs) / len(vs), 2)) for (sensor, start), vs in sums.items())
+
+
+def averages(root: str) -> tuple[CollectSink, CollectSink]:
+    """The second job: 5 s averages per sensor, garbled readings to dead letters."""
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts")
+    readings = env.from_source(ScriptedSource(READINGS, SCHEMA), strategy, name="readings")
+    means = readings.key_by("sensor").window(TumblingEventTimeWindows.of(5_000)).aggregate(
+        Average(), output_schema="mean double", dead_letter=BAD, name="five-second-means")
+    found, bad = CollectSink(), CollectSink()
+    means.sink_to(found, name="means")
+    means.get_side_output(BAD).sink_to(bad, name="dead-letters")
+    env.execute("sensor-means", progress=False)
+    return found, bad
+
+
 def run() -> tuple[CollectSink, CollectSink]:
     root = tempfile.mkdtemp(prefix="ember-sensors-")
     try:
@@ -88,6 +140,19 @@ def main() -> int:
         print(f"check FAILED: expected {want}")
         return 1
     print(f"check: every alert exact ({len(got)} alerts, {len(bad.rows())} dead letters)")
+    root = tempfile.mkdtemp(prefix="ember-sensor-means-")
+    try:
+        means, garbled = averages(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    got_means = sorted((r["sensor"], r["window_start"], r["mean"]) for r in means.rows())
+    print("five-second means (garbled readings in no window):")
+    for sensor, start, mean in got_means:
+        print(f"  {sensor} [{start}, {start + 5_000}) ms: {mean}")
+    if got_means != expected_averages() or len(garbled.rows()) != 2:
+        print(f"check FAILED: expected {expected_averages()} and 2 dead letters")
+        return 1
+    print(f"check: every mean exact ({len(got_means)} windows, {len(garbled.rows())} dead letters)")
     return 0
 
 

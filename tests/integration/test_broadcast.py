@@ -218,7 +218,8 @@ def test_fraud_rules_example(spark, load_example):
 
 def test_broadcast_state_survives_a_restart_from_the_checkpoint(spark, tmp_path):
     """The rules a first run read are still there for the events a restarted run reads
-    (broadcast state is checkpointed with the buckets' keyed state)."""
+    (broadcast state is checkpointed with the buckets' keyed state), and a savepoint's
+    ``read_broadcast_state`` reads them back."""
     from ember import StreamEnvironment
 
     def env():
@@ -230,3 +231,14 @@ def test_broadcast_state_survives_a_restart_from_the_checkpoint(spark, tmp_path)
     assert sorted((r["what"], r["name"]) for r in first.rows()) == [("alert", "a:r1"), ("rule", "r1")]
     second = _run(env(), events, rules, None, "restart")  # reads batch 2 only: no rule in it
     assert [(r["what"], r["name"], r["n"]) for r in second.rows()] == [("alert", "c:r1", 1)]
+    # a savepoint carries it: read back as the copy every task holds
+    import os
+
+    from ember.errors import SavepointError
+    from ember.savepoints import create_savepoint
+
+    point = create_savepoint(os.path.join(str(tmp_path), "restart"), root=str(tmp_path / "sp"))
+    assert point.read_broadcast_state("check", spark) == {"limits": {"r1": 5}}
+    assert sorted(point.read_state("check", spark)["state"]) == ["alerts", "alerts"]  # the keyed state beside it: a's, c's
+    with pytest.raises(SavepointError, match="no operator 'nope'|'nope'"):
+        point.read_broadcast_state("nope", spark)

@@ -196,4 +196,5 @@ def test_sensor_spikes_example(spark, load_example, capsys):
     assert example.main() == 0
     out = capsys.readouterr().out
     assert "check: every alert exact (2 alerts, 2 dead letters)" in out
+    assert "check: every mean exact (4 windows, 2 dead letters)" in out
     assert example.expected_alerts() == [("s-1", 1_000, 2_000), ("s-2", 2_600, 3_100)]  # each across a garbled reading

@@ -31,7 +31,7 @@ from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import EMBER_DIR, CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
 from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids
 from ember.runner.spark.state_io import rescale_checkpoint
-from ember.savepoints.state import read_state, write_state
+from ember.savepoints.state import read_broadcast_state, read_state, write_state
 from ember.savepoints.store import (
     SavepointInfo,
     copy_into_checkpoint,
@@ -248,6 +248,10 @@ class Savepoint:
     def read_state(self, operator: str, spark: Any = None) -> pd.DataFrame:
         """Operator ``operator``'s state as a pandas DataFrame (see state.read_state)."""
         return read_state(spark or _session(), self.path, operator)
+
+    def read_broadcast_state(self, operator: str, spark: Any = None) -> dict[str, dict]:
+        """The broadcast step ``operator``'s broadcast state: ``{state name: {key: value}}``."""
+        return read_broadcast_state(spark or _session(), self.path, operator)
 
     def write_state(
         self, operator: str, state: pd.DataFrame | Callable[[pd.DataFrame], pd.DataFrame], dest: str, spark: Any = None

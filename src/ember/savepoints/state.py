@@ -22,10 +22,18 @@ import pandas as pd
 
 from ember.errors import SavepointError
 from ember.runner.spark.restart import spark_operator_ids
-from ember.runner.spark.state_io import STATE_KINDS_WRITABLE, check_writable, read_operator_state, write_operator_state
+from ember.runner.spark.state_io import (
+    STATE_KINDS_WRITABLE,
+    check_writable,
+    read_operator_state,
+    write_operator_state,
+)
+from ember.runner.spark.state_io import (
+    read_broadcast_state as _read_broadcast,
+)
 from ember.savepoints.store import copy_into_checkpoint, cut_checkpoint, verify
 
-__all__ = ["read_state", "write_state", "STATE_KINDS_WRITABLE"]
+__all__ = ["read_state", "read_broadcast_state", "write_state", "STATE_KINDS_WRITABLE"]
 
 
 def _operator(manifest: dict[str, Any], name: str) -> tuple[int, dict[str, Any]]:
@@ -50,6 +58,14 @@ def read_state(spark: Any, path: str, operator: str) -> pd.DataFrame:
     manifest = verify(path)
     op_id, op = _operator(manifest, operator)
     return read_operator_state(spark, path, int(manifest["batch_id"]), op_id, op)
+
+
+def read_broadcast_state(spark: Any, path: str, operator: str) -> dict[str, dict]:
+    """The broadcast state of the broadcast step ``operator`` in the savepoint at ``path``
+    (verified first): ``{state name: {key: value}}``, the copy every task holds."""
+    manifest = verify(path)
+    op_id, op = _operator(manifest, operator)
+    return _read_broadcast(spark, path, int(manifest["batch_id"]), op_id, op)
 
 
 def write_state(

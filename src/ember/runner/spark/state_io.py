@@ -42,7 +42,7 @@ from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING
 from ember.runner.spark.restart import TWS
 from ember.runner.spark.translators.keyed import bucket_of
 
-__all__ = ["read_operator_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
+__all__ = ["read_operator_state", "read_broadcast_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
 
 KEYED = ("process function", "window", "broadcast process function", "window join", "keyed interval join")  # read as key, state, value rows
 VECTORISED = "vectorised process function"
@@ -133,6 +133,21 @@ def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, 
         table.index.names = keys
         return table.reset_index().sort_values(keys, ignore_index=True)
     return _state_frame(spark, checkpoint, batch_id, op_id).select("key.*", "value.*").toPandas()
+
+
+def read_broadcast_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any]) -> dict[str, dict]:
+    """A broadcast step's broadcast state at committed batch ``batch_id``: ``{state name:
+    {key: value}}``. Every state bucket holds the same copy (keyed/broadcast.py); the one of
+    the lowest bucket holding any is returned ({} before the first broadcast record)."""
+    if op["kind"] != "broadcast process function":
+        raise SavepointError(f"operator '{op['name']}' ({op['kind']}) has no broadcast state")
+    if op.get("state layout") == "delta":  # design B: the bucket's blob (its keys aside) is the "blob" value
+        rows = _state_frame(spark, checkpoint, batch_id, op_id, "blob").collect()
+        buckets = {int(row["key"][0]): pickle.loads(bytes(row["value"][0])) for row in rows}
+    else:
+        buckets = _buckets(spark, checkpoint, batch_id, op_id, _on_tws(op))
+    copies = [blob[BROADCAST] for _, blob in sorted(_lane(buckets, op).items()) if BROADCAST in blob]
+    return {name: dict(entries) for name, entries in copies[0].items()} if copies else {}
 
 
 # -- writing -----------------------------------------------------------------------------
