@@ -249,18 +249,6 @@ def test_python_steps_between_two_windows_keep_each_records_event_time(env, betw
     assert result.late_dropped == expected.late
 
 
-def test_dead_letters_between_two_keyed_steps_are_refused_naming_the_step(env):
-    from ember import OutputTag
-
-    bad = OutputTag("bad")
-    src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
-    mapped = src.key_by("k").process(Dedupe(), SCHEMA, name="dedupe").map(lambda r: r, dead_letter=bad, name="reshape")
-    mapped.key_by("k").process(Dedupe(), SCHEMA, name="again").sink_to(CollectSink())
-    mapped.get_side_output(bad).sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="reshape"):
-        env.execute("refused", progress=False)
-
-
 def test_explain_shows_each_keyed_step_on_transform_with_state(env):
     src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
     (src.key_by("k").process(Dedupe(), SCHEMA, name="dedupe")
