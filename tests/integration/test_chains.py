@@ -19,7 +19,7 @@ from ember import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
-from ember.errors import PipelineError, RestartError
+from ember.errors import RestartError
 from ember.savepoints import create_savepoint
 from ember.state.descriptors import ValueStateDescriptor
 
