@@ -242,3 +242,20 @@ def test_broadcast_state_survives_a_restart_from_the_checkpoint(spark, tmp_path)
     assert sorted(point.read_state("check", spark)["state"]) == ["alerts", "alerts"]  # the keyed state beside it: a's, c's
     with pytest.raises(SavepointError, match="no operator 'nope'|'nope'"):
         point.read_broadcast_state("nope", spark)
+
+
+def test_a_savepoint_reads_the_broadcast_state_of_a_step_on_the_delta_layout(spark, tmp_path):
+    """read_broadcast_state on design B (keyed/delta.py): the copy kept in the bucket's blob value."""
+    import os
+
+    from ember import StreamEnvironment
+    from ember.savepoints import create_savepoint
+
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark, state_layout="delta")
+    events = [[], [(1, "a", 7)]]
+    rules = [[(0, "r1", 5), (0, "r2", 9)], [(2, "r2", -1)]]  # r2 set, then removed
+    sink = _run(env, events, rules, None, "delta-rules")
+    assert sorted((r["what"], r["name"]) for r in sink.rows()) == [("alert", "a:r1"), ("rule", "r1"), ("rule", "r2"), ("rule", "r2")]
+    point = create_savepoint(os.path.join(str(tmp_path), "delta-rules"), root=str(tmp_path / "sp"))
+    assert point.operators[0].get("state layout") == "delta"
+    assert point.read_broadcast_state("check", spark) == {"limits": {"r1": 5}}
