@@ -154,7 +154,9 @@ def relevance(plan: Plan) -> Callable[[dict[str, Any]], bool] | None:
     the event alone: then an event for which this is False leaves every partial match as it
     is (relaxed and non-deterministic contiguity pass over it) and can be dropped before it
     is queued. None when any event may matter: strict contiguity (``next``, ``consecutive``,
-    ``not_next``: the very next event counts) or a condition reading the partial match."""
+    ``not_next``: the very next event counts) or a condition reading the partial match.
+    An event a condition raises on counts as relevant: the matcher meets the same condition
+    and reports it (the job fails, or the event becomes a dead letter there)."""
     stages = plan.stages
     if any(s.contiguity in (Contiguity.STRICT, Contiguity.NOT_NEXT) or s.inner == Contiguity.STRICT or s.iterative
            for s in stages):
@@ -165,10 +167,19 @@ def relevance(plan: Plan) -> Callable[[dict[str, Any]], bool] | None:
         return lambda e: test(e, (), names)
 
     tests = [s.simple or alone(s.test) for s in stages] + [alone(s.until) for s in stages if s.until is not None]
-    if len(tests) == 2:
-        first, second = tests
-        return lambda e: bool(first(e) or second(e))
-    return lambda e: any(test(e) for test in tests)
+
+    first, *rest = tests
+    second = rest[0] if len(rest) == 1 else None  # two tests (a pattern's usual): no generator per event
+
+    def relevant(e: dict[str, Any]) -> bool:
+        try:
+            if second is not None:
+                return bool(first(e) or second(e))
+            return any(test(e) for test in tests)
+        except Exception:  # noqa: BLE001 - reported where the matcher runs the condition
+            return True
+
+    return relevant
 
 
 # A partial match: (mode, stage, count, events, target, negatives, fresh)

@@ -101,7 +101,7 @@ class CepFunction(KeyedProcessFunction):
         relevant = self._relevant
         if relevant is not None:  # (late events are kept: counted or sent on below)
             floor = watermark if watermark is not None else -(1 << 63)
-            keep = [times[i] <= floor or _relevant(relevant, dict(zip(fields, row))) for i, row in enumerate(rows)]
+            keep = [times[i] <= floor or relevant(dict(zip(fields, row))) for i, row in enumerate(rows)]
         for key, indices in positions.items():
             if relevant is not None:
                 indices = [i for i in indices if keep[i]]
@@ -237,15 +237,6 @@ class CepFunction(KeyedProcessFunction):
             ctx.register_processing_time_timer(due)
         else:
             ctx.register_event_time_timer(due)
-
-
-def _relevant(relevant: Any, event: dict[str, Any]) -> bool:
-    """Whether ``event`` can matter; True when a condition raises on it (the matcher then
-    meets the same condition: the event fails the job or becomes a dead letter there)."""
-    try:
-        return bool(relevant(event))
-    except Exception:  # noqa: BLE001 - reported where the matcher runs the condition
-        return True
 
 
 def _without_sql(event: dict[str, Any]) -> dict[str, Any]:
