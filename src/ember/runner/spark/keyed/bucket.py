@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ember.errors import UserFunctionError
-from ember.functions import KeyedProcessFunction, record_text
+from ember.functions import KeyedProcessFunction
 from ember.runner.spark.keyed.contracts import BatchHandler, GroupState
 from ember.runner.spark.keyed.runtime import (
     EVENT_TIMERS,
@@ -261,9 +261,8 @@ class BucketFunction:
                 result = process(record, ctx)
                 return None if result is None else list(result)
             except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
-                del rt.side[emitted:]
                 error = f"step '{step}': {name}.process_element raised {type(exc).__name__}: {exc}"
-                rt.side.append((tag, {"raw": record_text(record), "error": error}, rt.timestamp, rt.ahead))
+                rt.dead_letter(tag, record, error, discard_from=emitted)
                 return None
 
         return guarded
@@ -307,8 +306,7 @@ class BucketFunction:
             error = f"step '{self.step}': {type(self.fn).__name__}.{what} raised {type(exc).__name__}: {exc}"
             if self.dead_letter is None:
                 raise UserFunctionError(f"{error} on {record!r}") from exc
-            del rt.side[emitted:]
-            rt.side.append((self.dead_letter, {"raw": record_text(record), "error": error}, rt.timestamp, rt.ahead))
+            rt.dead_letter(self.dead_letter, record, error, discard_from=emitted)
 
     def _split_pre(self, frames: Iterator[pd.DataFrame]) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
         """The frames' rows emitted upstream after, and before, its watermark advance."""

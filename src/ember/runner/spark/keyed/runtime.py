@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ember.errors import UserFunctionError
-from ember.functions import Context, RuntimeContext
+from ember.functions import Context, RuntimeContext, record_text
 from ember.runner.spark.keyed.cells import read_only, state_object
 from ember.state.descriptors import StateDescriptor
 from ember.state.interfaces import State
@@ -216,6 +216,14 @@ class KeyedRuntime(RuntimeContext, Context):
             raise UserFunctionError(f"output takes an OutputTag, got {tag!r}")
         if name in self.side_tags:
             self.side.append((name, record, self.timestamp, self.ahead))
+
+    def dead_letter(self, tag: str, failed: Any, error: str, discard_from: int | None = None) -> None:
+        """``failed`` (a record, or what names a failed call: a timer, a window) to the
+        dead-letter output ``tag``: ``raw`` its JSON text, ``error`` why; with
+        ``discard_from``, the side outputs the failed call emitted (from that index) go first."""
+        if discard_from is not None:
+            del self.side[discard_from:]
+        self.side.append((tag, {"raw": record_text(failed), "error": error}, self.timestamp, self.ahead))
 
     def count(self, counter: str, n: int = 1) -> None:
         self.counts[counter] = self.counts.get(counter, 0) + n

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, cast
 
 from ember.errors import UserFunctionError
-from ember.functions import KeyedProcessFunction, RuntimeContext, record_text
+from ember.functions import KeyedProcessFunction, RuntimeContext
 from ember.runner.spark.keyed.contracts import RecordsBuilder
 from ember.runner.spark.keyed.runtime import KeyedRuntime
 from ember.runner.spark.keyed.windows.batch import BatchPath, batch_path
@@ -127,7 +127,7 @@ class WindowOperator(KeyedProcessFunction):
             return True
         except UserFunctionError as exc:
             assert self.spec.dead_letter is not None
-            ctx.side.append((self.spec.dead_letter, {"raw": record_text(value), "error": str(exc)}, ctx.timestamp, ctx.ahead))
+            ctx.dead_letter(self.spec.dead_letter, value, str(exc))
             return False
 
     def _combine(self, a: Any, b: Any) -> Any:
@@ -262,10 +262,9 @@ class WindowOperator(KeyedProcessFunction):
                 if error is exc:
                     raise
                 raise error from exc
-            del ctx.side[sides:]
             start, end = (None, None) if window.is_global else (window.start, window.end)
-            raw = {"key": ctx.current_key, "window_start": start, "window_end": end}
-            ctx.side.append((spec.dead_letter, {"raw": record_text(raw), "error": str(error)}, ctx.timestamp, ctx.ahead))
+            failed = {"key": ctx.current_key, "window_start": start, "window_end": end}
+            ctx.dead_letter(spec.dead_letter, failed, str(error), discard_from=sides)
             return
         if ctx.out is not None:  # straight into the call's output, marked with Flink's timestamp
             out = ctx.out
