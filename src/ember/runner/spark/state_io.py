@@ -93,7 +93,7 @@ def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vecto
             keys, columns = fold_parts(blobs, fields, types)
             out[bucket] = pd.DataFrame(dict(zip(fields, columns)), index=pd.Index(keys))
         return out
-    metas = {int(row["key"][0]): pickle.loads(bytes(row["value"][0])) for row in _state_frame(spark, checkpoint, batch_id, op_id, "blob").collect()}
+    metas = _buckets(spark, checkpoint, batch_id, op_id, tws=True)  # each bucket's blob value (keys aside)
     for bucket in set(parts) | set(metas):
         table: dict[Any, Any] = {}
         if bucket in parts:
@@ -141,11 +141,8 @@ def read_broadcast_state(spark: Any, checkpoint: str, batch_id: int, op_id: int,
     the lowest bucket holding any is returned ({} before the first broadcast record)."""
     if op["kind"] != "broadcast process function":
         raise SavepointError(f"operator '{op['name']}' ({op['kind']}) has no broadcast state")
-    if op.get("state layout") == "delta":  # design B: the bucket's blob (its keys aside) is the "blob" value
-        rows = _state_frame(spark, checkpoint, batch_id, op_id, "blob").collect()
-        buckets = {int(row["key"][0]): pickle.loads(bytes(row["value"][0])) for row in rows}
-    else:
-        buckets = _buckets(spark, checkpoint, batch_id, op_id, _on_tws(op))
+    # (on the delta layout, always on TWS, the "blob" value holds the bucket's blob but its keys)
+    buckets = _buckets(spark, checkpoint, batch_id, op_id, _on_tws(op))
     copies = [blob[BROADCAST] for _, blob in sorted(_lane(buckets, op).items()) if BROADCAST in blob]
     return {name: dict(entries) for name, entries in copies[0].items()} if copies else {}
 
