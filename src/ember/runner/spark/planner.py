@@ -19,9 +19,8 @@ a session.
   readers as lanes of one Spark operator, and the job splits after it (fan_out_plan.py).
 - **Detours.** When the only obstacle to that is the dead letters of a stateless step
   (``parse_json``, ``map``, ``flat_map``, ``filter``; ``join_lookup``'s unmatched records)
-  read beside a stateful step, the
-  dead letters *detour*: spooled by the step's tasks and written from the spool after
-  the micro-batch (spool.py).
+  read beside a stateful step, the dead letters *detour*: spooled by the step's tasks and
+  written from the spool after the micro-batch (spool.py).
 - **Where each step runs** (Spark's native windows and joins, or Ember's keyed runtime):
   placement.py.
 - **Lateness.** With a single Spark stateful operator, the query runs with Spark's

@@ -187,7 +187,7 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     if not row_keys:
         row_keys = (ROW_KEY,)
         ups[0] = Frame(ups[0].df.withColumn(ROW_KEY, F.xxhash64(*[F.col(f) for f in structs[0].names])), ups[0].time)
-    key_types = [(ups[0].df.schema if k == ROW_KEY else structs[0])[k].dataType for k in row_keys]
+    key_types = [ups[0].df.schema[k].dataType for k in row_keys]
     df, columns = _rows(comp, node, ups[0], 1, row_keys, key_types, structs, event_time, KEYED_INPUT)
     keys = tuple(key_column(i) for i in range(len(row_keys)))
     events = df.select(*columns, F.lit(False).alias(FIRST)).withColumn(BUCKET, bucket_of(keys))

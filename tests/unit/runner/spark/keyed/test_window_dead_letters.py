@@ -63,15 +63,12 @@ def _run(driver):
     """Main rows and the dead letters over BATCHES, then the end of input; ``driver.seen``: the
     rows of side output "seen" (when declared)."""
     main, rows = [], {"bad": [], "seen": []}
-    watermark = None
-    for batch in [*BATCHES, []]:  # the end of input: a batch whose watermark is past every window
+    behind = [None] + [max(ts for ts, _, _ in batch) - 1 for batch in BATCHES[:-1]]  # each batch's watermark
+    for batch, watermark in [*zip(BATCHES, behind), ([], 10 ** 6)]:  # then the end of input: past every window
         m, sides = driver.batch(batch, watermark=watermark)
         main += m
         for tag in rows:
             rows[tag] += sides.get(tag, [])
-        watermark = max(ts for ts, _, _ in batch) - 1 if batch else None
-        if batch is BATCHES[-1]:
-            watermark = 10 ** 6
     driver.seen = rows["seen"]
     return main, rows["bad"]
 
