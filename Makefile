@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	$(PY) -m ember.runner.spark.json_compile  # compiles the JSON scanner once into numba's cache
+	$(PY) -m ember.runner.spark.worker_imports  # Spark's Python workers import pyspark with its bytecode cache
 	touch $(STAMP)
 
 venv: $(STAMP)
