@@ -49,3 +49,14 @@ class CoProcessAdapter(KeyedProcessFunction):
 
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
         return self.fn.on_timer(timestamp, ctx)
+
+    @property
+    def user_name(self) -> str:
+        return type(self.fn).__name__
+
+    def failed_call(self, value: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
+        """The method a failed row went to, and its record (the keyed runtime's errors and
+        dead letters name these)."""
+        stream = 1 if value[INPUT] == 1 else 2
+        return (f"{self.user_name}.process_element{stream}",
+                {f: value[c] for f, c in self.columns[stream - 1]}, True)

@@ -8,8 +8,17 @@ import json
 import numpy as np
 import pytest
 
-from ember import CollectSink, OutputTag, RedisStreamSink, RedisStreamSource
+from ember import (
+    CollectSink,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    OutputTag,
+    RedisStreamSink,
+    RedisStreamSource,
+    ScriptedSource,
+)
 from ember.errors import PipelineError
+from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
 from ember.tools.produce import ProduceConfig, produce, stream_names
 
 pytestmark = pytest.mark.spark
@@ -280,3 +289,65 @@ def test_unmatched_records_of_a_lookup_join_before_a_window_detour(env):
         (region, start, n) for (region, start), n in expected.items())
     assert sorted(json.loads(r["raw"])["ts"] for r in dead.rows()) == sorted(ts for ts, k, _ in rows if k == "c")
     assert {r["error"] for r in dead.rows()} == {'no match in the lookup table for k = {"k":"c"}'}
+
+
+class _Divide(KeyedCoProcessFunction):
+    """Stream 1 sets a key's divisor, stream 2's values are divided by it."""
+
+    def open(self, ctx):
+        self.divisor = ctx.get_state(ValueStateDescriptor("divisor"))
+
+    def process_element1(self, value, ctx):
+        self.divisor.update(value["v"])
+
+    def process_element2(self, value, ctx):
+        yield (ctx.current_key, value["v"] // self.divisor.value())
+
+
+LIMITS = MapStateDescriptor("limits")
+
+
+class _Check(KeyedBroadcastProcessFunction):
+    """Rules set the limit (text that must parse); events above it are emitted."""
+
+    def process_broadcast_element(self, rule, ctx):
+        ctx.get_broadcast_state(LIMITS).put("limit", int(rule["limit"]))
+
+    def process_element(self, event, ctx):
+        if event["v"] > ctx.get_broadcast_state(LIMITS).get("limit"):
+            yield (ctx.current_key, event["v"])
+
+
+def _with_dead_letters(stream, bad):
+    main, failed = CollectSink(), CollectSink()
+    stream.sink_to(main)
+    stream.get_side_output(bad).sink_to(failed)
+    return main, failed
+
+
+def test_records_a_co_process_method_raises_on_become_dead_letters_as_their_stream_had_them(env):
+    """On Spark: the failed record is one dead letter with its own stream's fields and types; the
+    other records' results are exact (counted by hand)."""
+    schema, bad = "k string, v bigint", OutputTag("bad")
+    divisors = env.from_source(ScriptedSource([[("a", 4), ("b", 0)], []], schema), name="divisors")
+    numbers = env.from_source(ScriptedSource([[], [("a", 9), ("b", 7), ("a", 21)]], schema), name="numbers")
+    quotients, failed = _with_dead_letters(
+        divisors.connect(numbers).key_by("k", "k").process(_Divide(), "k string, q bigint", dead_letter=bad, name="divide"), bad)
+    env.execute("co-process-dead-letters", progress=False)
+    assert sorted((r["k"], r["q"]) for r in quotients.rows()) == [("a", 2), ("a", 5)]
+    assert [json.loads(r["raw"]) for r in failed.rows()] == [{"k": "b", "v": 7}]
+    assert failed.rows()[0]["error"].startswith("step 'divide': _Divide.process_element2 raised ZeroDivisionError")
+
+
+def test_a_broadcast_record_that_raises_is_one_dead_letter_not_one_per_state_bucket(env):
+    """Every state bucket runs a broadcast record; a failing one is reported once, and the state
+    it wrote before raising (none here) stays alike everywhere: the limit stays 5."""
+    schema, bad = "k string, v bigint", OutputTag("bad")
+    rules = env.from_source(ScriptedSource([[("5",)], [("ten",)], []], "limit string"), name="rules")
+    events = env.from_source(ScriptedSource([[], [], [("a", 9), ("b", 3)]], schema), name="events")
+    alerts, failed = _with_dead_letters(
+        events.key_by("k").connect(rules.broadcast(LIMITS)).process(_Check(), schema, dead_letter=bad, name="check"), bad)
+    env.execute("broadcast-dead-letters", progress=False)
+    assert [(r["k"], r["v"]) for r in alerts.rows()] == [("a", 9)]
+    assert [json.loads(r["raw"]) for r in failed.rows()] == [{"limit": "ten"}]
+    assert failed.rows()[0]["error"].startswith("step 'check': _Check.process_broadcast_element raised ValueError")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ember.api.dead_letters import dead_letter_tag
 from ember.errors import PipelineError
 from ember.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from ember.graph import nodes as n
@@ -59,10 +60,13 @@ class BroadcastConnectedStream:
         self.keys = tuple(getattr(stream, "keys", ()))  # none: a non-keyed stream
 
     def process(self, fn: KeyedBroadcastProcessFunction | BroadcastProcessFunction, output_schema: Any, *,
-                name: str | None = None) -> Any:
+                dead_letter: Any = None, name: str | None = None) -> Any:
         """Run ``fn``: ``process_element`` per record of the stream (broadcast state read-only;
         a keyed stream's with keyed state and timers), ``process_broadcast_element`` per
-        broadcast record (broadcast state read-write); ``output_schema`` types what both yield."""
+        broadcast record (broadcast state read-write); ``output_schema`` types what both yield.
+        ``dead_letter=OutputTag(...)``: a record either method raises on (or a timer
+        ``on_timer`` raises on) goes to that side output once, as for a keyed ``process``; a
+        broadcast record's state changes before the raise stay, alike in every copy."""
         step = name or "broadcast_process"
         wanted = KeyedBroadcastProcessFunction if self.keys else BroadcastProcessFunction
         if not isinstance(fn, wanted):
@@ -73,5 +77,6 @@ class BroadcastConnectedStream:
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
         stream = self.stream
         node = stream._add(n.BroadcastProcessNode, name, "broadcast_process", inputs=(stream.node, self.broadcast.stream.node),
-                           keys=self.keys, fn=fn, output_schema=output_schema, descriptors=self.broadcast.descriptors)
+                           keys=self.keys, fn=fn, output_schema=output_schema, descriptors=self.broadcast.descriptors,
+                           dead_letter=dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None)
         return self.stream_type(stream._env, node)

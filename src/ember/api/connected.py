@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ember.api.dead_letters import dead_letter_tag
 from ember.errors import PipelineError
 from ember.functions import KeyedCoProcessFunction
 from ember.graph import nodes as n
@@ -83,14 +84,20 @@ class ConnectedKeyedStreams:
         self.first, self.second, self.keys1, self.keys2 = first, second, keys1, keys2
         self.stream_type = stream_type
 
-    def process(self, fn: KeyedCoProcessFunction, output_schema: Any, *, name: str | None = None) -> Any:
+    def process(self, fn: KeyedCoProcessFunction, output_schema: Any, *, dead_letter: Any = None,
+                name: str | None = None) -> Any:
         """Run ``fn`` on both streams' records with shared keyed state and timers (see
-        :class:`~ember.functions.KeyedCoProcessFunction`); ``output_schema`` types what it yields."""
+        :class:`~ember.functions.KeyedCoProcessFunction`); ``output_schema`` types what it yields.
+        ``dead_letter=OutputTag(...)``: a record ``process_element1``/``2`` raises on goes to that
+        side output (``raw``: the record as its stream had it, ``error``: the step, the method
+        and the exception), as does a timer ``on_timer`` raises on; what the failed call emitted
+        is discarded, the state and timers it changed stay changed. Without it, the job fails."""
         step = name or "co_process"
         if not isinstance(fn, KeyedCoProcessFunction):
             raise PipelineError(f"process takes a KeyedCoProcessFunction instance, got {fn!r}", step)
         if not output_schema:
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
         node = self.first._add(n.CoProcessNode, name, "co_process", inputs=(self.first.node, self.second.node),
-                               keys=self.keys1, other_keys=self.keys2, fn=fn, output_schema=output_schema)
+                               keys=self.keys1, other_keys=self.keys2, fn=fn, output_schema=output_schema,
+                               dead_letter=dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None)
         return self.stream_type(self.first._env, node)

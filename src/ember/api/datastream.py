@@ -10,12 +10,13 @@ from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from ember.api.broadcast import BroadcastConnectedStream, BroadcastStream, broadcast_descriptors
 from ember.api.connected import ConnectedStreams
+from ember.api.dead_letters import dead_letter_tag
 from ember.api.joins import IntervalJoin, WindowJoin
 from ember.connectors.base import Sink
 from ember.connectors.external import parse_json_schema
 from ember.connectors.sinks import ConsoleSink
 from ember.errors import ConfigError, PipelineError
-from ember.functions import DEAD_LETTER_SCHEMA, AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction, VectorizedKeyedFunction
+from ember.functions import AggregateFunction, KeyedProcessFunction, OutputTag, ProcessWindowFunction, VectorizedKeyedFunction
 from ember.graph import nodes as n
 from ember.graph.graph import Graph
 from ember.graph.nodes import is_plain_window
@@ -625,18 +626,6 @@ class WindowedStream:
 class _Unsinked(Sink):
     def describe(self) -> str:
         return "(no sink yet)"
-
-
-def dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
-    """``tag`` typed as a dead-letter output (``raw string, error string``)."""
-    if not isinstance(tag, OutputTag):
-        raise PipelineError(f"{what} must be an OutputTag, got {tag!r}", name or what.split()[0])
-    if tag.schema not in (None, DEAD_LETTER_SCHEMA):
-        raise PipelineError(
-            f"{what}: tag '{tag.name}' carries dead letters ({DEAD_LETTER_SCHEMA}); declare it without a schema",
-            name or what.split()[0],
-        )
-    return OutputTag(tag.name, DEAD_LETTER_SCHEMA)
 
 
 def _require_callable(fn: Any, op: str, name: str | None) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember.api.datastream import DataStream, KeyedStream, dead_letter_tag
+from ember.api.datastream import DataStream, KeyedStream
+from ember.api.dead_letters import dead_letter_tag
 from ember.cep.operator import SQL_PREFIX, CepFunction, PatternProcessFunction, SelectFunction
 from ember.cep.pattern import Pattern
 from ember.errors import PipelineError

@@ -247,7 +247,7 @@ class CoProcessNode(KeyedProcessNode):
     def describe(self) -> str:
         keys = _paired(self.keys, self.other_keys)
         return (f"co-process {type(self.fn).__name__} of {self.inputs[0].name} and {self.inputs[1].name} "
-                f"by {keys} (python, shared keyed state)")
+                f"by {keys} (python, shared keyed state){_dead(self)}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -263,9 +263,9 @@ class BroadcastProcessNode(CoProcessNode):
         names = ", ".join(d.name for d in self.descriptors)
         if not self.keys:
             return (f"broadcast-process {type(self.fn).__name__} of {self.inputs[0].name} (non-keyed) "
-                    f"with broadcast {self.inputs[1].name} (python, broadcast state {names})")
+                    f"with broadcast {self.inputs[1].name} (python, broadcast state {names}){_dead(self)}")
         return (f"broadcast-process {type(self.fn).__name__} of {self.inputs[0].name} by {', '.join(self.keys)} "
-                f"with broadcast {self.inputs[1].name} (python, keyed state + broadcast state {names})")
+                f"with broadcast {self.inputs[1].name} (python, keyed state + broadcast state {names}){_dead(self)}")
 
 
 @dataclass(frozen=True, eq=False)

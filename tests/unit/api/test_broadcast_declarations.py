@@ -235,3 +235,18 @@ def test_the_restart_manifest_names_the_broadcast_state(tmp_path, events):
     assert compare(before, manifest(MapStateDescriptor("limits"))) == [
         "stateful operator 'check': broadcast state changed from [\"rules\"] to [\"limits\"]"
     ]
+
+
+def test_a_dead_letter_tag_is_typed_and_shown_keyed_or_not(env, events, rules):
+    from ember import OutputTag
+    from ember.functions import DEAD_LETTER_SCHEMA
+
+    stream = events()
+    keyed = stream.key_by("k").connect(rules.broadcast(RULES)).process(Check(), "k string, r int",
+                                                                         dead_letter=OutputTag("bad"), name="check")
+    plain = stream.connect(rules.broadcast(RULES)).process(Alerts(), "k string, r int", dead_letter=OutputTag("bad"),
+                                                             name="alerts")
+    for node in (keyed.node, plain.node):
+        assert node.dead_letter.schema == DEAD_LETTER_SCHEMA and node.describe().endswith("; failures -> 'bad'")
+    with pytest.raises(PipelineError, match="process dead_letter must be an OutputTag"):
+        stream.connect(rules.broadcast(RULES)).process(Alerts(), "k string, r int", dead_letter=3)

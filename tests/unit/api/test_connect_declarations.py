@@ -66,3 +66,18 @@ def test_two_unnamed_co_maps_in_one_job_get_names_of_their_own(env, events, rule
     assert first.node.name != second.node.name
     named = stream.connect(rules).flat_map(lambda r: [r], lambda r: [r], name="both")
     assert named.node.name == "both" and [i.name for i in named.node.inputs] == ["both.1", "both.2"]
+
+
+def test_a_dead_letter_tag_is_typed_and_shown(env, events, rules):
+    from ember import OutputTag
+    from ember.functions import DEAD_LETTER_SCHEMA
+
+    stream = events()
+    out = stream.connect(rules).key_by("k", "name").process(Both(), "ts bigint, k string", dead_letter=OutputTag("bad"),
+                                                              name="both")
+    assert out.node.dead_letter.schema == DEAD_LETTER_SCHEMA and "failures -> 'bad'" in out.node.describe()
+    with pytest.raises(PipelineError, match="process dead_letter must be an OutputTag"):
+        stream.connect(rules).key_by("k", "name").process(Both(), "ts bigint, k string", dead_letter="bad")
+    with pytest.raises(PipelineError, match="carries dead letters"):
+        stream.connect(rules).key_by("k", "name").process(Both(), "ts bigint, k string",
+                                                          dead_letter=OutputTag("bad", "x int"))

@@ -75,6 +75,18 @@ class BroadcastAdapter(KeyedProcessFunction):
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
         return self.fn.on_timer(timestamp, ctx)
 
+    @property
+    def user_name(self) -> str:
+        return str(getattr(self.fn, "user_name", type(self.fn).__name__))
+
+    def failed_call(self, value: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
+        """The method a failed row went to, its record, and whether this copy reports it (a
+        broadcast record fails alike in every bucket: bucket 0's copy reports it)."""
+        if value[INPUT] == KEYED_INPUT:
+            return f"{self.user_name}.process_element", {f: value[c] for f, c in self.columns[0]}, True
+        return (f"{self.user_name}.process_broadcast_element", {f: value[c] for f, c in self.columns[1]},
+                bool(value[FIRST]))
+
 
 class UnkeyedBroadcast(KeyedBroadcastProcessFunction):
     """A :class:`~ember.functions.BroadcastProcessFunction` as the keyed variant: each call
@@ -82,6 +94,7 @@ class UnkeyedBroadcast(KeyedBroadcastProcessFunction):
 
     def __init__(self, fn: BroadcastProcessFunction) -> None:
         self.fn = fn
+        self.user_name = type(fn).__name__
 
     def open(self, ctx: RuntimeContext) -> None:
         assert isinstance(ctx, KeyedRuntime)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ember.errors import UserFunctionError
 from ember.functions import KeyedProcessFunction
-from ember.runner.spark.keyed.contracts import BatchHandler, GroupState
+from ember.runner.spark.keyed.contracts import BatchHandler, GroupState, failed_call, user_name
 from ember.runner.spark.keyed.runtime import (
     EVENT_TIMERS,
     PRE,
@@ -235,9 +235,9 @@ class BucketFunction:
                         marks.append((len(out), ts))  # type: ignore[union-attr]
                     append(result)
             except Exception as exc:
+                what, seen, _ = failed_call(fn, record)
                 raise UserFunctionError(
-                    f"step '{step}': {type(fn).__name__}.process_element raised {type(exc).__name__}: {exc} "
-                    f"on record {record!r}"
+                    f"step '{step}': {what} raised {type(exc).__name__}: {exc} on record {seen!r}"
                 ) from exc
             if slot:  # state objects change the slot in place
                 if found is None:
@@ -252,7 +252,7 @@ class BucketFunction:
         materialised inside the call so a failing generator emits nothing, and the side
         outputs it emitted before raising are dropped. State and timers it changed before
         raising stay changed (docs/connectors.md)."""
-        tag, step, name = self.dead_letter, self.step, type(self.fn).__name__
+        tag, step, fn = self.dead_letter, self.step, self.fn
         assert tag is not None
 
         def guarded(record: dict[str, Any], ctx: KeyedRuntime) -> list[Any] | None:
@@ -261,8 +261,12 @@ class BucketFunction:
                 result = process(record, ctx)
                 return None if result is None else list(result)
             except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
-                error = f"step '{step}': {name}.process_element raised {type(exc).__name__}: {exc}"
-                rt.dead_letter(tag, record, error, discard_from=emitted)
+                what, seen, reported = failed_call(fn, record)
+                if reported:
+                    rt.dead_letter(tag, seen, f"step '{step}': {what} raised {type(exc).__name__}: {exc}",
+                                   discard_from=emitted)
+                else:
+                    del rt.side[emitted:]
                 return None
 
         return guarded
@@ -303,7 +307,7 @@ class BucketFunction:
         except UserFunctionError:
             raise
         except Exception as exc:
-            error = f"step '{self.step}': {type(self.fn).__name__}.{what} raised {type(exc).__name__}: {exc}"
+            error = f"step '{self.step}': {user_name(self.fn)}.{what} raised {type(exc).__name__}: {exc}"
             if self.dead_letter is None:
                 raise UserFunctionError(f"{error} on {record!r}") from exc
             rt.dead_letter(self.dead_letter, record, error, discard_from=emitted)

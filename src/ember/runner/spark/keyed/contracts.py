@@ -4,6 +4,9 @@
   a bucket function uses — the bucket's pickled state and its timeout.
 - :class:`BatchHandler`: an operator that may take a whole micro-batch of a bucket
   at once (Ember's window operator) instead of one ``process_element`` call per record.
+- :func:`failed_call` / :func:`user_name`: what an adapter (two inputs as one: co-process,
+  broadcast) tells the runtime about a failed call, so errors and dead letters name the
+  user's method and carry the record as the user's function saw it.
 
 (The runtime an operator receives is :class:`~ember.runner.spark.keyed.runtime.KeyedRuntime`.)
 """
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from ember.runner.spark.keyed.runtime import KeyedRuntime
 
-__all__ = ["GroupState", "BatchHandler", "RecordsBuilder"]
+__all__ = ["GroupState", "BatchHandler", "RecordsBuilder", "failed_call", "user_name"]
 
 # Columns (one list per field) -> one record dict per row (runtime.records_builder).
 RecordsBuilder = Callable[[list[list[Any]]], list[dict[str, Any]]]
@@ -52,3 +55,19 @@ class BatchHandler(Protocol):
 
     def process_batch(self, rt: KeyedRuntime, build: RecordsBuilder, keys: list[Any], columns: list[list[Any]],
                       times: list[int] | None, out: list[Any]) -> bool: ...
+
+
+def user_name(fn: Any) -> str:
+    """The class name of the user's function behind ``fn`` (an adapter's ``user_name``)."""
+    return str(getattr(fn, "user_name", type(fn).__name__))
+
+
+def failed_call(fn: Any, record: Any) -> tuple[str, Any, bool]:
+    """What a ``fn.process_element(record)`` that raised was: the user's method
+    (``Class.method``), the record as that method saw it, and whether the failure is reported
+    (an adapter's ``failed_call``: of a broadcast record's copies, one is)."""
+    describe = getattr(fn, "failed_call", None)
+    if describe is None:
+        return f"{type(fn).__name__}.process_element", record, True
+    what, seen, reported = describe(record)
+    return str(what), seen, bool(reported)

@@ -23,6 +23,7 @@ from ember.coprocess import INPUT, CoProcessAdapter, field_column, key_column
 from ember.errors import PipelineError
 from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, IntervalJoinNode, KeyByNode, WindowJoinNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.deadletters import require_reader
 from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter, UnkeyedBroadcast
 from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
 from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
@@ -104,8 +105,18 @@ def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]]
     union = rows[0].unionByName(rows[1])
     adapter = CoProcessAdapter(fn(structs), structs[0].names, structs[1].names)
     keys = tuple(key_column(i) for i in range(len(first_keys)))
-    frame = keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time)
+    frame = keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time,
+                           dead_letter=_dead_letter(comp, node))
     return frame, structs
+
+
+def _dead_letter(comp: Compilation, node: Any) -> str | None:
+    """The name of ``node``'s dead-letter output (a reader required), or None."""
+    tag = getattr(node, "dead_letter", None)
+    if tag is None:
+        return None
+    require_reader(comp, node, tag)
+    return str(tag.name)
 
 
 @translates(CoProcessNode)
@@ -199,4 +210,4 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     adapter = BroadcastAdapter(fn, structs[0].names, structs[1].names, node.descriptors)
     out = output_struct(node.output_schema, None, node.name)
     return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out, event_time, timed=event_time,
-                          tie_break=INPUT)
+                          tie_break=INPUT, dead_letter=_dead_letter(comp, node))

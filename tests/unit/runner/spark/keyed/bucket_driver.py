@@ -118,9 +118,11 @@ class BucketDriver:
     def __init__(self, fn: Any, fields: list[str], out_fields: list[str], *, keys: tuple[str, ...] = ("k",),
                  event_time: bool = True, time_field: str = "ts", side_outputs: dict[str, list[str]] | None = None,
                  counters: dict[str, Any] | None = None, every_batch: bool = False, advance_ms: int | None = None,
-                 dead_letter: str | None = None) -> None:
+                 dead_letter: str | None = None, dtype: Any = None) -> None:
         """``every_batch``: call the bucket in every batch, as Spark does when other keys of
-        the bucket have records in each; by default only when Spark would call it."""
+        the bucket have records in each; by default only when Spark would call it. ``dtype``:
+        of the frames' columns (``object`` keeps ints beside nulls ints, as Arrow's do)."""
+        self.dtype = dtype
         self.fields, self.time_field, self.event_time = fields, time_field, event_time
         self.every_batch = every_batch
         self.side_outputs = side_outputs or {}
@@ -165,7 +167,7 @@ class BucketDriver:
                  if self.layout == "delta" else FakeGroupState(self.blob, spark_watermark, now))
         frames = []
         if rows:
-            pdf = pd.DataFrame(rows, columns=self.fields)
+            pdf = pd.DataFrame(rows, columns=self.fields, dtype=self.dtype)
             if self.event_time:
                 pdf["__time"] = pd.to_datetime(pdf[self.time_field], unit="ms")
             frames = [pdf]
