@@ -16,6 +16,8 @@ from ember import (
     RedisStreamSink,
     RedisStreamSource,
     ScriptedSource,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
 )
 from ember.errors import PipelineError
 from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
@@ -182,8 +184,6 @@ def _second_sums(rows: list[tuple]) -> list[tuple]:
 def test_dead_letters_of_stateless_steps_before_a_window_detour(env):
     """map / filter dead letters read beside a window: spooled by the steps' tasks and written
     after each micro-batch, so the window stays in the query (before: refused)."""
-    from ember import ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
-
     failed_map, failed_filter = OutputTag("failed_map"), OutputTag("failed_filter")
     batches = _texts(60)
     stream = env.from_source(ScriptedSource(batches, "ts bigint, k string, text string"),
@@ -191,18 +191,25 @@ def test_dead_letters_of_stateless_steps_before_a_window_detour(env):
     parsed = stream.map(lambda r: {"ts": r["ts"], "k": r["k"], "n": int(r["text"])}, "ts bigint, k string, n int",
                         dead_letter=failed_map, name="to-int")
     kept = parsed.filter(lambda r: 100 // (r["n"] % 5) > 0, dead_letter=failed_filter, name="no-fives")
-    sums, bad_texts, fives = CollectSink(), CollectSink(), CollectSink()
+    _check_window_beside_dead_letters(env, batches, parsed, kept, failed_map, failed_filter)
+
+
+def _check_window_beside_dead_letters(env, batches, parsed, kept, bad_texts, fives):
+    """``kept`` summed per key and second, ``parsed``'s and ``kept``'s dead letters (texts that are
+    not numbers; multiples of five) in sinks of their own: each exactly as computed here."""
+    sums, texts_sink, fives_sink = CollectSink(), CollectSink(), CollectSink()
     kept.key_by("k").window(TumblingEventTimeWindows.of(1_000)).sum("n", name="per-second").sink_to(sums, name="sums")
-    parsed.get_side_output(failed_map).sink_to(bad_texts, name="bad-texts")
-    kept.get_side_output(failed_filter).sink_to(fives, name="fives")
-    env.execute("detoured-map-dead-letters", progress=False)
+    parsed.get_side_output(bad_texts).sink_to(texts_sink, name="bad-texts")
+    kept.get_side_output(fives).sink_to(fives_sink, name="fives")
+    env.execute("detoured-dead-letters", progress=False)
 
     rows = [r for b in batches for r in b]
     good = [(ts, k, int(t)) for ts, k, t in rows if t != "x" and int(t) % 5]
     assert sorted((r["k"], r["window_start"], r["sum_n"]) for r in sums.rows()) == _second_sums(good)
-    assert sorted(json.loads(r["raw"])["ts"] for r in bad_texts.rows()) == sorted(ts for ts, _, t in rows if t == "x")
-    assert {r["error"].split(":")[0] for r in bad_texts.rows()} == {"step 'to-int'"}
-    assert sorted(json.loads(r["raw"])["n"] for r in fives.rows()) == sorted(int(t) for _, _, t in rows if t != "x" and int(t) % 5 == 0)
+    assert sorted(json.loads(r["raw"])["ts"] for r in texts_sink.rows()) == sorted(ts for ts, _, t in rows if t == "x")
+    assert {r["error"].split(":")[0] for r in texts_sink.rows()} == {"step 'to-int'"}
+    assert sorted(json.loads(r["raw"])["n"] for r in fives_sink.rows()) == sorted(
+        int(t) for _, _, t in rows if t != "x" and int(t) % 5 == 0)
 
 
 def test_a_flat_map_with_dead_letters_between_two_keyed_steps(env):
@@ -351,3 +358,72 @@ def test_a_broadcast_record_that_raises_is_one_dead_letter_not_one_per_state_buc
     assert [(r["k"], r["v"]) for r in alerts.rows()] == [("a", 9)]
     assert [json.loads(r["raw"]) for r in failed.rows()] == [{"limit": "ten"}]
     assert failed.rows()[0]["error"].startswith("step 'check': _Check.process_broadcast_element raised ValueError")
+
+
+def test_a_failing_batch_of_map_batches_is_narrowed_to_its_bad_records(env):
+    """Arrow and pandas ``map_batches`` with dead letters on Spark: the records the function
+    fails on (a zero divisor; a result that does not fit the Arrow schema) are the dead letters,
+    every other record's result is emitted once (computed by hand)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = [(i, 0 if i % 9 == 4 else i % 5 + 1) for i in range(60)]
+    stream = env.from_source(ScriptedSource([rows[:30], rows[30:]], "id bigint, d bigint"), None, name="in")
+    bad_arrow, bad_pandas = OutputTag("bad_arrow"), OutputTag("bad_pandas")
+
+    def divide(batch):  # raises on a zero divisor anywhere in the batch
+        d = batch.column("d").to_pylist()
+        if 0 in d:
+            raise ZeroDivisionError("a zero divisor")
+        q = pc.divide(pa.array([105] * len(d), pa.int64()), batch.column("d"))
+        ids = batch.column("id")
+        if 33 in ids.to_pylist():  # id 33's result is text: it does not fit 'q bigint'
+            q = pa.array(["x" if i == 33 else str(v) for i, v in zip(ids.to_pylist(), q.to_pylist())])
+        return pa.RecordBatch.from_arrays([ids, q], names=["id", "q"])
+
+    def halve(pdf):  # raises where q is odd
+        if (pdf["q"] % 2 == 1).any():
+            raise ValueError("odd")
+        return pd.DataFrame({"id": pdf["id"], "half": pdf["q"] // 2})
+
+    divided = stream.map_batches(divide, "id bigint, q bigint", dead_letter=bad_arrow, name="divide")
+    halved = divided.map_batches(halve, "id bigint, half bigint", batch_format="pandas", dead_letter=bad_pandas,
+                                 name="halve")
+    main, dead_arrow, dead_pandas = CollectSink(), CollectSink(), CollectSink()
+    halved.sink_to(main)
+    divided.get_side_output(bad_arrow).sink_to(dead_arrow)
+    halved.get_side_output(bad_pandas).sink_to(dead_pandas)
+    env.execute("map-batches-dead-letters", progress=False)
+
+    quotients = {i: 105 // d for i, d in rows if d != 0 and i != 33}
+    assert 10 < sum(q % 2 for q in quotients.values()) < len(quotients) - 10  # both functions fail on some
+    assert sorted(json.loads(r["raw"])["id"] for r in dead_arrow.rows()) == sorted([i for i, d in rows if d == 0] + [33])
+    assert all("divide" in r["error"] for r in dead_arrow.rows())
+    assert sorted(json.loads(r["raw"])["id"] for r in dead_pandas.rows()) == sorted(i for i, q in quotients.items() if q % 2)
+    errors = [r["error"] for r in dead_pandas.rows()]
+    assert all(e.startswith("step 'halve': ") and e.endswith("raised ValueError: odd") for e in errors), errors[:1]
+    assert sorted((r["id"], r["half"]) for r in main.rows()) == sorted((i, q // 2) for i, q in quotients.items() if q % 2 == 0)
+
+
+def test_dead_letters_of_map_batches_before_a_window_detour(env):
+    """Arrow and pandas ``map_batches`` dead letters read beside a window: spooled by the
+    steps' tasks, written after each micro-batch; the window gets exactly the good records."""
+    import pyarrow as pa
+
+    def parse(batch):  # raises on a text that is not a number anywhere in the batch
+        n = pa.array([int(t) for t in batch.column("text").to_pylist()], pa.int64())
+        return pa.RecordBatch.from_arrays([batch.column("ts"), batch.column("k"), n], names=["ts", "k", "n"])
+
+    def no_fives(pdf):
+        if (pdf["n"] % 5 == 0).any():
+            raise ValueError("a five")
+        return pdf
+
+    bad_texts, fives = OutputTag("bad_texts"), OutputTag("fives")
+    batches = _texts(60)
+    stream = env.from_source(ScriptedSource(batches, "ts bigint, k string, text string"),
+                             WatermarkStrategy.for_monotonous_timestamps("ts"), name="in")
+    parsed = stream.map_batches(parse, "ts bigint, k string, n bigint", dead_letter=bad_texts, name="to-int")
+    kept = parsed.map_batches(no_fives, batch_format="pandas", dead_letter=fives, name="no-fives")
+    _check_window_beside_dead_letters(env, batches, parsed, kept, bad_texts, fives)

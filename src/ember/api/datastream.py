@@ -123,17 +123,27 @@ class DataStream:
         output_schema: Any = None,
         *,
         batch_format: str = "arrow",
+        dead_letter: Any = None,
         name: str | None = None,
     ) -> "DataStream":
         """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (``batch_format="arrow"``)
         or a ``pandas.DataFrame`` (``"pandas"``); it returns the same kind (an Arrow
-        Table is accepted too). ``output_schema`` defaults to the input schema."""
+        Table is accepted too). ``output_schema`` defaults to the input schema.
+
+        ``dead_letter=OutputTag(...)``: a batch ``fn`` raises on (or, with Arrow, whose result
+        does not fit the output schema) is split in halves and each half called again, down to
+        single records; the records ``fn`` fails on alone go to that side output (``raw``: the
+        record as JSON, ``error``: why), the others' results go on. So ``fn`` must give each
+        record the same result whichever records share its batch (Spark's batching is
+        arbitrary anyway). Without it, a failing batch fails the job."""
         _require_callable(fn, "map_batches", name)
         if batch_format not in _BATCH_FORMATS:
             raise PipelineError(
                 f"batch_format must be one of {', '.join(_BATCH_FORMATS)}, got {batch_format!r}", name or "map_batches"
             )
-        node = self._add(n.MapBatchesNode, name, "map_batches", fn=fn, output_schema=output_schema, batch_format=batch_format)
+        dead = dead_letter_tag(dead_letter, "map_batches dead_letter", name) if dead_letter is not None else None
+        node = self._add(n.MapBatchesNode, name, "map_batches", fn=fn, output_schema=output_schema, batch_format=batch_format,
+                         dead_letter=dead)
         return DataStream(self._env, node)
 
     def select(self, *exprs: str | Any, name: str | None = None) -> "DataStream":
@@ -275,7 +285,8 @@ class DataStream:
         step's dead letters (``dead_letter=tag``)."""
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
-        if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode | n.MapNode | n.FlatMapNode | n.FilterNode):
+        if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode | n.MapNode | n.FlatMapNode | n.FilterNode
+                      | n.MapBatchesNode):
             own = self._node.unmatched if isinstance(self._node, n.LookupJoinNode) else self._node.dead_letter
             if own is None or tag != own:
                 raise PipelineError(
@@ -288,7 +299,7 @@ class DataStream:
             raise PipelineError(
                 f"step '{self._node.name}' ({self._node.kind}) has no side outputs; "
                 "side outputs come from process functions, windows and dead letters (parse_json, "
-                "join_lookup(unmatched=...), map / flat_map / filter with dead_letter=...)",
+                "join_lookup(unmatched=...), map / flat_map / filter / map_batches with dead_letter=...)",
                 name or "side_output",
             )
         if isinstance(self._node, n.WindowNode) and self._node.dead_letter is not None and tag == self._node.dead_letter:

@@ -124,9 +124,10 @@ class MapBatchesNode(Node):
     fn: Callable[[Any], Any] | None = None
     output_schema: Any = None
     batch_format: str = "arrow"
+    dead_letter: Any = None  # OutputTag: records a failing batch is narrowed down to go there
 
     def describe(self) -> str:
-        return f"map_batches {_callable_name(self.fn)} ({self.batch_format}, vectorised)"
+        return f"map_batches {_callable_name(self.fn)} ({self.batch_format}, vectorised{_dead(self)})"
 
 
 @dataclass(frozen=True, eq=False)

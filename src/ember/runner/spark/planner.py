@@ -43,6 +43,7 @@ from ember.graph.nodes import (
     FlatMapNode,
     IntervalJoinNode,
     LookupJoinNode,
+    MapBatchesNode,
     MapNode,
     Node,
     ParseJsonNode,
@@ -190,7 +191,7 @@ def _detourable(graph: Graph) -> list[SideOutputNode]:
 
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py).
-DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, LookupJoinNode)
+DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
 
 
 def _dead_letters_of(node: Node) -> object:

@@ -17,7 +17,7 @@ from ember.functions import record_text
 from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, require_reader
-from ember.runner.spark.keyed.runtime import HIDDEN, without_hidden
+from ember.runner.spark.keyed.runtime import HIDDEN, TAG, side_column, without_hidden
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.spool import write_dead_letters
 
@@ -331,6 +331,21 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
     out = output_struct(node.output_schema, up.df.schema, node.name)
     fn, step = node.fn, node.name
     ship_by_value(fn)
+    schema = arrow_schema(out)
+
+    def conformed(result: Any) -> list[pa.RecordBatch]:
+        if isinstance(result, pa.Table):
+            return result.cast(schema).to_batches()
+        if isinstance(result, pa.RecordBatch) and result.schema.equals(schema):
+            return [result]
+        if isinstance(result, pa.RecordBatch):
+            return pa.Table.from_batches([result]).cast(schema).to_batches()
+        raise UserFunctionError(
+            f"step '{step}': {_fn_name(fn)} must return a pyarrow RecordBatch or Table, got {type(result).__name__}"
+        )
+
+    if node.dead_letter is not None:
+        return _map_batches_with_dead_letters(comp, node, up, out, conformed)
     if node.batch_format == "pandas":
 
         def run_pandas(frames: Iterator[Any]) -> Iterator[Any]:
@@ -342,23 +357,105 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
 
         return Frame(up.df.mapInPandas(run_pandas, out), up.time)
 
-    schema = arrow_schema(out)
-
     def run_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             try:
                 result = fn(batch)
             except Exception as exc:
                 raise UserFunctionError(f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc}") from exc
-            if isinstance(result, pa.Table):
-                yield from result.cast(schema).to_batches()
-            elif isinstance(result, pa.RecordBatch) and result.schema.equals(schema):
-                yield result
-            elif isinstance(result, pa.RecordBatch):
-                yield from pa.Table.from_batches([result]).cast(schema).to_batches()
-            else:
-                raise UserFunctionError(
-                    f"step '{step}': {_fn_name(fn)} must return a pyarrow RecordBatch or Table, got {type(result).__name__}"
-                )
+            yield from conformed(result)
 
     return Frame(up.df.mapInArrow(run_arrow, out), up.time)
+
+
+def narrowed(call: Callable[[Any], Any], part: Any, size: Callable[[Any], int], cut: Callable[[Any, int, int], Any],
+             failed: Callable[[Any, Exception], None]) -> list[Any]:
+    """``[call(part)]`` — or, when it raises, the results of ``part``'s two halves
+    (``cut(part, start, stop)``), each narrowed again, down to single records:
+    ``failed(record, exc)`` for each record the call fails on alone. A batch with k bad
+    records of n costs ~2k log2(n) calls more, nothing when none fails."""
+    try:
+        return [call(part)]
+    except Exception as exc:  # noqa: BLE001 - narrowed down to the records that fail
+        n = size(part)
+        if n <= 1:
+            if n == 1:
+                failed(part, exc)
+            return []
+        mid = n // 2
+        return (narrowed(call, cut(part, 0, mid), size, cut, failed)
+                + narrowed(call, cut(part, mid, n), size, cut, failed))
+
+
+def _map_batches_with_dead_letters(comp: Compilation, node: MapBatchesNode, up: Frame, out: Any,
+                                   conformed: Callable[[Any], list[pa.RecordBatch]]) -> Frame:
+    """``map_batches`` whose failing batches are narrowed down to their bad records
+    (:func:`narrowed`): those become dead letters, in the step's output (tagged) or spooled
+    beside the query when they detour (as ``map``'s)."""
+    fn, step = node.fn, node.name
+    if any(f.name in HIDDEN for f in up.df.schema.fields):
+        raise PipelineError(f"'{step}': map_batches between two stateful steps is not supported yet", step)
+    spool = comp.detoured.get(id(node))
+    if spool is None:
+        require_reader(comp, node, node.dead_letter)
+    tag = node.dead_letter.name
+    combined = out if spool is not None else combined_struct(out, tag)
+    full = arrow_schema(combined)
+    names = out.names
+
+    def reason(exc: Exception) -> str:
+        return _reason(step, fn, exc)
+
+    if node.batch_format == "pandas":  # Spark converts the frames both ways, as without dead letters
+
+        def run_pandas(frames: Iterator[Any]) -> Iterator[Any]:
+            import pandas as pd
+
+            raws: list[str] = []
+            errors: list[str] = []
+
+            def failed(record: Any, exc: Exception) -> None:
+                raws.append(record_text(record.to_dict("records")[0]))
+                errors.append(reason(exc))
+
+            for pdf in frames:
+                before = len(errors)
+                results = narrowed(fn, pdf, len, lambda p, a, b: p.iloc[a:b], failed)
+                main = pd.concat(results, ignore_index=True) if len(results) > 1 else (
+                    results[0] if results else pd.DataFrame({n: pd.Series(dtype=object) for n in names}))
+                if spool is not None:
+                    yield main
+                    continue
+                extra = {TAG: None, side_column(tag, "raw"): None, side_column(tag, "error"): None}
+                yield main.assign(**extra)
+                if len(errors) > before:
+                    dead = pd.DataFrame({n: [None] * (len(errors) - before) for n in names})
+                    yield dead.assign(**{TAG: tag, side_column(tag, "raw"): raws[before:],
+                                         side_column(tag, "error"): errors[before:]})
+            if spool is not None and errors:
+                write_dead_letters(spool, raws, errors)
+
+        return Frame(up.df.mapInPandas(run_pandas, combined), up.time)
+
+    schema = arrow_schema(out)
+
+    def run_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        letters = _DeadLetters(spool, full, tag)
+        raws: list[str] = []
+        errors: list[str] = []
+
+        def failed(record: pa.RecordBatch, exc: Exception) -> None:
+            raws.append(record_text(record.to_pylist()[0]))
+            errors.append(reason(exc))
+
+        for batch in batches:
+            before = len(errors)
+            parts = narrowed(lambda b: conformed(fn(b)), batch, lambda b: b.num_rows,
+                             lambda b, a, z: b.slice(a, z - a), failed)
+            built = [b for bs in parts for b in bs]
+            main = pa.Table.from_batches(built, schema=schema).combine_chunks().to_batches() if built else []
+            yield from letters.emit(main[0] if main else pa.RecordBatch.from_pylist([], schema=schema),
+                                    raws[before:], errors[before:])
+        letters.close()
+
+    return Frame(up.df.mapInArrow(run_arrow, combined), up.time)
