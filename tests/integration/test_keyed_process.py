@@ -317,6 +317,36 @@ def test_vectorized_function_errors_name_the_step(env):
         env.execute("broken", progress=False)
 
 
+class PositiveTotals(RunningTotals):
+    """RunningTotals that refuses a negative x (the whole call raises)."""
+
+    def process_batch(self, events, state, ctx):
+        if (events["x"] < 0).any():
+            raise ValueError("negative amount")
+        return super().process_batch(events, state, ctx)
+
+
+def test_the_keys_a_vectorized_call_fails_on_are_dead_letters_and_keep_their_state(env):
+    """On Spark, with a restart-free run of three batches: a key whose records of a batch hold a
+    negative amount sends them to the dead letters and keeps its total; the others are exact."""
+    from ember import OutputTag
+
+    batches = [[(1, "a", 5), (2, "b", 10), (3, "c", 1)], [(4, "a", 3), (5, "b", -1), (6, "b", 4), (7, "c", 2)],
+               [(8, "a", 1), (9, "b", 1)]]
+    bad = OutputTag("bad")
+    totals = (env.from_source(ScriptedSource(batches, "ts bigint, k string, x bigint"), MONOTONOUS, name="events")
+              .key_by("k").process_batches(PositiveTotals(), "k string, ts bigint, total bigint", dead_letter=bad,
+                                           name="totals"))
+    sink, dead = CollectSink(), CollectSink()
+    totals.sink_to(sink)
+    totals.get_side_output(bad).sink_to(dead)
+    env.execute("vectorized-dead-letters", progress=False)
+    assert sorted((r["k"], r["ts"], r["total"]) for r in sink.rows()) == [
+        ("a", 1, 5), ("a", 4, 8), ("a", 8, 9), ("b", 2, 10), ("b", 9, 11), ("c", 3, 1), ("c", 7, 3)]
+    assert sorted(json.loads(r["raw"])["ts"] for r in dead.rows()) == [5, 6]  # both of b's records of batch 2
+    assert {r["error"] for r in dead.rows()} == {"step 'totals': PositiveTotals.process_batch raised ValueError: negative amount"}
+
+
 class FireAfter500(KeyedProcessFunction):
     def process_element(self, value, ctx):
         ctx.register_event_time_timer(value["ts"] + 500)

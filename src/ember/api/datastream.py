@@ -286,7 +286,7 @@ class DataStream:
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
         if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode | n.MapNode | n.FlatMapNode | n.FilterNode
-                      | n.MapBatchesNode):
+                      | n.MapBatchesNode | n.VectorizedProcessNode):
             own = self._node.unmatched if isinstance(self._node, n.LookupJoinNode) else self._node.dead_letter
             if own is None or tag != own:
                 raise PipelineError(
@@ -299,7 +299,7 @@ class DataStream:
             raise PipelineError(
                 f"step '{self._node.name}' ({self._node.kind}) has no side outputs; "
                 "side outputs come from process functions, windows and dead letters (parse_json, "
-                "join_lookup(unmatched=...), map / flat_map / filter / map_batches with dead_letter=...)",
+                "join_lookup(unmatched=...), map / flat_map / filter / map_batches / process_batches with dead_letter=...)",
                 name or "side_output",
             )
         if isinstance(self._node, n.WindowNode) and self._node.dead_letter is not None and tag == self._node.dead_letter:
@@ -375,10 +375,17 @@ class KeyedStream(DataStream):
                          dead_letter=dead)
         return DataStream(self._env, node)
 
-    def process_batches(self, fn: Any, output_schema: Any, *, name: str | None = None) -> DataStream:
+    def process_batches(self, fn: Any, output_schema: Any, *, dead_letter: Any = None,
+                        name: str | None = None) -> DataStream:
         """Run ``fn`` (a :class:`~ember.functions.VectorizedKeyedFunction`) on whole
         micro-batches of many keys at once, with columnar keyed state — the fast variant
-        of :meth:`process` when the logic can be written with pandas/numpy."""
+        of :meth:`process` when the logic can be written with pandas/numpy.
+
+        ``dead_letter=OutputTag(...)``: a call that raises (or returns what does not fit) is
+        narrowed down by keys — the keys split in halves, each called again with its records
+        and state — to the keys it fails on alone: their records of the batch go to that side
+        output (``raw``: each record as JSON, ``error``: why) and their state stays as it was;
+        the other keys' outputs and updates apply. Without it, such a call fails the job."""
         step = name or "process_batches"
         if not isinstance(fn, VectorizedKeyedFunction):
             raise PipelineError(f"process_batches takes a VectorizedKeyedFunction instance, got {fn!r}", step)
@@ -388,7 +395,9 @@ class KeyedStream(DataStream):
             raise ConfigError(f"{type(fn).__name__}.state_schema must declare the state columns, e.g. 'state int'")
         if not all(isinstance(k, str) for k in self.keys):
             raise PipelineError("process_batches needs key_by with field names (not Columns)", step)
-        node = self._add(n.VectorizedProcessNode, name, "process_batches", keys=self.keys, fn=fn, output_schema=output_schema)
+        dead = dead_letter_tag(dead_letter, "process_batches dead_letter", name) if dead_letter is not None else None
+        node = self._add(n.VectorizedProcessNode, name, "process_batches", keys=self.keys, fn=fn, output_schema=output_schema,
+                         dead_letter=dead)
         return DataStream(self._env, node)
 
     def interval_join(self, other: "KeyedStream", how: str = "inner", *, name: str | None = None) -> IntervalJoin:

@@ -296,9 +296,10 @@ class VectorizedProcessNode(Node):
     keys: tuple[str, ...] = ()
     fn: Any = None
     output_schema: Any = None
+    dead_letter: Any = None  # OutputTag: the records of a key its call fails on alone go there
 
     def describe(self) -> str:
-        return f"process_batches {type(self.fn).__name__} by {', '.join(self.keys)} (vectorised, keyed state)"
+        return f"process_batches {type(self.fn).__name__} by {', '.join(self.keys)} (vectorised, keyed state){_dead(self)}"
 
 
 @dataclass(frozen=True, eq=False)

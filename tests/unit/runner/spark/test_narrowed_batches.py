@@ -7,7 +7,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from ember.runner.spark.translators.python_ops import narrowed
+from ember.runner.spark.narrowing import narrowed
 
 
 def _run(values, bad):

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from ember.errors import UserFunctionError
-from ember.functions import BatchContext, VectorizedKeyedFunction
-from ember.runner.spark.keyed.runtime import ember_watermark
+from ember.functions import BatchContext, VectorizedKeyedFunction, record_text
+from ember.runner.spark.keyed.runtime import TAG, ember_watermark, side_column
+from ember.runner.spark.narrowing import narrowed
 
 __all__ = ["make_vectorized_bucket_function", "BlobTable", "DeltaTable"]
 
@@ -97,12 +98,39 @@ def make_vectorized_bucket_function(
     out_fields: list[str],
     time_column: str | None,
     event_time: bool,
+    dead_letter: str | None = None,
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The ``applyInPandasWithState`` function of one vectorised keyed step."""
+    """The ``applyInPandasWithState`` function of one vectorised keyed step. With
+    ``dead_letter`` (a tag), a failing call is narrowed down by keys (:func:`_by_keys`) and
+    the output frames carry the combined columns (TAG and the tag's ``raw``/``error``)."""
     opened: dict[str, bool] = {}
+    name = type(fn).__name__
 
-    def fail(what: str, exc: Exception) -> UserFunctionError:
-        return UserFunctionError(f"step '{step}': {type(fn).__name__}.{what}: {type(exc).__name__}: {exc}")
+    def call(pdf: pd.DataFrame, current: pd.DataFrame, ctx: _Context) -> tuple[Any, Any]:
+        """``fn.process_batch`` and its result checked: (output rows or None, updates or None)."""
+        try:
+            result = fn.process_batch(pdf[fields], current, ctx)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            raise UserFunctionError(f"step '{step}': {name}.process_batch raised {type(exc).__name__}: {exc}") from exc
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise UserFunctionError(
+                f"step '{step}': {name}.process_batch must return (output DataFrame or None, "
+                f"state updates DataFrame or None), got {type(result).__name__}"
+            )
+        out, updates = result
+        if updates is not None and len(updates):
+            missing = [c for c in state_fields if c not in updates.columns]
+            if missing:
+                raise UserFunctionError(f"step '{step}': state updates lack the state field(s) {missing}")
+            updates = updates[state_fields]
+        if out is not None and len(out):
+            missing = [c for c in out_fields if c not in out.columns]
+            if missing:
+                raise UserFunctionError(f"step '{step}': the output lacks the field(s) {missing} of its output_schema")
+            out = out[out_fields]
+        return out, updates
 
     def run(bucket: Any, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         if not opened:
@@ -120,27 +148,55 @@ def make_vectorized_bucket_function(
         batch_keys = _index(pdf, keys).unique()
         current = table.current(batch_keys)
         ctx = _Context(ember_watermark(state.getCurrentWatermarkMs()) if event_time else None, state.getCurrentProcessingTimeMs())
-        try:
-            result = fn.process_batch(pdf[fields], current, ctx)
-        except UserFunctionError:
-            raise
-        except Exception as exc:
-            raise fail("process_batch raised", exc) from exc
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise UserFunctionError(
-                f"step '{step}': {type(fn).__name__}.process_batch must return (output DataFrame or None, "
-                f"state updates DataFrame or None), got {type(result).__name__}"
-            )
-        out, updates = result
-        if updates is not None and len(updates):
-            missing = [c for c in state_fields if c not in updates.columns]
-            if missing:
-                raise UserFunctionError(f"step '{step}': state updates lack the state field(s) {missing}")
-            table.update(updates[state_fields])
-        if out is not None and len(out):
-            missing = [c for c in out_fields if c not in out.columns]
-            if missing:
-                raise UserFunctionError(f"step '{step}': the output lacks the field(s) {missing} of its output_schema")
-            yield out[out_fields]
+        if dead_letter is None:
+            results = [call(pdf, current, ctx)]
+            raws: list[str] = []
+            errors: list[str] = []
+        else:
+            results, raws, errors = _by_keys(call, pdf, current, ctx, keys, [f for f in fields if f != time_column])
+        changed = [u for _, u in results if u is not None and len(u)]
+        if changed:
+            table.update(changed[0] if len(changed) == 1 else pd.concat(changed))
+        outs = [o for o, _ in results if o is not None and len(o)]
+        if dead_letter is None:
+            yield from outs
+            return
+        extra = {TAG: None, side_column(dead_letter, "raw"): None, side_column(dead_letter, "error"): None}
+        yield from (o.assign(**extra) for o in outs)
+        if errors:
+            dead = pd.DataFrame({f: [None] * len(errors) for f in out_fields})
+            yield dead.assign(**{TAG: dead_letter, side_column(dead_letter, "raw"): raws,
+                                 side_column(dead_letter, "error"): errors})
 
     return run
+
+
+def _by_keys(call: Callable[[pd.DataFrame, pd.DataFrame, Any], tuple[Any, Any]], pdf: pd.DataFrame,
+             current: pd.DataFrame, ctx: Any, keys: list[str], visible: list[str]) -> tuple[list[Any], list[str], list[str]]:
+    """``call`` over ``pdf`` (sorted by key) narrowed down by keys: the key groups split in
+    halves, each called with its records and its keys' state, down to single keys. Returns the
+    results of the calls that succeeded and, for each key its call fails on alone, a dead letter
+    per record (``visible`` fields as JSON) with the call's error; such a key's state is
+    untouched. Keys are independent, so any split gives each key the same result."""
+    index = _index(pdf, keys)
+    codes = pd.factorize(index)[0]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if len(codes) else np.array([], dtype=np.int64)
+    bounds = np.r_[starts, len(pdf)]
+    group_keys = index[starts]
+    raws: list[str] = []
+    errors: list[str] = []
+
+    def part(lo: int, hi: int) -> tuple[Any, Any]:
+        rows = pdf.iloc[bounds[lo]:bounds[hi]]
+        return call(rows, current[current.index.isin(group_keys[lo:hi])], ctx)
+
+    def failed(span: tuple[int, int], exc: Exception) -> None:
+        lo, hi = span
+        error = str(exc) if isinstance(exc, UserFunctionError) else f"{type(exc).__name__}: {exc}"
+        for record in pdf.iloc[bounds[lo]:bounds[hi]][visible].to_dict("records"):
+            raws.append(record_text(record))
+            errors.append(error)
+
+    results = narrowed(lambda span: part(*span), (0, len(starts)), lambda span: span[1] - span[0],
+                       lambda span, a, b: (span[0] + a, span[0] + b), failed)
+    return results, raws, errors

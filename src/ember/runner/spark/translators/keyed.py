@@ -27,7 +27,7 @@ from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode,
 from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
-from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, require_reader
+from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, require_reader
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
@@ -359,8 +359,12 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
         )
     fields = _fields(up)
     ship_by_value(node.fn)
+    dead = node.dead_letter.name if node.dead_letter is not None else None
+    if node.dead_letter is not None:
+        require_reader(comp, node, node.dead_letter)
     bucket_fn = make_vectorized_bucket_function(
-        node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time
+        node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time,
+        dead_letter=dead,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
     processor = None
@@ -370,7 +374,8 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
         processor = DeltaBucketProcessor(lambda *a: iter(()), [], ANCHOR if event_time else None,
                                          step_directory(comp.checkpoint, node.name), node.keys[0], state_type.names,
                                          numpy_types(state_kinds), node.name, _delta_counters(comp))
-    result = _run_keyed(comp, node, up, node.keys, event_time, bucket_fn, out, "table binary", timeout, processor)
+    schema = combined_struct(out, dead) if dead is not None else out
+    result = _run_keyed(comp, node, up, node.keys, event_time, bucket_fn, schema, "table binary", timeout, processor)
     return Frame(_visible(result), up.time)
 
 

@@ -18,6 +18,7 @@ from ember.graph.nodes import FlatMapNode, MapBatchesNode, MapNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, require_reader
 from ember.runner.spark.keyed.runtime import HIDDEN, TAG, side_column, without_hidden
+from ember.runner.spark.narrowing import narrowed
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.spool import write_dead_letters
 
@@ -366,25 +367,6 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
             yield from conformed(result)
 
     return Frame(up.df.mapInArrow(run_arrow, out), up.time)
-
-
-def narrowed(call: Callable[[Any], Any], part: Any, size: Callable[[Any], int], cut: Callable[[Any, int, int], Any],
-             failed: Callable[[Any, Exception], None]) -> list[Any]:
-    """``[call(part)]`` — or, when it raises, the results of ``part``'s two halves
-    (``cut(part, start, stop)``), each narrowed again, down to single records:
-    ``failed(record, exc)`` for each record the call fails on alone. A batch with k bad
-    records of n costs ~2k log2(n) calls more, nothing when none fails."""
-    try:
-        return [call(part)]
-    except Exception as exc:  # noqa: BLE001 - narrowed down to the records that fail
-        n = size(part)
-        if n <= 1:
-            if n == 1:
-                failed(part, exc)
-            return []
-        mid = n // 2
-        return (narrowed(call, cut(part, 0, mid), size, cut, failed)
-                + narrowed(call, cut(part, mid, n), size, cut, failed))
 
 
 def _map_batches_with_dead_letters(comp: Compilation, node: MapBatchesNode, up: Frame, out: Any,
