@@ -187,7 +187,7 @@ def _by_keys(call: Callable[[pd.DataFrame, pd.DataFrame, Any], tuple[Any, Any]],
     errors: list[str] = []
 
     def part(lo: int, hi: int) -> tuple[Any, Any]:
-        rows = pdf.iloc[bounds[lo]:bounds[hi]]
+        rows = pdf if (lo, hi) == (0, len(starts)) else pdf.iloc[bounds[lo]:bounds[hi]].reset_index(drop=True)
         return call(rows, current[current.index.isin(group_keys[lo:hi])], ctx)
 
     def failed(span: tuple[int, int], exc: Exception) -> None:
