@@ -402,7 +402,7 @@ def _map_batches_with_dead_letters(comp: Compilation, node: MapBatchesNode, up: 
 
             for pdf in frames:
                 before = len(errors)
-                results = narrowed(fn, pdf, len, lambda p, a, b: p.iloc[a:b], failed)
+                results = narrowed(fn, pdf, len, lambda p, a, b: p.iloc[a:b].reset_index(drop=True), failed)
                 main = pd.concat(results, ignore_index=True) if len(results) > 1 else (
                     results[0] if results else pd.DataFrame({n: pd.Series(dtype=object) for n in names}))
                 if spool is not None:
