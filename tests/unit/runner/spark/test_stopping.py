@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ember.runner.spark.progress import ProgressFollower
@@ -130,3 +132,37 @@ def test_end_of_input_does_not_call_a_query_still_starting_idle(tmp_path):
     assert cond.check(run.view()) is None
     run.query.status["message"] = "Waiting for data to arrive"
     assert cond.check(run.view()) == "sources idle"
+
+
+def _plan(checkpoint, batch: int, *offsets: dict) -> None:
+    """Spark's offset-log entry of a planned batch: written as the batch starts."""
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    lines = ["v1", '{"batchWatermarkMs":0}'] + [json.dumps(o) for o in offsets]
+    (checkpoint / "offsets" / str(batch)).write_text("\n".join(lines))
+
+
+def test_the_end_is_marked_as_soon_as_a_planned_batch_reads_every_source_to_its_end(tmp_path):
+    """The offset log shows the last batch of input while it runs; marking the end then puts
+    the end-of-input row into the next batch, not the one after it (no report needed)."""
+    marker, checkpoint = tmp_path / "end-of-input", tmp_path / "ckpt"
+    run = _Run()
+    cond = EndOfInput(2, str(marker), True, idle_limit_s=10, now=run.clock.monotonic(), checkpoint=str(checkpoint))
+    assert cond.check(run.view()) is None  # nothing planned yet
+    _plan(checkpoint, 0, {"batch": 1, "done": True}, {"n": 5, "done": False}, {"ended": 0})
+    assert cond.check(run.view()) is None and not marker.exists()  # one source is not done
+    _plan(checkpoint, 1, {"batch": 1, "done": True}, {"n": 9, "done": True}, {"ended": 0})
+    assert cond.check(run.view()) is None and marker.exists()  # batch 1 still runs; no report came
+    assert cond.check(run.view(run.batch(1, done=True, ended=1))) is None  # the batch that carried the row
+    assert cond.check(run.view(run.batch(0, done=True, ended=1))) == "sources ended, windows flushed"
+
+
+def test_a_batch_an_earlier_run_planned_does_not_mark_the_end(tmp_path):
+    """A replayed batch carries the earlier run's offsets: input added since must be read first."""
+    marker, checkpoint = tmp_path / "end-of-input", tmp_path / "ckpt"
+    _plan(checkpoint, 3, {"batch": 2, "done": True}, {"ended": 0})
+    run = _Run()
+    cond = EndOfInput(1, str(marker), True, idle_limit_s=10, now=run.clock.monotonic(), replayed=3,
+                      checkpoint=str(checkpoint))
+    assert cond.check(run.view()) is None and not marker.exists()
+    _plan(checkpoint, 4, {"batch": 3, "done": True}, {"ended": 0})
+    assert cond.check(run.view()) is None and marker.exists()
