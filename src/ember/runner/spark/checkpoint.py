@@ -21,6 +21,7 @@ read with the functions below.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -264,6 +265,23 @@ def admission_stopped(options: dict[str, str]) -> bool:
     option names the job's stop marker): admit nothing new."""
     marker = options.get("stop_marker")
     return marker is not None and marker != "" and os.path.exists(marker)
+
+
+def mark_source_done(options: dict[str, str]) -> None:
+    """In a bounded source's reader, once its offsets read it to its end: say so beside the
+    end-of-input marker (the ``done_file`` option), so the end-of-input reader can send its
+    row in the same micro-batch as the last input (datasources.EndOfInputReader)."""
+    path = options.get("done_file")
+    if path and not os.path.exists(path):
+        open(path, "a").close()
+
+
+def sources_done(marker: str, expected: int) -> bool:
+    """Whether ``expected`` bounded sources marked themselves done beside ``marker``."""
+    return expected > 0 and len(glob.glob(glob.escape(marker) + DONE_SUFFIX + "*")) >= expected
+
+
+DONE_SUFFIX = ".done."  # <end-of-input marker>.done.<source step>: that source has read its last input
 
 
 def admission_bound(options: dict[str, str], limit: int) -> int:

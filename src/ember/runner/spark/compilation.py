@@ -18,7 +18,7 @@ from ember.errors import EmberError, PipelineError
 from ember.graph.graph import Graph
 from ember.graph.nodes import Node, SourceNode
 from ember.job import EnvironmentConfig
-from ember.runner.spark.checkpoint import CheckpointLayout, fixed_token
+from ember.runner.spark.checkpoint import DONE_SUFFIX, CheckpointLayout, fixed_token
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG
 from ember.runner.spark.planner import Plan
 from ember.runner.spark.planner import plan as plan_graph
@@ -116,6 +116,13 @@ class Compilation:
     @property
     def bounded(self) -> bool:
         return all(s.source.bounded for s in self.graph.sources)
+
+    def done_file(self, node: Any) -> str:
+        """Where bounded source ``node``'s reader marks that it read its last input ("" when
+        the job has no end-of-input row; datasources.EndOfInputReader)."""
+        if not (self.bounded and self.end_of_input_marker):
+            return ""
+        return f"{self.end_of_input_marker}{DONE_SUFFIX}{node.name}"
 
     def branch(self, fork: Node, rows: Frame) -> "Compilation":
         """A compilation of the steps after ``fork`` on ``rows`` (its output in one micro-batch)."""

@@ -10,8 +10,10 @@
   right after it (``keyed/packing.py``: source fusion); with ``decode``, its
   JSON texts already decoded by the ``parse_json`` step right after it.
 - ``ember_scripted``: one scripted batch per micro-batch (tests).
-- ``ember_end_of_input``: emits one row once the driver marks the input as
-  ended, which moves the watermark to the end of time and flushes windows.
+- ``ember_end_of_input``: emits one row once the input has ended — every bounded
+  source marked itself done (``done_file``: in the micro-batch that reads its last
+  input) or the driver marked the end —, which moves the watermark to the end of
+  time and flushes windows.
 - ``ember_batch_watermark`` (a batch source, read inside every micro-batch): one
   row, the watermark Spark runs the current micro-batch with, from the batch's
   offset-log entry; native windows apply Flink's lateness rule with it (see
@@ -31,7 +33,14 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from ember.errors import EmberError
-from ember.runner.spark.checkpoint import admission_bound, admission_stopped, fixed_origin, offset_log_entry
+from ember.runner.spark.checkpoint import (
+    admission_bound,
+    admission_stopped,
+    fixed_origin,
+    mark_source_done,
+    offset_log_entry,
+    sources_done,
+)
 
 __all__ = ["register_sources", "END_OF_TIME_MS"]
 
@@ -78,6 +87,8 @@ class SequenceReader(DataSourceStreamReader):
             due = min(due, n0 + admission_bound(self.options, int(limit.max_rows)))
         n1 = max(n0, due)
         done = max_events is not None and n1 >= max_events
+        if done:
+            mark_source_done(self.options)
         end = {"n": n1, "origin_ms": origin, "done": done}
         if rate is not None:
             end["due"] = max(n1, due_now)  # events due by now: due - n is the backlog (lag)
@@ -136,6 +147,8 @@ class ScriptedReader(DataSourceStreamReader):
         if admission_stopped(self.options):
             return start
         b = min(int(start["batch"]) + 1, len(self.batches))
+        if b >= len(self.batches):
+            mark_source_done(self.options)
         return {"batch": b, "done": b >= len(self.batches)}
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
@@ -162,14 +175,22 @@ class ScriptedSourceDS(DataSource):
 
 # --------------------------------------------------------------------------- end of input
 class EndOfInputReader(DataSourceStreamReader):
+    """Its row comes once the driver marks the end (``marker``) — or, sooner, once each of the
+    job's ``sources`` bounded sources marked itself done beside it: Spark asks the sources for
+    their offsets in plan order, so a source unioned before this one that reads its last input
+    in a micro-batch has marked itself by then, and the row comes in that same micro-batch
+    (the watermark it moves takes effect after the batch, so that input is not late)."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.marker = options["marker"]
+        self.sources = int(options.get("sources") or 0)
 
     def initialOffset(self) -> dict:
         return {"ended": 0}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        return {"ended": 1 if os.path.exists(self.marker) else int(start["ended"])}
+        ended = os.path.exists(self.marker) or sources_done(self.marker, self.sources)
+        return {"ended": 1 if ended else int(start["ended"])}
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         return [_Range(0, 0, 1)] if int(end["ended"]) > int(start["ended"]) else []

@@ -91,6 +91,7 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
         .option("schema", src.schema)
         .option("batches", json.dumps(batches))
         .option("stop_marker", comp.stop_marker or "")
+        .option("done_file", comp.done_file(node))
         .load()
     )
 
@@ -144,6 +145,7 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
             .option("stop_marker", comp.stop_marker or "")
             .option("origin_file", comp.layout.origin(node.name))
             .option("bound_file", _bound_file(comp))
+            .option("done_file", comp.done_file(node))
             .load()
         )
     origin = src.start_ms if src.start_ms is not None else fixed_origin(comp.layout.origin(node.name))
