@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ember.errors import SavepointError
-from ember.runner.spark.checkpoint import EMBER_DIR, RUNTIME_MARKERS, checkpoint_partitions, last_batch
+from ember.runner.spark.checkpoint import EMBER_DIR, checkpoint_partitions, is_runtime_marker, last_batch
 
 __all__ = [
     "SavepointError",
@@ -49,7 +49,8 @@ MANIFEST = "_savepoint.json"
 FORMAT_VERSION = 1
 _STATE_FILE = re.compile(r"^(\d+)(?:_[0-9a-f-]+)?\.(changelog|zip|delta|snapshot)$")
 # Files never part of a cut: Hadoop's checksums (recomputed on write), in-flight temporary
-# files, and Ember's run-time markers (checkpoint.RUNTIME_MARKERS: the running job, stop requests).
+# files, and Ember's run-time markers (checkpoint.is_runtime_marker: the running job, stop requests,
+# the end of input and the sources' done marks).
 _SKIP_NAMES = re.compile(r"^\..*\.crc$|\.tmp$|^\..*tmp.*")
 
 
@@ -74,7 +75,7 @@ def _wanted(rel: str, name: str, batch: int) -> bool:
         found = _STATE_FILE.match(name)
         return found is None or int(found.group(1)) <= batch + 1  # state version = batch + 1
     if top == EMBER_DIR:
-        return name not in RUNTIME_MARKERS
+        return not is_runtime_marker(name)
     return True
 
 

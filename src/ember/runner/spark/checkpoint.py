@@ -48,6 +48,11 @@ __all__ = [
     "fixed_token",
     "admission_stopped",
     "admission_bound",
+    "mark_source_done",
+    "sources_done",
+    "clear_done_marks",
+    "is_runtime_marker",
+    "DONE_SUFFIX",
     "disk_bytes",
     "state_writes",
 ]
@@ -282,6 +287,19 @@ def sources_done(marker: str, expected: int) -> bool:
 
 
 DONE_SUFFIX = ".done."  # <end-of-input marker>.done.<source step>: that source has read its last input
+
+
+def is_runtime_marker(name: str) -> bool:
+    """Whether ``name`` (a file of Ember's checkpoint directory) only matters to a running job:
+    savepoints leave it out, and a sources' done mark is cleared when a job starts (its
+    sources mark themselves again when they reach their end in that run)."""
+    return name in RUNTIME_MARKERS or name.startswith(END_OF_INPUT + DONE_SUFFIX)
+
+
+def clear_done_marks(marker: str) -> None:
+    """Remove the bounded sources' done marks beside ``marker`` (left by an earlier run)."""
+    for path in glob.glob(glob.escape(marker) + DONE_SUFFIX + "*"):
+        os.remove(path)
 
 
 def admission_bound(options: dict[str, str], limit: int) -> int:

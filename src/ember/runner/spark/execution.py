@@ -20,6 +20,7 @@ from ember.graph.nodes import SqlNode
 from ember.job import EnvironmentConfig, JobResult, RunListener
 from ember.runner.spark.checkpoint import (
     CheckpointLayout,
+    clear_done_marks,
     fixed_origin,
     last_committed_batch,
     planned_batch,
@@ -90,6 +91,7 @@ def run_job(
     for left in (layout.stop_marker, layout.stop_request):
         if os.path.exists(left):
             os.remove(left)  # left by a run that did not finish stopping
+    clear_done_marks(layout.end_of_input)  # this run's sources mark themselves when they reach their end
     check_restart(checkpoint, graph, config.keyed_operator, config.state_layout)
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,

@@ -4,6 +4,7 @@ sources in plan order, the scripted source first — and otherwise once the driv
 there; a replayed offset stays what it was."""
 
 import json
+import os
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -52,3 +53,18 @@ def test_a_source_not_yet_at_its_end_leaves_no_mark(tmp_path):
     a = _scripted([[[1]], [[2]]], str(done))
     a.latestOffset(a.initialOffset(), ReadAllAvailable())
     assert not done.exists()
+
+
+def test_done_marks_are_cleared_when_a_job_starts_and_left_out_of_savepoints(tmp_path):
+    """A mark from an earlier run could end a restarted job's input before its sources read
+    what was added since; a savepoint restored into another pipeline must not carry them."""
+    from ember.runner.spark.checkpoint import CheckpointLayout, clear_done_marks, is_runtime_marker
+
+    layout = CheckpointLayout(str(tmp_path))
+    (tmp_path / "ember").mkdir(exist_ok=True)
+    marks = [layout.end_of_input + ".done.a", layout.end_of_input + ".done.b"]
+    for m in marks:
+        open(m, "w").close()
+    assert all(is_runtime_marker(m.rsplit("/", 1)[1]) for m in marks) and not is_runtime_marker("origin-a")
+    clear_done_marks(layout.end_of_input)
+    assert not any(os.path.exists(m) for m in marks)
