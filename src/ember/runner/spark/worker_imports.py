@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["install", "archive_dir", "PTH_NAME"]
+__all__ = ["install", "archive_dir", "pth_line", "PTH_NAME", "KEEP_ZIPS"]
 
 PTH_NAME = "ember-spark-workers.pth"
 
@@ -36,11 +36,15 @@ def archive_dir() -> str | None:
     return lib if os.path.isfile(os.path.join(lib, "pyspark.zip")) else None
 
 
+KEEP_ZIPS = "EMBER_SPARK_ZIP_IMPORTS"  # set to 1: keep Spark's archives (to measure the difference)
+
+
 def pth_line(lib: str) -> str:
-    """The ``.pth`` line: drop the zip archives under ``lib`` from ``sys.path``."""
+    """The ``.pth`` line: drop the zip archives under ``lib`` from ``sys.path`` (unless
+    ``$EMBER_SPARK_ZIP_IMPORTS`` is 1: benchmarks/job_overhead.py measures both)."""
     prefix = os.path.join(lib, "")
-    return (f"import sys; sys.path[:] = [p for p in sys.path if not (p.startswith({prefix!r}) "
-            "and p.endswith('.zip'))]\n")
+    return (f"import os, sys; sys.path[:] = sys.path if os.environ.get({KEEP_ZIPS!r}) == '1' else "
+            f"[p for p in sys.path if not (p.startswith({prefix!r}) and p.endswith('.zip'))]\n")
 
 
 def install() -> str | None:

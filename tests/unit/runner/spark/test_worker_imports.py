@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from ember.runner.spark.worker_imports import PTH_NAME, archive_dir, pth_line
+from ember.runner.spark.worker_imports import KEEP_ZIPS, PTH_NAME, archive_dir, pth_line
 
 
 def _imported_from(pythonpath: str) -> str:
@@ -35,5 +35,11 @@ def test_the_line_drops_only_the_archives_of_that_installation():
              "/opt/site/pyspark/python/lib2/x.zip", "/opt/site"]
     fake_sys = type(sys)("sys")
     fake_sys.path = list(paths)
-    exec(pth_line(lib).replace("import sys; ", ""), {"sys": fake_sys}, namespace)
+    fake_os = type(sys)("os")
+    fake_os.environ = {}
+    exec(pth_line(lib).replace("import os, sys; ", ""), {"sys": fake_sys, "os": fake_os}, namespace)
     assert fake_sys.path == ["/elsewhere/pyspark.zip", f"{lib}/extra", "/opt/site/pyspark/python/lib2/x.zip", "/opt/site"]
+    fake_os.environ = {KEEP_ZIPS: "1"}  # kept on request (to measure the difference)
+    fake_sys.path = list(paths)
+    exec(pth_line(lib).replace("import os, sys; ", ""), {"sys": fake_sys, "os": fake_os}, namespace)
+    assert fake_sys.path == paths
