@@ -427,3 +427,29 @@ def test_dead_letters_of_map_batches_before_a_window_detour(env):
     parsed = stream.map_batches(parse, "ts bigint, k string, n bigint", dead_letter=bad_texts, name="to-int")
     kept = parsed.map_batches(no_fives, batch_format="pandas", dead_letter=fives, name="no-fives")
     _check_window_beside_dead_letters(env, batches, parsed, kept, bad_texts, fives)
+
+
+@pytest.mark.parametrize("kind", ["interval", "window"])
+def test_pairs_a_join_function_raises_on_become_dead_letters(env, kind):
+    """An interval join (then on Ember's runtime) and a window join, on Spark: each pair whose
+    function raises is one dead letter with both records; the other pairs are exact (by hand)."""
+    schema, time = "ts bigint, k string, v bigint", WatermarkStrategy.for_bounded_out_of_orderness(0, "ts")
+    lefts = env.from_source(ScriptedSource([[(1, "a", 12), (3, "a", 30), (7, "b", 9)]], schema), time, name="lefts")
+    rights = env.from_source(ScriptedSource([[(5, "a", 4), (6, "a", 0), (8, "b", 3)]], schema), time, name="rights")
+    bad = OutputTag("bad")
+
+    def ratio(left, right):
+        return {"k": left["k"], "r": left["v"] // right["v"]}
+
+    if kind == "interval":
+        joined = (lefts.key_by("k").interval_join(rights.key_by("k")).between(-10, 10)
+                  .process(ratio, "k string, r bigint", dead_letter=bad, name="ratios"))
+    else:
+        joined = (lefts.join(rights).where("k").equal_to("k").window(TumblingEventTimeWindows.of(100))
+                  .apply(ratio, "k string, r bigint", dead_letter=bad, name="ratios"))
+    pairs, failed = _with_dead_letters(joined, bad)
+    env.execute(f"{kind}-join-dead-letters", progress=False)
+    assert sorted((r["k"], r["r"]) for r in pairs.rows()) == [("a", 3), ("a", 7), ("b", 3)]
+    assert sorted((json.loads(r["raw"])["left"]["ts"], json.loads(r["raw"])["right"]["ts"]) for r in failed.rows()) == [
+        (1, 6), (3, 6)]
+    assert all(r["error"].startswith("step 'ratios': ") and "ZeroDivisionError" in r["error"] for r in failed.rows())

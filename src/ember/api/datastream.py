@@ -286,7 +286,7 @@ class DataStream:
         if not isinstance(tag, OutputTag):
             raise PipelineError(f"get_side_output takes an OutputTag, got {tag!r}", name or "side_output")
         if isinstance(self._node, n.ParseJsonNode | n.LookupJoinNode | n.MapNode | n.FlatMapNode | n.FilterNode
-                      | n.MapBatchesNode | n.VectorizedProcessNode):
+                      | n.MapBatchesNode | n.VectorizedProcessNode | n.IntervalJoinNode | n.WindowJoinNode):
             own = self._node.unmatched if isinstance(self._node, n.LookupJoinNode) else self._node.dead_letter
             if own is None or tag != own:
                 raise PipelineError(
@@ -299,7 +299,7 @@ class DataStream:
             raise PipelineError(
                 f"step '{self._node.name}' ({self._node.kind}) has no side outputs; "
                 "side outputs come from process functions, windows and dead letters (parse_json, "
-                "join_lookup(unmatched=...), map / flat_map / filter / map_batches / process_batches with dead_letter=...)",
+                "join_lookup(unmatched=...), map / flat_map / filter / map_batches / process_batches / joins with dead_letter=...)",
                 name or "side_output",
             )
         if isinstance(self._node, n.WindowNode) and self._node.dead_letter is not None and tag == self._node.dead_letter:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Callable
 
+from ember.api.dead_letters import dead_letter_tag
 from ember.errors import ConfigError, PipelineError
 from ember.graph import nodes as n
 from ember.time.durations import to_ms
@@ -89,12 +90,16 @@ class IntervalJoin:
         return self
 
     def process(self, fn: Callable[[dict[str, Any] | None, dict[str, Any] | None], Any], output_schema: Any,
-                *, name: str | None = None) -> Any:
+                *, dead_letter: Any = None, name: str | None = None) -> Any:
         """``fn(left, right)`` per joined pair (Flink's ``ProcessJoinFunction``): a record
         (dict or tuple in ``output_schema`` order), an iterable of records, or None. In an
-        outer join the missing side is None."""
+        outer join the missing side is None. ``dead_letter=OutputTag(...)``: a pair ``fn``
+        raises on (or whose result does not fit the schema) goes to that side output
+        (``raw``: ``{"left": ..., "right": ...}``, ``error``: why) and the join goes on; the
+        join then runs on Ember's keyed runtime rather than Spark's native join."""
         _check_pair_function(fn, output_schema, "interval_join process", self._step(name))
-        return self._join(name, fn=fn, output_schema=output_schema)
+        dead = dead_letter_tag(dead_letter, "interval_join dead_letter", name) if dead_letter is not None else None
+        return self._join(name, fn=fn, output_schema=output_schema, dead_letter=dead)
 
     def select(self, *exprs: str | Any, name: str | None = None) -> Any:
         """Project each joined pair with SQL over ``left.<field>`` and ``right.<field>``
@@ -184,12 +189,15 @@ class WindowJoin:
         return self
 
     def apply(self, fn: Callable[[dict[str, Any] | None, dict[str, Any] | None], Any], output_schema: Any,
-              *, name: str | None = None) -> Any:
+              *, dead_letter: Any = None, name: str | None = None) -> Any:
         """``fn(left, right)`` per pair (Flink's ``JoinFunction`` / ``FlatJoinFunction``): a record
         (dict or tuple in ``output_schema`` order), an iterable of records, or None. In an outer
-        join the missing side is None."""
+        join the missing side is None. ``dead_letter=OutputTag(...)``: a pair ``fn`` raises on
+        (or whose result does not fit the schema) goes to that side output (``raw``:
+        ``{"left": ..., "right": ...}``, ``error``: why) and the window's other pairs go on."""
         _check_pair_function(fn, output_schema, "join apply", self._step(name))
-        return self._join(name, join_fn=fn, output_schema=output_schema)
+        dead = dead_letter_tag(dead_letter, "join dead_letter", name) if dead_letter is not None else None
+        return self._join(name, join_fn=fn, output_schema=output_schema, dead_letter=dead)
 
     def select(self, *exprs: str | Any, name: str | None = None) -> Any:
         """Project each pair with SQL over ``left.<field>`` and ``right.<field>``, natively.

@@ -192,12 +192,13 @@ class IntervalJoinNode(Node):
     fn: Callable[[Any, Any], Any] | None = None
     output_schema: Any = None
     exprs: tuple[Any, ...] = ()
+    dead_letter: Any = None  # OutputTag: pairs ``fn`` raises on go there (the join then runs on Ember's runtime)
 
     def describe(self) -> str:
         keys = _paired(self.left_keys, self.right_keys)
         what = _pairs_out("process", self.fn, self.exprs)
         return (f"interval join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
-                f"right.ts in [left.ts {self.lower_ms:+d} ms, left.ts {self.upper_ms:+d} ms]: {what}")
+                f"right.ts in [left.ts {self.lower_ms:+d} ms, left.ts {self.upper_ms:+d} ms]: {what}{_dead(self)}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -286,7 +287,7 @@ class WindowJoinNode(CoProcessNode):
         keys = _paired(self.keys, self.other_keys)
         what = _pairs_out("apply", self.join_fn, self.exprs)
         return (f"window join ({self.how}) of {self.inputs[0].name} and {self.inputs[1].name} on {keys}, "
-                f"{_describe(self.assigner)} (python, keyed state): {what}")
+                f"{_describe(self.assigner)} (python, keyed state): {what}{_dead(self)}")
 
 
 @dataclass(frozen=True, eq=False)

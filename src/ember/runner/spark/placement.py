@@ -52,8 +52,9 @@ def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
     """Whether the interval join runs on Spark's native stream-stream join: when no other
     stateful step comes before or after it (Spark's join rows have no Ember event time, and
     Ember's steps carry theirs in hidden columns); else on Ember's keyed runtime as a
-    co-process step, where event time flows between steps as in Flink."""
-    return _only_stateful_step_on_its_path(node, graph)
+    co-process step, where event time flows between steps as in Flink — also when its pairs'
+    failures go to dead letters (a Python step after Spark's join could not tell them apart)."""
+    return node.dead_letter is None and _only_stateful_step_on_its_path(node, graph)
 
 
 def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from ember.functions import Context, KeyedCoProcessFunction, RuntimeContext
+from ember.runner.spark.keyed.pairs import Pairs
 from ember.runner.spark.keyed.windows import LATE_COUNTER
 from ember.state.descriptors import ValueStateDescriptor
 
@@ -27,10 +28,12 @@ _WAITING = ValueStateDescriptor("interval join")
 
 class IntervalJoinFunction(KeyedCoProcessFunction):
     """The pairs of an interval join. ``pair(left, right)`` makes the output rows of one
-    pair (a list; either side None for an outer join's record without a partner)."""
+    pair (a list; either side None for an outer join's record without a partner); with
+    ``dead_letter``, a pair it fails on is a dead letter (keyed/pairs.py)."""
 
-    def __init__(self, lower_ms: int, upper_ms: int, how: str, pair: Callable[[Any, Any], list[Any]]) -> None:
-        self.lower, self.upper, self.pair = lower_ms, upper_ms, pair
+    def __init__(self, lower_ms: int, upper_ms: int, how: str, pair: Callable[[Any, Any], list[Any]],
+                 dead_letter: str | None = None) -> None:
+        self.lower, self.upper, self.pairs = lower_ms, upper_ms, Pairs(pair, dead_letter)
         self.outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
 
     def open(self, ctx: RuntimeContext) -> None:
@@ -72,7 +75,7 @@ class IntervalJoinFunction(KeyedCoProcessFunction):
         runtime: Any = ctx
         for ts, left, right in pairs:
             runtime.emitting(runtime.out, ts)
-            yield from self.pair(left, right)
+            yield from self.pairs(left, right, ctx)
 
     def on_timer(self, timestamp: int, ctx: Context) -> Iterator[Any] | None:
         waiting = self.waiting.value()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from ember.functions import Context, KeyedCoProcessFunction, RuntimeContext
+from ember.runner.spark.keyed.pairs import Pairs
 from ember.runner.spark.keyed.windows import LATE_COUNTER
 from ember.state.descriptors import ValueStateDescriptor
 from ember.windowing.assigners import SlidingWindows, TumblingWindows
@@ -26,10 +27,12 @@ _WINDOWS = ValueStateDescriptor("window join")  # {window start: ([left records]
 
 class WindowJoinFunction(KeyedCoProcessFunction):
     """The pairs of each key's windows. ``pair(left, right)`` makes the output rows of one
-    pair (a list; either side None in an outer join)."""
+    pair (a list; either side None in an outer join); with ``dead_letter``, a pair it fails
+    on is a dead letter (keyed/pairs.py)."""
 
-    def __init__(self, assigner: TumblingWindows | SlidingWindows, how: str, pair: Callable[[Any, Any], list[Any]]) -> None:
-        self.assigner, self.pair = assigner, pair
+    def __init__(self, assigner: TumblingWindows | SlidingWindows, how: str, pair: Callable[[Any, Any], list[Any]],
+                 dead_letter: str | None = None) -> None:
+        self.assigner, self.pairs = assigner, Pairs(pair, dead_letter)
         self.size = assigner.size_ms
         self.outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
 
@@ -75,11 +78,11 @@ class WindowJoinFunction(KeyedCoProcessFunction):
         out: list[Any] = []
         for left in lefts:
             for right in rights:
-                out.extend(self.pair(left, right))
+                out.extend(self.pairs(left, right, ctx))
         if self.outer[0] and not rights:
             for left in lefts:
-                out.extend(self.pair(left, None))
+                out.extend(self.pairs(left, None, ctx))
         if self.outer[1] and not lefts:
             for right in rights:
-                out.extend(self.pair(None, right))
+                out.extend(self.pairs(None, right, ctx))
         return out

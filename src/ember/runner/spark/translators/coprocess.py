@@ -128,7 +128,8 @@ def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
 @translates(WindowJoinNode)
 def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
     """A co-process step (keyed/windowjoin.py) emitting each pair."""
-    return joined_pairs(comp, node, "join", lambda pair: WindowJoinFunction(node.assigner, node.how, pair),
+    dead = node.dead_letter.name if node.dead_letter is not None else None
+    return joined_pairs(comp, node, "join", lambda pair: WindowJoinFunction(node.assigner, node.how, pair, dead),
                         node.join_fn, node.exprs)
 
 
@@ -136,7 +137,8 @@ def keyed_interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
     """An interval join as a co-process step (keyed/intervaljoin.py): where another stateful
     step comes before or after it (planner: ``native_join``)."""
     return joined_pairs(comp, node, "interval_join",
-                        lambda pair: IntervalJoinFunction(node.lower_ms, node.upper_ms, node.how, pair),
+                        lambda pair: IntervalJoinFunction(node.lower_ms, node.upper_ms, node.how, pair,
+                                                          node.dead_letter.name if node.dead_letter is not None else None),
                         node.fn, node.exprs, (node.left_keys, node.right_keys), timed_only=True)
 
 

@@ -88,18 +88,25 @@ def records_out(result: Any, names: list[str], step: str, fn: Callable[..., Any]
     return [_to_row(v, names, step, fn) for v in values]
 
 
+class PairFailed(UserFunctionError):
+    """A join function failed on a pair: the message names the pair, ``reason`` does not (a
+    dead letter carries the pair itself: keyed/pairs.py)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def pair_records(fn: Callable[[Any, Any], Any], names: list[str], step: str) -> Callable[[Any, Any], list[dict[str, Any]]]:
     """A join's ``fn(left, right)`` as a function of one pair returning its output rows; a
-    failure of ``fn`` names the step, the function and the pair."""
+    failure of ``fn`` (or rows that do not fit the schema) names the step, the function and the pair."""
 
     def call(left: Any, right: Any) -> list[dict[str, Any]]:
         try:
-            result = fn(left, right)
-        except UserFunctionError:
-            raise
+            return records_out(fn(left, right), names, step, fn)
         except Exception as exc:
-            raise user_function_failed(step, fn, (left, right), exc) from exc
-        return records_out(result, names, step, fn)
+            reason = _reason(step, fn, exc)
+            raise PairFailed(f"{reason} on record {(left, right)!r}", reason) from exc
 
     return call
 

@@ -130,3 +130,41 @@ def test_without_a_tag_a_broadcast_failure_names_the_users_method():
     with pytest.raises(UserFunctionError, match=r"Threshold.process_broadcast_element raised ValueError.*"
                                                 r"on record \{'limit': 'ten', 'ts': 3\}$"):
         driver.batch([_rule("ten", 3, True)])
+
+
+def _ratio_pairs():
+    from ember.runner.spark.translators.python_ops import pair_records
+
+    return pair_records(lambda left, right: {"k": left["k"], "r": left["v"] // right["v"]}, ["k", "r"], "ratios")
+
+
+@pytest.mark.parametrize("kind", ["interval", "window"])
+def test_a_pair_the_join_function_raises_on_is_a_dead_letter_and_the_other_pairs_go_on(kind):
+    """Keyed interval and window joins: each pair whose function raises (a zero divisor on the
+    right) is one dead letter carrying both records; every other pair is emitted."""
+    from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
+    from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
+    from ember.windowing.assigners import TumblingEventTimeWindows
+
+    join = (IntervalJoinFunction(-10, 10, "inner", _ratio_pairs(), "bad") if kind == "interval"
+            else WindowJoinFunction(TumblingEventTimeWindows.of(100), "inner", _ratio_pairs(), "bad"))
+    adapter = CoProcessAdapter(join, ["k", "v", "ts"], ["k", "v", "ts"])
+    fields = [INPUT, K, field_column(1, "k"), field_column(1, "v"), field_column(1, "ts"), field_column(2, "k"),
+              field_column(2, "v"), field_column(2, "ts"), "ts"]
+    driver = BucketDriver(adapter, fields, ["k", "r"], keys=(K,), side_outputs={"bad": ["raw", "error"]},
+                          dead_letter="bad", dtype=object)
+
+    def row(side, k, v, ts):
+        one, two = ((k, v, ts), (None,) * 3) if side == 1 else ((None,) * 3, (k, v, ts))
+        return (side, k, *one, *two, ts)
+
+    rows = [row(1, "a", 12, 1), row(1, "a", 30, 3), row(2, "a", 4, 5), row(2, "a", 0, 6), row(1, "b", 9, 7),
+            row(2, "b", 3, 8)]
+    main, sides = driver.batch(rows)
+    main2, sides2 = driver.batch([], watermark=1_000)  # the window join emits when its window closes
+    got = sorted((r["k"], r["r"]) for r in main + main2)
+    assert got == [("a", 3), ("a", 7), ("b", 3)]
+    bad = sorted((json.loads(r["raw"])["left"]["ts"], json.loads(r["raw"])["right"]["ts"]) for r in sides["bad"] + sides2["bad"])
+    assert bad == [(1, 6), (3, 6)]  # both left records of a met the zero divisor
+    assert all(r["error"].startswith("step 'ratios': ") and "ZeroDivisionError" in r["error"]
+               for r in sides["bad"] + sides2["bad"])
