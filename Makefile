@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) examples/yahoo_campaigns.py
 
 test: $(STAMP) lint browser
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=40
 
 # Debian's chromium and chromium-driver for the dashboard's browser test (installed once, with apt).
 browser:
