@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ember.api.dead_letters import dead_letter_tag
+from ember.api.dead_letters import optional_dead_letter_tag
 from ember.errors import PipelineError
 from ember.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from ember.graph import nodes as n
@@ -78,5 +78,5 @@ class BroadcastConnectedStream:
         stream = self.stream
         node = stream._add(n.BroadcastProcessNode, name, "broadcast_process", inputs=(stream.node, self.broadcast.stream.node),
                            keys=self.keys, fn=fn, output_schema=output_schema, descriptors=self.broadcast.descriptors,
-                           dead_letter=dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None)
+                           dead_letter=optional_dead_letter_tag(dead_letter, "process dead_letter", name))
         return self.stream_type(stream._env, node)

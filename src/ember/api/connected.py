@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ember.api.dead_letters import dead_letter_tag
+from ember.api.dead_letters import optional_dead_letter_tag
 from ember.errors import PipelineError
 from ember.functions import KeyedCoProcessFunction
 from ember.graph import nodes as n
@@ -99,5 +99,5 @@ class ConnectedKeyedStreams:
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
         node = self.first._add(n.CoProcessNode, name, "co_process", inputs=(self.first.node, self.second.node),
                                keys=self.keys1, other_keys=self.keys2, fn=fn, output_schema=output_schema,
-                               dead_letter=dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None)
+                               dead_letter=optional_dead_letter_tag(dead_letter, "process dead_letter", name))
         return self.stream_type(self.first._env, node)

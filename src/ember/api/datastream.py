@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from ember.api.broadcast import BroadcastConnectedStream, BroadcastStream, broadcast_descriptors
 from ember.api.connected import ConnectedStreams
-from ember.api.dead_letters import dead_letter_tag
+from ember.api.dead_letters import dead_letter_tag, optional_dead_letter_tag
 from ember.api.joins import IntervalJoin, WindowJoin
 from ember.connectors.base import Sink
 from ember.connectors.external import parse_json_schema
@@ -82,7 +82,7 @@ class DataStream:
         record as JSON, ``error``: what happened) and the job goes on.
         """
         _require_callable(fn, "map", name)
-        dead = dead_letter_tag(dead_letter, "map dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "map dead_letter", name)
         return DataStream(self._env, self._add(n.MapNode, name, "map", fn=fn, output_schema=output_schema, dead_letter=dead))
 
     def flat_map(
@@ -92,7 +92,7 @@ class DataStream:
         """Apply ``fn`` to every record; it returns an iterable of zero or more output
         records. ``dead_letter`` as for :meth:`map` (a failing record emits nothing)."""
         _require_callable(fn, "flat_map", name)
-        dead = dead_letter_tag(dead_letter, "flat_map dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "flat_map dead_letter", name)
         node = self._add(n.FlatMapNode, name, "flat_map", fn=fn, output_schema=output_schema, dead_letter=dead)
         return DataStream(self._env, node)
 
@@ -141,7 +141,7 @@ class DataStream:
             raise PipelineError(
                 f"batch_format must be one of {', '.join(_BATCH_FORMATS)}, got {batch_format!r}", name or "map_batches"
             )
-        dead = dead_letter_tag(dead_letter, "map_batches dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "map_batches dead_letter", name)
         node = self._add(n.MapBatchesNode, name, "map_batches", fn=fn, output_schema=output_schema, batch_format=batch_format,
                          dead_letter=dead)
         return DataStream(self._env, node)
@@ -370,7 +370,7 @@ class KeyedStream(DataStream):
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
         if not all(isinstance(k, str) for k in self.keys):
             raise PipelineError("process needs key_by with field names (not Columns)", step)
-        dead = dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "process dead_letter", name)
         node = self._add(n.KeyedProcessNode, name, "process", keys=self.keys, fn=fn, output_schema=output_schema,
                          dead_letter=dead)
         return DataStream(self._env, node)
@@ -395,7 +395,7 @@ class KeyedStream(DataStream):
             raise ConfigError(f"{type(fn).__name__}.state_schema must declare the state columns, e.g. 'state int'")
         if not all(isinstance(k, str) for k in self.keys):
             raise PipelineError("process_batches needs key_by with field names (not Columns)", step)
-        dead = dead_letter_tag(dead_letter, "process_batches dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "process_batches dead_letter", name)
         node = self._add(n.VectorizedProcessNode, name, "process_batches", keys=self.keys, fn=fn, output_schema=output_schema,
                          dead_letter=dead)
         return DataStream(self._env, node)
@@ -581,7 +581,7 @@ class WindowedStream:
         if dead_letter is not None and fn is None:
             raise PipelineError("dead_letter is for a Python AggregateFunction (built-in aggregates cannot fail per record)",
                                 step)
-        dead = dead_letter_tag(dead_letter, "aggregate dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "aggregate dead_letter", name)
         if fn is not None:
             if aggregates:
                 raise PipelineError("aggregate takes an AggregateFunction or named built-ins, not both", step)
@@ -605,7 +605,7 @@ class WindowedStream:
         output is the reduced record (the input's fields). ``dead_letter``: as for
         :meth:`aggregate` (a record ``fn`` raises on)."""
         _require_callable(fn, "reduce", name)
-        dead = dead_letter_tag(dead_letter, "reduce dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "reduce dead_letter", name)
         return self._window(name, reduce_fn=fn, dead_letter=dead)
 
     def process(self, fn: Any, output_schema: Any, *, dead_letter: Any = None, name: str | None = None) -> DataStream:
@@ -618,7 +618,7 @@ class WindowedStream:
             raise PipelineError(f"process takes a ProcessWindowFunction instance, got {fn!r}", step)
         if not output_schema:
             raise PipelineError("process needs an output_schema (Spark DDL string or StructType)", step)
-        dead = dead_letter_tag(dead_letter, "process dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "process dead_letter", name)
         return self._window(name, window_fn=fn, output_schema=output_schema, dead_letter=dead)
 
     def count(self, *, name: str | None = None) -> DataStream:

@@ -7,7 +7,7 @@ from typing import Any
 from ember.errors import PipelineError
 from ember.functions import DEAD_LETTER_SCHEMA, OutputTag
 
-__all__ = ["dead_letter_tag"]
+__all__ = ["dead_letter_tag", "optional_dead_letter_tag"]
 
 
 def dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
@@ -20,3 +20,8 @@ def dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
             name or what.split()[0],
         )
     return OutputTag(tag.name, DEAD_LETTER_SCHEMA)
+
+
+def optional_dead_letter_tag(tag: Any, what: str, name: str | None) -> Any:
+    """:func:`dead_letter_tag` for a step whose ``dead_letter`` may be left out (None)."""
+    return None if tag is None else dead_letter_tag(tag, what, name)

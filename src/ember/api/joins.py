@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Callable
 
-from ember.api.dead_letters import dead_letter_tag
+from ember.api.dead_letters import optional_dead_letter_tag
 from ember.errors import ConfigError, PipelineError
 from ember.graph import nodes as n
 from ember.time.durations import to_ms
@@ -98,7 +98,7 @@ class IntervalJoin:
         (``raw``: ``{"left": ..., "right": ...}``, ``error``: why) and the join goes on; the
         join then runs on Ember's keyed runtime rather than Spark's native join."""
         _check_pair_function(fn, output_schema, "interval_join process", self._step(name))
-        dead = dead_letter_tag(dead_letter, "interval_join dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "interval_join dead_letter", name)
         return self._join(name, fn=fn, output_schema=output_schema, dead_letter=dead)
 
     def select(self, *exprs: str | Any, name: str | None = None) -> Any:
@@ -196,7 +196,7 @@ class WindowJoin:
         (or whose result does not fit the schema) goes to that side output (``raw``:
         ``{"left": ..., "right": ...}``, ``error``: why) and the window's other pairs go on."""
         _check_pair_function(fn, output_schema, "join apply", self._step(name))
-        dead = dead_letter_tag(dead_letter, "join dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "join dead_letter", name)
         return self._join(name, join_fn=fn, output_schema=output_schema, dead_letter=dead)
 
     def select(self, *exprs: str | Any, name: str | None = None) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ember.api.datastream import DataStream, KeyedStream
-from ember.api.dead_letters import dead_letter_tag
+from ember.api.dead_letters import optional_dead_letter_tag
 from ember.cep.operator import SQL_PREFIX, CepFunction, PatternProcessFunction, SelectFunction
 from ember.cep.pattern import Pattern
 from ember.errors import PipelineError
@@ -53,7 +53,7 @@ class PatternStream:
                                 step)
         if timed_out is not None and self.pattern.window_ms is None:
             raise PipelineError("timed_out needs a pattern with within(...): without a window nothing times out", step)
-        dead = dead_letter_tag(dead_letter, "pattern dead_letter", name) if dead_letter is not None else None
+        dead = optional_dead_letter_tag(dead_letter, "pattern dead_letter", name)
         keyed, sql_columns = self._with_sql_conditions()
         function = CepFunction(self.pattern, fn, step, timed_out, sql_columns, late, dead)
         return keyed.process(function, output_schema, dead_letter=dead, name=name)
