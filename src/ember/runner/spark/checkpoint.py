@@ -281,12 +281,16 @@ def mark_source_done(options: dict[str, str]) -> None:
         open(path, "a").close()
 
 
+DONE_SUFFIX = ".done."  # <end-of-input marker>.done.<source step>: that source has read its last input
+
+
+def _done_marks(marker: str) -> list[str]:
+    return glob.glob(glob.escape(marker) + DONE_SUFFIX + "*")
+
+
 def sources_done(marker: str, expected: int) -> bool:
     """Whether ``expected`` bounded sources marked themselves done beside ``marker``."""
-    return expected > 0 and len(glob.glob(glob.escape(marker) + DONE_SUFFIX + "*")) >= expected
-
-
-DONE_SUFFIX = ".done."  # <end-of-input marker>.done.<source step>: that source has read its last input
+    return expected > 0 and len(_done_marks(marker)) >= expected
 
 
 def is_runtime_marker(name: str) -> bool:
@@ -298,7 +302,7 @@ def is_runtime_marker(name: str) -> bool:
 
 def clear_done_marks(marker: str) -> None:
     """Remove the bounded sources' done marks beside ``marker`` (left by an earlier run)."""
-    for path in glob.glob(glob.escape(marker) + DONE_SUFFIX + "*"):
+    for path in _done_marks(marker):
         os.remove(path)
 
 

@@ -17,7 +17,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import Node, SideOutputNode
 from ember.runner.spark.keyed.runtime import TAG, side_column
 
-__all__ = ["DEAD_LETTER_STRUCT", "require_reader", "combined_struct", "main_batch", "dead_batch"]
+__all__ = ["DEAD_LETTER_STRUCT", "require_reader", "read_dead_letters", "combined_struct", "main_batch", "dead_batch"]
 
 DEAD_LETTER_STRUCT = T.StructType([T.StructField("raw", T.StringType()), T.StructField("error", T.StringType())])
 
@@ -34,6 +34,16 @@ def require_reader(comp: Any, node: Node, tag: Any) -> None:
         f"add stream.get_side_output({tag.name}).sink_to(...) so no bad record is lost unnoticed",
         node.name,
     )
+
+
+def read_dead_letters(comp: Any, node: Node) -> str | None:
+    """The name of ``node``'s dead-letter output (its reader required: :func:`require_reader`),
+    or None when the step has none."""
+    tag = getattr(node, "dead_letter", None)
+    if tag is None:
+        return None
+    require_reader(comp, node, tag)
+    return str(tag.name)
 
 
 def combined_struct(main: T.StructType, tag: str) -> T.StructType:

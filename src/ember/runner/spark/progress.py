@@ -18,7 +18,7 @@ from ember.time.clock import Clock
 
 LATE_METRIC_PREFIX = "ember_late_records:"  # an observed metric: one native window step's late records
 
-__all__ = ["ProgressFollower", "PROGRESS_EVERY_S", "offsets_events"]
+__all__ = ["ProgressFollower", "PROGRESS_EVERY_S", "offsets_events", "all_done"]
 
 PROGRESS_EVERY_S = 5.0
 JOIN_OPERATOR = "symmetricHashJoin"  # Spark's name of a stream-stream join in stateOperators
@@ -152,9 +152,7 @@ class ProgressFollower:
     def sources_done(self, expected: int) -> bool:
         if not self.progress:
             return False
-        offsets = [_offset(s.get("endOffset")) for s in self.progress[-1].get("sources", [])]
-        done = [o["done"] for o in offsets if "done" in o]
-        return len(done) >= expected and all(done)
+        return all_done([s.get("endOffset") for s in self.progress[-1].get("sources", [])], expected)
 
     def end_of_input_seen_before(self, batch: int) -> bool:
         return self.eos_batch is not None and batch > self.eos_batch
@@ -210,6 +208,13 @@ def _lag(sources: list[dict[str, Any]]) -> int | None:
             total += max(0, int(end["due"]) - int(end["n"]))
             known = True
     return total if known else None
+
+
+def all_done(offsets: list[Any], expected: int) -> bool:
+    """Whether ``offsets`` (one per source, as reported or logged) carry at least ``expected``
+    ``done`` flags (the bounded sources'), all true: every bounded source read to its end."""
+    done = [o["done"] for o in map(_offset, offsets) if "done" in o]
+    return len(done) >= expected and all(done)
 
 
 def _offset(raw: Any) -> dict[str, Any]:

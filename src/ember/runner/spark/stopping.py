@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ember.runner.spark.checkpoint import last_batch, offset_log_entry
-from ember.runner.spark.progress import ProgressFollower
+from ember.runner.spark.progress import ProgressFollower, all_done
 
 __all__ = [
     "RunView",
@@ -158,5 +158,4 @@ class EndOfInput(StopCondition):
             _, offsets = offset_log_entry(self.checkpoint, batch)
         except OSError:
             return False
-        done = [o["done"] for o in offsets if isinstance(o, dict) and "done" in o]
-        return len(done) >= self.sources and all(done)
+        return all_done(offsets, self.sources)

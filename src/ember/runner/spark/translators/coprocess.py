@@ -23,7 +23,7 @@ from ember.coprocess import INPUT, CoProcessAdapter, field_column, key_column
 from ember.errors import PipelineError
 from ember.graph.nodes import BroadcastProcessNode, CoProcessNode, IntervalJoinNode, KeyByNode, WindowJoinNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.deadletters import require_reader
+from ember.runner.spark.deadletters import read_dead_letters
 from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter, UnkeyedBroadcast
 from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
 from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
@@ -106,17 +106,8 @@ def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]]
     adapter = CoProcessAdapter(fn(structs), structs[0].names, structs[1].names)
     keys = tuple(key_column(i) for i in range(len(first_keys)))
     frame = keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time,
-                           dead_letter=_dead_letter(comp, node))
+                           dead_letter=read_dead_letters(comp, node))
     return frame, structs
-
-
-def _dead_letter(comp: Compilation, node: Any) -> str | None:
-    """The name of ``node``'s dead-letter output (a reader required), or None."""
-    tag = getattr(node, "dead_letter", None)
-    if tag is None:
-        return None
-    require_reader(comp, node, tag)
-    return str(tag.name)
 
 
 @translates(CoProcessNode)
@@ -128,7 +119,7 @@ def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
 @translates(WindowJoinNode)
 def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
     """A co-process step (keyed/windowjoin.py) emitting each pair."""
-    dead = node.dead_letter.name if node.dead_letter is not None else None
+    dead = read_dead_letters(comp, node)
     return joined_pairs(comp, node, "join", lambda pair: WindowJoinFunction(node.assigner, node.how, pair, dead),
                         node.join_fn, node.exprs)
 
@@ -136,9 +127,9 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
 def keyed_interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
     """An interval join as a co-process step (keyed/intervaljoin.py): where another stateful
     step comes before or after it (planner: ``native_join``)."""
+    dead = read_dead_letters(comp, node)
     return joined_pairs(comp, node, "interval_join",
-                        lambda pair: IntervalJoinFunction(node.lower_ms, node.upper_ms, node.how, pair,
-                                                          node.dead_letter.name if node.dead_letter is not None else None),
+                        lambda pair: IntervalJoinFunction(node.lower_ms, node.upper_ms, node.how, pair, dead),
                         node.fn, node.exprs, (node.left_keys, node.right_keys), timed_only=True)
 
 
@@ -212,4 +203,4 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     adapter = BroadcastAdapter(fn, structs[0].names, structs[1].names, node.descriptors)
     out = output_struct(node.output_schema, None, node.name)
     return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out, event_time, timed=event_time,
-                          tie_break=INPUT, dead_letter=_dead_letter(comp, node))
+                          tie_break=INPUT, dead_letter=read_dead_letters(comp, node))

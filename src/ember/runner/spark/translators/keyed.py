@@ -27,7 +27,7 @@ from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode,
 from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
-from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, require_reader
+from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, read_dead_letters
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
@@ -316,11 +316,9 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
         raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
     out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
     event_time = _has_event_time(up)
-    if node.dead_letter is not None:
-        require_reader(comp, node, node.dead_letter)
     return keyed_operator(comp, node, up, node.keys, node.fn, out, event_time,
                           combiner=_rolling_combiner(comp, node, up, event_time),
-                          dead_letter=node.dead_letter.name if node.dead_letter is not None else None)
+                          dead_letter=read_dead_letters(comp, node))
 
 
 def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, event_time: bool) -> Any:
@@ -359,9 +357,7 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
         )
     fields = _fields(up)
     ship_by_value(node.fn)
-    dead = node.dead_letter.name if node.dead_letter is not None else None
-    if node.dead_letter is not None:
-        require_reader(comp, node, node.dead_letter)
+    dead = read_dead_letters(comp, node)
     bucket_fn = make_vectorized_bucket_function(
         node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time,
         dead_letter=dead,
@@ -421,10 +417,8 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
         key_names=node.keys,
         result_fields=result_fields,
         step=node.name,
-        dead_letter=node.dead_letter.name if node.dead_letter is not None else None,
+        dead_letter=read_dead_letters(comp, node),
     )
-    if node.dead_letter is not None:
-        require_reader(comp, node, node.dead_letter)
     late = (node.late_tag, input_type) if node.late_tag is not None else None
     combiner = None
     if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time):
