@@ -148,8 +148,10 @@ def make_vectorized_bucket_function(
         batch_keys = _index(pdf, keys).unique()
         current = table.current(batch_keys)
         ctx = _Context(ember_watermark(state.getCurrentWatermarkMs()) if event_time else None, state.getCurrentProcessingTimeMs())
+        raws: list[str] = []
+        errors: list[str] = []
         if dead_letter is None:
-            results, raws, errors = [call(pdf, current, ctx)], [], []
+            results = [call(pdf, current, ctx)]
         else:
             results, raws, errors = _by_keys(call, pdf, current, ctx, keys, [f for f in fields if f != time_column])
         changed = [u for _, u in results if u is not None and len(u)]
