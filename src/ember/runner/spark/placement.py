@@ -53,7 +53,8 @@ def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
     stateful step comes before or after it (Spark's join rows have no Ember event time, and
     Ember's steps carry theirs in hidden columns); else on Ember's keyed runtime as a
     co-process step, where event time flows between steps as in Flink — also when its pairs'
-    failures go to dead letters (a Python step after Spark's join could not tell them apart)."""
+    failures go to dead letters (after Spark's join the pairs reach the function in a plain
+    Python step, which has no dead-letter output)."""
     return node.dead_letter is None and _only_stateful_step_on_its_path(node, graph)
 
 
