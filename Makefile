@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) examples/yahoo_campaigns.py
 
 test: $(STAMP) lint browser
-	$(PY) -m pytest -q --durations=40
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=40  # two pytest-xdist workers, a test file each at a time
 
 # Debian's chromium and chromium-driver for the dashboard's browser test (installed once, with apt).
 browser:

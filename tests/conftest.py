@@ -1,4 +1,4 @@
-"""Shared test fixtures: one SparkSession for every integration test."""
+"""Shared test fixtures: one SparkSession per pytest worker (`make test` runs two) for every integration test."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 
 @pytest.fixture(scope="session")
 def spark():
-    """The one local SparkSession of the test run (local[2], Ember's defaults)."""
+    """The local SparkSession of this pytest worker (local[2], Ember's defaults)."""
     from ember import StreamEnvironment
 
     env = StreamEnvironment(master="local[2]", parallelism=2)
