@@ -1,7 +1,7 @@
 """A fan-out: one stateful step read by several — Flink's DAG of stateful operators, on Spark.
 
-Clicks arrive with duplicates (a client re-sends). One ``process`` step drops them; its
-output then feeds three readers at once:
+Clicks arrive with duplicates (a client re-sends). Every click as sent goes to an audit sink,
+and one ``process`` step drops the duplicates; its output then feeds three readers at once:
 
 - clicks per campaign per 2 s of event time (a window keyed by campaign), whose results a
   further process function reads: a campaign with 3 or more clicks in a window is hot,
@@ -9,9 +9,10 @@ output then feeds three readers at once:
   user, with a side output of flagged users),
 - every deduplicated click, to a sink.
 
-The readers of the dedupe run as lanes of one Spark operator, the hot-campaign check as a
-second level (docs/design/dataflow.md, "Fan-out"): one query, one checkpoint, each step with
-its own key, state and event time.
+The stream parts at the source (the audit sink and the dedupe), so the dedupe runs as a lane
+of one Spark operator with the raw clicks passing it, its readers as lanes of a second, the
+hot-campaign check as a third level (docs/design/dataflow.md, "Fan-out"): one query, one
+checkpoint, each step with its own key, state and event time.
 
     python examples/click_fan_out.py
 """
@@ -81,12 +82,13 @@ class HotCampaigns(KeyedProcessFunction):
 
 def run() -> dict[str, CollectSink]:
     root = tempfile.mkdtemp(prefix="ember-fan-out-")
-    sinks = {name: CollectSink() for name in ("per_campaign", "hot", "per_user", "flagged", "clicks")}
+    sinks = {name: CollectSink() for name in ("received", "per_campaign", "hot", "per_user", "flagged", "clicks")}
     try:
         env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2)
         clicks = env.from_source(
             ScriptedSource(BATCHES, SCHEMA),
             WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=500), "ts"), name="clicks")
+        clicks.sink_to(sinks["received"], name="audit")  # every click as sent, duplicates too
         unique = clicks.key_by("click_id").process(Dedupe(), SCHEMA, name="dedupe")
         per_campaign = unique.key_by("campaign").window(TumblingEventTimeWindows.of(2_000)).count(name="clicks-per-campaign")
         per_campaign.sink_to(sinks["per_campaign"], name="per-campaign")
@@ -115,7 +117,8 @@ def main() -> int:
         counts[r["user"]] = max(counts.get(r["user"], 0), r["clicks"])
     print("clicks per user:", ", ".join(f"{u} {n}" for u, n in sorted(counts.items())))
     print("flagged at 3 clicks:", ", ".join(sorted(r["user"] for r in sinks["flagged"].rows())) or "nobody")
-    print("unique clicks:", len(sinks["clicks"].rows()), "of", sum(len(b) for b in BATCHES), "sent")
+    print("unique clicks:", len(sinks["clicks"].rows()), "of", len(sinks["received"].rows()), "received (audit sink),",
+          sum(len(b) for b in BATCHES), "sent")
     return 0
 
 

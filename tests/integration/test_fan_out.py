@@ -129,6 +129,7 @@ def test_click_fan_out_example(spark, load_example):
     assert Counter(r["user"] for r in sinks["per_user"].rows()) == per_user  # one running count per click
     assert sorted(r["user"] for r in sinks["flagged"].rows()) == sorted(u for u, n in per_user.items() if n >= 3)
     assert sorted(r["click_id"] for r in sinks["clicks"].rows()) == sorted(c[3] for c in unique)
+    assert sorted(r["click_id"] for r in sinks["received"].rows()) == sorted(c[3] for b in example.BATCHES for c in b)
 
 
 ODD = OutputTag("odd", SCHEMA)

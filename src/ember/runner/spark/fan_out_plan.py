@@ -6,6 +6,11 @@ Its readers run instead as *lanes* of one ``transformWithStateInPandas`` operato
 by ``(lane, state bucket)``, and the job splits after that operator. Keyed steps reading the
 lanes run as further *levels*, one shared operator each. :func:`fan_out_of` finds the
 fan-out and refuses, naming the step, what this runner cannot run there yet.
+
+A stream may also part before any keyed step (:func:`root_fan_out`): a source read by two
+keyed steps, or by a window and by a sink of its raw records. The job's first keyed steps
+are then the lanes, the stream's rows get their event time once, before they are copied
+per lane, and the sinks reading the raw stream take the pass-through lane.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from ember.graph.nodes import (
 )
 from ember.runner.spark.placement import CARRIES_TIME, runtime_steps, upstream_steps
 
-__all__ = ["FanOut", "Level", "fan_out_of"]
+__all__ = ["FanOut", "Level", "fan_out_of", "root_fan_out"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,9 @@ class FanOut:
     # Keyed steps reading the lanes, level by level: each level one more shared operator, whose
     # lanes read lanes of the level before (``Level``); that level's rows pass it packed.
     after: tuple["Level", ...] = ()
+    # Whether ``source`` is no keyed step: the stream parts before the job's first keyed steps
+    # (root_fan_out), so its rows get their event time at the stem, before they are copied.
+    root: bool = False
 
     @property
     def seeds(self) -> tuple[Node, ...]:
@@ -120,6 +128,35 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
             "step; a job fans out after one stateful step only, yet: run the rest as its own job", top[1][0].name
         )
     source, lanes, through = top[0]
+    return _fan_out(graph, source, lanes, through, readers)
+
+
+def root_fan_out(graph: Graph) -> FanOut | None:
+    """The fan-out of a stream before any keyed step reads it: the job's first keyed steps
+    (``lanes``: no keyed step before them) and the sinks beside them (reading no keyed step:
+    the pass-through lane) all read one step, the last they share (``source``: a source, or
+    a stateless step after it). None when there is no such step, or only one keyed step
+    reads it and nothing else; raises :class:`PipelineError` for what this runner cannot
+    run there yet, naming the step. For jobs the planner cannot split otherwise
+    (planner.job_fan_out): a job that runs without it plans as it did."""
+    firsts = tuple(n for n in runtime_steps(graph) if not upstream_steps(n, graph))
+    if not firsts:
+        return None
+    beside = [s for s in graph.sinks if not any(a is f for f in firsts for a in ancestors(s))]
+    ends = [*firsts, *beside]
+    shared = [n for n in graph.nodes if all(n is e or any(a is n for a in ancestors(e)) for e in ends)]
+    if not shared or (len(firsts) < 2 and not beside):
+        return None
+    source = shared[-1]
+    if any(source is f for f in firsts):
+        return None
+    return _fan_out(graph, source, firsts, bool(beside), _readers(graph), root=True)
+
+
+def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool, readers: dict[int, list[Node]],
+             root: bool = False) -> FanOut:
+    """The fan-out of ``source``'s rows into ``lanes`` (and the pass-through lane with
+    ``through``), checked: what the runner cannot run there is refused, naming the step."""
     for lane in lanes:
         if isinstance(lane, CoProcessNode | IntervalJoinNode):
             raise PipelineError(
@@ -128,6 +165,7 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
                 f"'{source.name}' one reader, or run that part as its own job", lane.name,
             )
     stem = _stem(graph, source, lanes, readers)
+    what = f"'{source.name}'" if root else f"the stateful step '{source.name}'"
     paths = []
     for lane in lanes:
         path = _between(graph, stem, lane)
@@ -141,7 +179,7 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
                 mapped = True
             elif not (plain and isinstance(step, FilterNode)):
                 raise PipelineError(
-                    f"'{step.name}' ({step.kind}) sits between the stateful step '{source.name}' and '{lane.name}', "
+                    f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
                     f"one of several steps reading '{source.name}'; after the point where they part only filters, "
                     "then one map or flat_map, then key_by are supported yet (without dead letters; on a side "
                     f"output, key_by only): let every reader share it (one step before they part), move it before "
@@ -156,7 +194,7 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
                 and not any(node is lane for lane in every_lane):
             raise PipelineError(
                 f"'{node.name}' ({node.kind}) is on a branch of its own beside the fan-out after '{source.name}'; "
-                "a job that fans out after a stateful step reads it in every branch, yet: run that branch as "
+                f"a job that fans out after '{source.name}' reads it in every branch, yet: run that branch as "
                 "its own job", node.name,
             )
     for sink in graph.sinks:
@@ -165,7 +203,27 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
                 f"the sink '{sink.name}' does not read the output of '{source.name}', after which the job fans "
                 "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
             )
-    return FanOut(source, lanes, tuple(paths), through, stem, after)
+    _check_branches(graph, stem, source)
+    return FanOut(source, lanes, tuple(paths), through, stem, after, root)
+
+
+def _check_branches(graph: Graph, stem: Node, source: Node) -> None:
+    """The job splits after the shared operators: a step after the stem reads no step before
+    it but the stem (nor such a step's side output) — those rows do not pass the operator."""
+    before = [stem, *ancestors(stem)]
+    for node in graph.nodes:
+        if isinstance(node, SideOutputNode) or any(node is b for b in before):
+            continue  # (a side output: its readers are checked)
+        for parent in node.inputs:
+            early = parent.inputs[0] if isinstance(parent, SideOutputNode) else parent
+            if early is not stem and any(early is b for b in before):
+                what = (f"the side output '{parent.tag.name}' of '{early.name}'" if isinstance(parent, SideOutputNode)
+                        else f"'{early.name}'")
+                raise PipelineError(
+                    f"'{node.name}' reads {what}, a step before the point where the job fans out after "
+                    f"'{source.name}'; after it every branch starts from '{stem.name}' (or from a step reading it): "
+                    "read that output before the fan-out, or run that branch as its own job", node.name,
+                )
 
 
 def _between(graph: Graph, upstream: Node, node: Node) -> tuple[Node, ...]:

@@ -3,7 +3,9 @@
 - **Windows.** A window runs on Spark's native windowing (``groupBy(window(...))``,
   in the JVM) when Spark's semantics are Flink's for it: built-in aggregates on a
   tumbling or sliding window, or a processing-time session window, with the default
-  trigger and nothing else (``WindowNode.plain``), and no other stateful step on its path.
+  trigger and nothing else (``WindowNode.plain``), no other stateful step on its path, and
+  every sink reading its results (else the job's branches part before it: a fan-out, whose
+  steps share one operator of Ember's — fan_out_plan.py).
   An event-time session window runs on Ember's operator: Spark cannot merge a record
   behind the watermark into a session that is still open (Flink does), it drops it.
   Every other window runs on Ember's window operator over keyed state
@@ -25,14 +27,26 @@ from ember.graph.nodes import (
     IntervalJoinNode,
     KeyByNode,
     KeyedProcessNode,
+    LookupJoinNode,
+    MapBatchesNode,
     MapNode,
     Node,
+    ParseJsonNode,
     SideOutputNode,
     VectorizedProcessNode,
     WindowNode,
 )
 
-__all__ = ["CARRIES_TIME", "native_window", "native_join", "spark_stateful_operators", "runtime_steps", "upstream_steps"]
+__all__ = ["CARRIES_TIME", "DETOURING", "dead_letters_of", "native_window", "native_join", "spark_stateful_operators",
+           "runtime_steps", "upstream_steps"]
+
+# Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
+DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
+
+
+def dead_letters_of(node: Node) -> object:
+    """The tag of ``node``'s dead letters (a lookup join's: its unmatched records)."""
+    return node.unmatched if isinstance(node, LookupJoinNode) else getattr(node, "dead_letter", None)
 
 # Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
 # a keyed step's side output carries each record's too.
@@ -45,7 +59,7 @@ def native_window(node: WindowNode, graph: Graph) -> bool:
     Native only when Spark's semantics are Flink's (``node.plain``) and the window is the
     only stateful step on its path: a window reading or feeding another stateful step runs
     on Ember's operator, where event time flows between steps as in Flink."""
-    return node.plain and _only_stateful_step_on_its_path(node, graph)
+    return node.plain and _only_stateful_step_on_its_path(node, graph) and _every_sink_reads(node, graph)
 
 
 def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
@@ -63,6 +77,20 @@ def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:
     return not any(isinstance(n, STATEFUL) for n in ancestors(node)) and not any(
         isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes
     )
+
+
+def _every_sink_reads(node: Node, graph: Graph) -> bool:
+    """Whether every sink reads ``node``'s records — but for sinks of dead letters that detour
+    (planner.py): those leave the query beside it. A sink that does not is on a branch that
+    parts before ``node``, and the job fans out there (fan_out_plan.root_fan_out)."""
+    for sink in graph.sinks:
+        before = list(ancestors(sink))
+        if any(a is node for a in before):
+            continue
+        if not any(isinstance(a, SideOutputNode) and isinstance(a.inputs[0], DETOURING)
+                   and a.tag == dead_letters_of(a.inputs[0]) for a in before):
+            return False
+    return True
 
 
 def spark_stateful_operators(graph: Graph) -> list[Node]:

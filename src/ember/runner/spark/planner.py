@@ -39,14 +39,8 @@ from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
     CoProcessNode,
-    FilterNode,
-    FlatMapNode,
     IntervalJoinNode,
-    LookupJoinNode,
-    MapBatchesNode,
-    MapNode,
     Node,
-    ParseJsonNode,
     SideOutputNode,
     SinkNode,
     SourceNode,
@@ -54,9 +48,11 @@ from ember.graph.nodes import (
     UnionNode,
     WindowNode,
 )
-from ember.runner.spark.fan_out_plan import FanOut, fan_out_of
+from ember.runner.spark.fan_out_plan import FanOut, fan_out_of, root_fan_out
 from ember.runner.spark.placement import (
     CARRIES_TIME,
+    DETOURING,
+    dead_letters_of,
     native_join,
     native_window,
     runtime_steps,
@@ -111,10 +107,10 @@ class Plan:
 
     @property
     def chained(self) -> bool:
-        """Whether the job has several steps on Ember's keyed runtime: Spark runs one
+        """Whether the job has several steps on Ember's keyed runtime, or a fan-out: Spark runs one
         ``applyInPandasWithState`` per query but chains ``transformWithStateInPandas``,
         so then every such step runs on the latter (keyed/tws.py)."""
-        return len(runtime_steps(self.graph)) > 1
+        return len(runtime_steps(self.graph)) > 1 or self.fan_out is not None
 
     def upstream_step(self, node: Node) -> Node | None:
         """The keyed-runtime step whose output ``node`` (a keyed-runtime step) reads, if any
@@ -168,7 +164,27 @@ def plan(graph: Graph) -> Plan:
 def job_fan_out(graph: Graph) -> FanOut | None:
     """The job's fan-out (fan_out_plan.py), or None — also when a stateful step's only other
     reader is a dead-letter output that detours (a ``map`` with dead letters between two keyed
-    steps, say); raises :class:`PipelineError` for a fan-out this runner cannot run, naming it."""
+    steps, say); raises :class:`PipelineError` for a fan-out this runner cannot run, naming it.
+    A job that cannot run otherwise may fan out before its first keyed steps (root_fan_out):
+    a stream read by several keyed steps, or by one and by a sink of its raw records."""
+    try:
+        fan = _keyed_fan_out(graph)
+    except PipelineError:
+        root = root_fan_out(graph)
+        if root is None:
+            raise
+        return root
+    if fan is not None:
+        return fan
+    try:
+        _split(graph)
+    except PipelineError:
+        return root_fan_out(graph)  # None: plan() raises the split's problem
+    return None
+
+
+def _keyed_fan_out(graph: Graph) -> FanOut | None:
+    """The fan-out after a keyed step (fan_out_plan.fan_out_of), or None, also with detours."""
     try:
         return fan_out_of(graph)
     except PipelineError as problem:
@@ -187,16 +203,7 @@ def job_fan_out(graph: Graph) -> FanOut | None:
 def _detourable(graph: Graph) -> list[SideOutputNode]:
     """The dead-letter outputs of stateless steps: they may leave the query beside it (spool.py)."""
     return [n for n in graph.nodes
-            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], DETOURING) and n.tag == _dead_letters_of(n.inputs[0])]
-
-
-# Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py).
-DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
-
-
-def _dead_letters_of(node: Node) -> object:
-    """The tag of ``node``'s dead letters (a lookup join's: its unmatched records)."""
-    return node.unmatched if isinstance(node, LookupJoinNode) else getattr(node, "dead_letter", None)
+            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], DETOURING) and n.tag == dead_letters_of(n.inputs[0])]
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:

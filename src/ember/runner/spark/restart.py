@@ -101,7 +101,7 @@ def _holder(op: dict[str, Any]) -> str:
 
 def spark_keyed_operator(graph: Any, keyed_operator: str = "auto") -> str:
     """The Spark operator the graph's keyed steps run on (planner: ``Plan.chained``)."""
-    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1:
+    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and job_fan_out(graph) is None:
         return APWS
     return TWS
 

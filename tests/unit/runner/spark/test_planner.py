@@ -30,13 +30,15 @@ def test_several_sinks_split_after_their_last_shared_step(env, events):
     assert plan(env.graph()).fork.name == "only-a"
 
 
-def test_a_stateful_step_after_the_split_is_refused(env, events):
+def test_a_window_beside_a_sink_of_the_raw_stream_fans_out_at_the_source(env, events):
     s = events()
     s.sink_to(CollectSink(), name="raw")
     s.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
-    graph = env.graph()  # a valid graph ...
-    with pytest.raises(PipelineError, match="'counts' .* comes after the point where the job's sinks .* split at 'events'"):
-        plan(graph)  # ... that one Spark query cannot run
+    p = plan(env.graph())  # the window runs as a lane of Ember's operator, the raw rows pass it
+    fan = p.fan_out
+    assert p.fork is None and p.chained and fan.root and fan.through
+    assert fan.source.name == fan.stem.name == "events" and [n.name for n in fan.seeds] == ["counts", "events"]
+    assert not native_window(_node(p, "counts"), p.graph)
 
 
 def test_sinks_of_unrelated_pipelines_are_refused(env, events):
@@ -101,8 +103,8 @@ def test_detoured_dead_letters_unioned_with_another_stream_are_refused_naming_bo
     kept = parsed.filter(lambda r: True, dead_letter=bad_filter, name="check")
     kept.key_by("k").process(_Count(), "ts bigint, k string", name="count").sink_to(CollectSink(), name="out")
     parsed.get_side_output(bad_map).union(kept.get_side_output(bad_filter), name="all-bad").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'all-bad': 'all-bad' reads the dead letters of 'parse', which leave "
-                                            "the query beside it .*and the side output 'bad_filter' of 'check' too"):
+    with pytest.raises(PipelineError, match="step 'all-bad': 'all-bad' reads the side output 'bad_map' of 'parse', a step "
+                                            "before the point where the job fans out after 'check'"):
         plan(env.graph())
 
 
@@ -161,28 +163,40 @@ def test_a_step_between_a_stateful_step_and_a_union_is_checked_like_any_step_bet
 
 
 def test_execute_refuses_an_unrunnable_plan_before_touching_the_checkpoint(env, tmp_path, events):
-    s = events()
-    s.sink_to(CollectSink(), name="raw")
-    s.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
-    with pytest.raises(PipelineError, match="'counts' .* comes after the point"):
+    events().key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
+    env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").sink_to(CollectSink(), name="raw")
+    with pytest.raises(PipelineError, match="unrelated pipelines"):
         env.execute("refused", checkpoint=tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
 
 
-def test_the_planner_runs_plain_windows_natively_and_the_rest_on_the_window_operator(env, events):
-    from ember import Agg
+def test_the_planner_runs_plain_windows_natively_and_the_rest_on_the_window_operator(env, events, tmp_path):
+    from ember import Agg, StreamEnvironment, WatermarkStrategy
     from ember.windowing.triggers import CountTrigger
 
-    keyed = events().key_by("k")
-    keyed.window(TumblingEventTimeWindows.of(1000)).aggregate(n=Agg.count(), name="plain").sink_to(CollectSink())
-    (keyed.window(TumblingEventTimeWindows.of(1000)).trigger(CountTrigger.of(2)).count(name="triggered")
-     .sink_to(CollectSink()))
+    events().key_by("k").window(TumblingEventTimeWindows.of(1000)).aggregate(n=Agg.count(), name="plain").sink_to(CollectSink())
     graph = env.graph()
-    by_name = {n.name: n for n in graph.nodes}
-    assert native_window(by_name["plain"], graph) and not native_window(by_name["triggered"], graph)
-    text = env.explain(spark_plan=False)
-    assert "plain: window tumbling 1000 ms (event time) by k: n=count(*) (native)" in text
+    assert native_window(next(n for n in graph.nodes if n.name == "plain"), graph)
+    assert "plain: window tumbling 1000 ms (event time) by k: n=count(*) (native)" in env.explain(spark_plan=False)
+    other = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "other")
+    (other.from_source(ScriptedSource([[(1, "a")]], "ts bigint, k string"), WatermarkStrategy.for_bounded_out_of_orderness(0, "ts"))
+     .key_by("k").window(TumblingEventTimeWindows.of(1000)).trigger(CountTrigger.of(2)).count(name="triggered")
+     .sink_to(CollectSink()))
+    graph = other.graph()
+    assert not native_window(next(n for n in graph.nodes if n.name == "triggered"), graph)
+    text = other.explain(spark_plan=False)
     assert "triggered: window tumbling 1000 ms (event time); trigger CountTrigger(2) by k: count=count(*) (python, keyed state)" in text
+
+
+def test_a_plain_window_not_every_sink_reads_runs_on_the_operator(env, events):
+    """Its stream is read by another branch too: the job fans out before it (fan_out_plan.root_fan_out)."""
+    from ember import Agg
+
+    src = events()
+    src.key_by("k").window(TumblingEventTimeWindows.of(1000)).aggregate(n=Agg.count(), name="plain").sink_to(CollectSink())
+    src.sink_to(CollectSink(), name="raw")
+    graph = env.graph()
+    assert not native_window(next(n for n in graph.nodes if n.name == "plain"), graph)
 
 
 def test_a_plain_window_next_to_another_stateful_step_runs_on_the_operator(env, events):
@@ -281,23 +295,46 @@ def test_a_map_between_two_levels_of_a_fan_out_is_refused_naming_it(env, events)
         plan(env.graph())
 
 
-def test_fan_outs_on_separate_branches_are_refused(env, events):
+def test_fan_outs_on_separate_branches_fan_out_at_their_shared_source(env, events):
     src = events()
     for name in ("x", "y"):
         step = src.key_by("k").process(_Count(), KEYED, name=name)
         step.sink_to(CollectSink(), name=f"{name}-raw")
         step.key_by("k").process(_Count(), KEYED, name=f"{name}2").sink_to(CollectSink(), name=f"{name}-out")
-    with pytest.raises(PipelineError, match="several stateful steps \\('x', 'y'\\) on separate branches"):
-        plan(env.graph())
+    fan = plan(env.graph()).fan_out
+    assert fan.root and not fan.through and fan.stem.name == "events"
+    assert [[n.name for n in level] for level in fan.levels] == [["x", "y"], ["x2", "y2"]]
+    assert [lv.reads for lv in fan.after] == [((0, None), (1, None))]
 
 
-def test_a_sink_beside_the_fan_out_is_refused_naming_it(env, events):
+def test_a_sink_beside_a_keyed_steps_fan_out_moves_the_fan_out_to_the_source(env, events):
     src = events()
     src.sink_to(CollectSink(), name="raw")
     first = src.key_by("k").process(_Count(), KEYED, name="first")
     first.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="sink 'raw' does not read the output of 'first'"):
+    fan = plan(env.graph()).fan_out
+    assert fan.root and fan.through and [n.name for n in fan.seeds] == ["first", "events"]
+    assert [[n.name for n in level] for level in fan.levels] == [["first"], ["a", "b"]]
+
+
+def test_two_keyed_steps_reading_one_source_fan_out_at_it_once_it_is_parsed(env, events):
+    parsed = events().map(lambda r: r, KEYED, name="parse")
+    parsed.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink(), name="a-out")
+    parsed.filter("k <> 'x'", name="not-x").key_by("ts").process(_Count(), KEYED, name="b").sink_to(CollectSink(), name="b-out")
+    p = plan(env.graph())
+    fan = p.fan_out
+    assert fan.root and not fan.through and fan.source.name == fan.stem.name == "parse"
+    assert [n.name for n in fan.lanes] == ["a", "b"] and [s.name for s in fan.paths[1]][0] == "not-x"
+    assert p.upstream_step(_node(p, "a")) is None  # the first keyed steps: their rows get event time at the stem
+
+
+def test_a_two_input_step_reading_a_source_read_by_a_keyed_step_is_refused_naming_it(env, events):
+    src = events()
+    src.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    other = env.from_source(ScriptedSource([[(1, "b")]], KEYED), name="other")
+    src.connect(other).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'co' .* is one of several steps reading 'events'; a two-input step"):
         plan(env.graph())
 
 
@@ -317,6 +354,19 @@ def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, 
     swapped = dict(manifest, operators=[ops[0], dict(ops[2], name="a", lane=1), dict(ops[1], name="b", lane=0)])
     problems = compare(manifest, swapped)
     assert any("'a'" in p and "lane 0 of a fan-out" in p and "lane 1" in p for p in problems), problems
+
+
+def test_a_fan_out_at_the_source_runs_its_one_keyed_lane_on_transform_with_state_in_the_manifest(env, events):
+    from ember.runner.spark.restart import TWS, pipeline_manifest, spark_operator_ids
+
+    src = events()
+    src.sink_to(CollectSink(), name="raw")
+    first = src.key_by("k").process(_Count(), KEYED, name="first")
+    first.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink(), name="out-a")
+    ops = pipeline_manifest(env.graph())["operators"]
+    assert [(o["name"], o.get("lane"), o.get("level")) for o in ops] == [("first", 0, None), ("a", 0, 1)]
+    assert {o["spark operator"] for o in ops} == {TWS}  # (a job's one keyed step stays on applyInPandasWithState)
+    assert spark_operator_ids(ops) == [1, 0]
 
 
 def test_steps_every_reader_shares_run_once_before_the_rows_fan_out(env, events):

@@ -1,5 +1,8 @@
 """A fan-out: the keyed steps reading one keyed step's output, as lanes of one operator.
 
+Or reading one stream before any keyed step (``FanOut.root``): its rows get their event time
+once, at the stem, and every lane reads them as the first step of a chain reads a source's.
+
 The planner (fan_out_plan.FanOut) finds the step (``source``) and its readers. Here
 ``source``'s rows go to every lane that reads them (``explode``), each lane's
 filters apply to its own rows only, each row gets its lane's state bucket offset by
@@ -29,7 +32,7 @@ from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
 from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
-from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, restore_anchor
+from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
 from ember.runner.spark.translators.python_ops import lane_map, python_filter
 from ember.runner.spark.translators.transforms import column
@@ -119,7 +122,10 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         for tag in sorted({t for t in reads if t is not None}):
             lanes_of_row = lanes_of_row.when(F.col(TAG) == F.lit(tag), copies(tag))
         lanes_of_row = lanes_of_row.otherwise(F.array(*passing).cast("array<int>"))
-    df = base.df.withColumn(LANE, F.explode(lanes_of_row))
+    rows = base.df
+    if fan.root and event_time and base.time is not None:  # event time once, before the rows are copied per lane
+        rows = keep_late_rows(with_event_time(comp, rows, base.time, fan.stem.name))
+    df = rows.withColumn(LANE, F.explode(lanes_of_row))
     df = _filters(comp, fan, fields, df)
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []

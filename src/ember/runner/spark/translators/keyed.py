@@ -200,7 +200,8 @@ def _advance_ms(comp: Compilation, node: Node, up: Frame, event_time: bool) -> i
     its watermark operators', which one step's records cannot tell; that also leaves out
     steps linked to other keyed steps (docs/design/dataflow.md) and two-input steps (each
     input its own watermark)."""
-    if not event_time or len(node.inputs) != 1 or not comp.plan.late_rows_against_current_watermark:
+    if not event_time or len(node.inputs) != 1 or not comp.plan.late_rows_against_current_watermark \
+            or comp.plan.lane(node):  # (a lane of a fan-out: its operator's rows are packed per lane)
         return None
     return up.time.max_out_of_orderness_ms
 
@@ -324,11 +325,11 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
 def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, event_time: bool) -> Any:
     """For a rolling sum/min/max emitting once per key and batch: its combiner before the
     shuffle (keyed/rolling.py) — unless another keyed step reads it or it reads one (their
-    rows carry per-row event time through) or ``combine_windows`` is off."""
+    rows carry per-row event time through), it is a lane of a fan-out, or ``combine_windows`` is off."""
     fn = node.fn
     if not isinstance(fn, RollingField) or fn.emit != "batch" or fn.by or not comp.config.combine_windows:
         return None
-    if _chained(comp, node, event_time) or (event_time and comp.plan.read_by_step(node)):
+    if _chained(comp, node, event_time) or (event_time and comp.plan.read_by_step(node)) or comp.plan.lane(node):
         return None
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -421,7 +422,8 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
     )
     late = (node.late_tag, input_type) if node.late_tag is not None else None
     combiner = None
-    if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time):
+    if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time) \
+            and not comp.plan.lane(node):  # (a fan-out's lanes read the shared operator's rows, uncombined)
         ship_by_value(spec)  # the aggregate function travels with the combiner
         partial_type = T.StructType(
             [T.StructField(k, input_type[k].dataType) for k in node.keys]  # nullable: the combiner's markers have no key
