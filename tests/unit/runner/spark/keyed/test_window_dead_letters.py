@@ -9,7 +9,7 @@ import json
 from collections import defaultdict
 
 import pytest
-from bucket_driver import BucketDriver
+from bucket_driver import BucketDriver, SumX
 
 from ember import Agg, OutputTag, ScriptedSource, StreamEnvironment, WatermarkStrategy
 from ember.errors import PipelineError, UserFunctionError
@@ -144,3 +144,85 @@ def test_dead_letters_are_for_python_functions():
         windowed.aggregate(dead_letter=OutputTag("bad"), n=Agg.count())
     step = windowed.aggregate(Inverses(), output_schema="total int", dead_letter=OutputTag("bad"), name="w")
     assert step.node.dead_letter == OutputTag("bad") and "failures -> 'bad'" in step.node.describe()
+
+
+class Listed(ProcessWindowFunction):
+    """The window's records' x values, in order (the window keeps its elements)."""
+
+    def process(self, key, context, elements):
+        yield {"k": key, "window_start": context.window.start, "xs": ",".join(str(e["x"]) for e in elements)}
+
+
+class Touchy(EventTimeTrigger):
+    """Fires at the window's end — but raises on a record with x == 3, and when [10, 20) ends."""
+
+    def on_element(self, element, timestamp, window, ctx):
+        result = super().on_element(element, timestamp, window, ctx)  # (its timer stays registered)
+        if element["x"] == 3:
+            raise ValueError("three")
+        return result
+
+    def on_event_time(self, time, window, ctx):
+        if window.start == 10:
+            raise RuntimeError("ten")
+        return super().on_event_time(time, window, ctx)
+
+
+@pytest.mark.parametrize("kind", ["aggregate", "elements"])
+def test_a_trigger_that_raises_makes_the_record_or_the_window_a_dead_letter(kind):
+    """A record the trigger's on_element raises on is taken back out of its window; a window
+    its on_event_time raises for emits nothing; both become dead letters, every other window's
+    result is the one over its records."""
+    spec = WindowSpec(assigner=TumblingEventTimeWindows.of(10), trigger=Touchy(), key_names=("k",), step="w",
+                      result_fields=("total",), dead_letter="bad",
+                      **({"aggregate": SumX()} if kind == "aggregate" else {"window_function": Listed()}))
+    out = OUT if kind == "aggregate" else ["k", "window_start", "xs"]
+    main, bad = _run(BucketDriver(WindowOperator(spec), FIELDS, out, side_outputs={"bad": ["raw", "error"]}))
+    kept = defaultdict(list)
+    for ts, k, x in (r for b in BATCHES for r in b):
+        if x != 3 and ts - ts % 10 != 10:
+            kept[(k, ts - ts % 10)].append(x)
+    if kind == "aggregate":
+        assert sorted((r["k"], r["window_start"], r["total"]) for r in main) == sorted((k, s, sum(xs)) for (k, s), xs in kept.items())
+    else:
+        assert sorted((r["k"], r["window_start"], r["xs"]) for r in main) == sorted(
+            (k, s, ",".join(map(str, xs))) for (k, s), xs in kept.items())
+    records = [json.loads(r["raw"]) for r in bad if "ts" in json.loads(r["raw"])]
+    windows = sorted((w["key"], w["window_start"]) for w in (json.loads(r["raw"]) for r in bad) if "key" in w)
+    assert [(r["ts"], r["k"], r["x"]) for r in records] == [(7, "a", 3)] and windows == [("a", 10), ("b", 10)]
+    assert {r["error"] for r in bad} == {"step 'w': trigger Touchy.on_element raised ValueError: three",
+                                         "step 'w': trigger Touchy.on_event_time raised RuntimeError: ten"}
+
+
+def test_without_a_dead_letter_tag_a_raising_trigger_fails_the_step():
+    spec = WindowSpec(assigner=TumblingEventTimeWindows.of(10), trigger=Touchy(), aggregate=SumX(), key_names=("k",),
+                      result_fields=("total",), step="w")
+    with pytest.raises(UserFunctionError, match=r"step 'w': trigger Touchy.on_element raised ValueError: three"):
+        _run(BucketDriver(WindowOperator(spec), FIELDS, OUT))
+
+
+class Wary(EventTimeTrigger):
+    """Event-time firing; merging sessions into one longer than 10 ms raises."""
+
+    def on_merge(self, window, ctx):
+        if window.end - window.start > 10:
+            raise ValueError(f"session {window.start}-{window.end} too long")
+        super().on_merge(window, ctx)
+
+
+def test_a_record_whose_session_merge_raises_is_a_dead_letter_and_the_sessions_stay_as_they_were():
+    from ember.windowing.assigners import EventTimeSessionWindows
+
+    spec = WindowSpec(assigner=EventTimeSessionWindows.with_gap(5), trigger=Wary(), aggregate=SumX(), key_names=("k",),
+                      result_fields=("total",), step="w", dead_letter="bad")
+    driver = BucketDriver(WindowOperator(spec), FIELDS, OUT, side_outputs={"bad": ["raw", "error"]})
+    main, bad = [], []
+    batches = [[(1, "a", 1), (2, "b", 5), (4, "a", 2)], [(8, "a", 3)], [(30, "a", 4)]]
+    for batch, watermark in [(batches[0], None), (batches[1], 0), (batches[2], 0), ([], 10 ** 6)]:
+        m, sides = driver.batch(batch, watermark=watermark)
+        main, bad = main + m, bad + sides.get("bad", [])
+    # a's [1, 9) would have become [1, 13) with the record at 8: that record is the dead letter
+    assert sorted((r["k"], r["window_start"], r["window_end"], r["total"]) for r in main) == [
+        ("a", 1, 9, 3), ("a", 30, 35, 4), ("b", 2, 7, 5)]
+    assert [json.loads(r["raw"])["ts"] for r in bad] == [8]
+    assert bad[0]["error"] == "step 'w': trigger Wary.on_merge raised ValueError: session 1-13 too long"

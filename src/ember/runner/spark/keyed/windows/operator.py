@@ -22,6 +22,7 @@ are in batch.py.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, cast
 
 from ember.errors import UserFunctionError
@@ -43,6 +44,9 @@ from ember.windowing.evictors import TimestampedValue
 from ember.windowing.triggers import TriggerResult
 
 __all__ = ["WindowOperator"]
+
+# The parts of a key's state slot that are its windows' (contents, trigger state, timers).
+_WINDOW_STATE = (WINDOWS, TRIGGER_STATE, WINDOW_EVENT_TIMERS, WINDOW_PROC_TIMERS)
 
 
 class WindowOperator(KeyedProcessFunction):
@@ -67,7 +71,17 @@ class WindowOperator(KeyedProcessFunction):
         ts = cast(int, ctx.now if spec.assigner.processing_time else ctx.timestamp)
         windows = spec.assigner.assign(ts)
         if spec.assigner.merging:
-            merged = self._merge(ctx, windows[0])
+            before = self._before_merge(ctx, windows[0])
+            try:
+                merged = self._merge(ctx, windows[0])
+            except UserFunctionError as exc:  # the merge function, or a trigger's on_merge / clear
+                if before is None:
+                    raise
+                for part in _WINDOW_STATE:  # the key's sessions as they were: the record never arrived
+                    ctx.current.pop(part, None)
+                ctx.current.update(before)
+                ctx.dead_letter(cast(str, spec.dead_letter), value, str(exc))
+                return out
             windows = [merged] if merged is not None else []
         placed = False
         for window in windows:
@@ -75,10 +89,10 @@ class WindowOperator(KeyedProcessFunction):
                 continue
             placed = True
             if spec.dead_letter is not None:
-                if not self._guarded_add(ctx, window, value, ts):
+                if not self._guarded_element(ctx, window, value, ts, out):
                     break  # a dead letter: into no further window
-            else:
-                self._add(ctx, window, value, ts)
+                continue
+            self._add(ctx, window, value, ts)
             tctx = self.trigger_ctx.bind(ctx, window)
             result = self._call_trigger("on_element", spec.trigger.on_element, (value, ts, window, tctx))
             self.apply_result(ctx, window, result, out)
@@ -118,17 +132,44 @@ class WindowOperator(KeyedProcessFunction):
             prev = windows.get(window)
             windows[window] = value if prev is None else self.call("reduce", spec.reduce, (prev, value))
 
-    def _guarded_add(self, ctx: KeyedRuntime, window: TimeWindow, value: dict[str, Any], ts: int) -> bool:
-        """``_add`` with a record the function raises on sent to the dead-letter output
-        (``raw``: the record as JSON, ``error``: why): the window keeps what it had (unless
-        the function changed its accumulator in place before raising). False for a dead letter."""
+    def _guarded_element(self, ctx: KeyedRuntime, window: TimeWindow, value: dict[str, Any], ts: int,
+                         out: list[Any]) -> bool:
+        """The record into ``window`` and the trigger's answer to it, with a record the user's
+        code raises on sent to the dead-letter output (``raw``: the record as JSON, ``error``:
+        why). The window keeps what it had: after a raising ``add`` / reduce (unless the function
+        changed its accumulator in place before raising), and after a raising trigger
+        ``on_element`` the record is taken back out (the trigger state it changed before raising
+        stays, as a process function's; a window the record opened is dropped with it). False
+        for a dead letter."""
+        spec = self.spec
+        assert spec.dead_letter is not None
+        windows = ctx.current.setdefault(WINDOWS, {})
+        had = window in windows
+        before = windows.get(window)
+        size = len(before) if had and spec.keeps_elements else 0
         try:
             self._add(ctx, window, value, ts)
-            return True
         except UserFunctionError as exc:
-            assert self.spec.dead_letter is not None
-            ctx.dead_letter(self.spec.dead_letter, value, str(exc))
+            ctx.dead_letter(spec.dead_letter, value, str(exc))
             return False
+        tctx = self.trigger_ctx.bind(ctx, window)
+        try:
+            result = self._call_trigger("on_element", spec.trigger.on_element, (value, ts, window, tctx))
+            self.apply_result(ctx, window, result, out)
+        except UserFunctionError as exc:
+            if had and spec.keeps_elements:
+                del windows[window][size:]
+            elif had:
+                windows[window] = before
+            else:
+                windows.pop(window, None)
+                tctx.bind(ctx, window).scope.current.clear()
+            tctx.bind(ctx, window).release()
+            ctx.dead_letter(spec.dead_letter, value, str(exc))
+            return False
+        tctx.bind(ctx, window).release()
+        self.register_cleanup(ctx, window)
+        return True
 
     def _combine(self, a: Any, b: Any) -> Any:
         spec = self.spec
@@ -137,6 +178,13 @@ class WindowOperator(KeyedProcessFunction):
         if spec.aggregate is not None:
             return self.call("merge", spec.aggregate.merge, (a, b))
         return self.call("reduce", spec.reduce, (a, b))
+
+    def _before_merge(self, ctx: KeyedRuntime, new: TimeWindow) -> dict[str, Any] | None:
+        """With a dead-letter output, when ``new`` merges with the key's sessions: a copy of the
+        key's window state, to go back to should the merge's user code raise (else None)."""
+        if self.spec.dead_letter is None or not any(w.intersects(new) for w in ctx.current.get(WINDOWS, {})):
+            return None
+        return copy.deepcopy({part: ctx.current[part] for part in _WINDOW_STATE if part in ctx.current})
 
     def _merge(self, ctx: KeyedRuntime, new: TimeWindow) -> TimeWindow | None:
         """Session windows: merge ``new`` with the key's windows it touches.
@@ -210,8 +258,11 @@ class WindowOperator(KeyedProcessFunction):
         for window in sorted(due):
             tctx = self.trigger_ctx.bind(ctx, window)
             hook = trigger.on_processing_time if kind == WINDOW_PROC_TIMERS else trigger.on_event_time
-            result = self._call_trigger(hook.__name__, hook, (timestamp, window, tctx))
-            self.apply_result(ctx, window, result, out)
+            try:
+                result = self._call_trigger(hook.__name__, hook, (timestamp, window, tctx))
+                self.apply_result(ctx, window, result, out)
+            except UserFunctionError as exc:  # with a dead-letter output: the timer's window, not fired
+                self._window_failed(ctx, window, exc)
             tctx.bind(ctx, window).release()
             if self._cleanup_time(window) == (kind, timestamp):
                 self._clear_window(ctx, window)
@@ -223,9 +274,23 @@ class WindowOperator(KeyedProcessFunction):
         if windows is not None:
             windows.pop(window, None)
         tctx = self.trigger_ctx.bind(ctx, window)
-        self._call_trigger("clear", self.spec.trigger.clear, (window, tctx))
-        tctx.scope.current.clear()
+        try:
+            self._call_trigger("clear", self.spec.trigger.clear, (window, tctx))
+        except UserFunctionError as exc:  # with a dead-letter output: reported; the window goes all the same
+            self._window_failed(ctx, window, exc)
+        tctx.bind(ctx, window).scope.current.clear()
         tctx.release()
+
+    def _window_failed(self, ctx: KeyedRuntime, window: TimeWindow, error: UserFunctionError, sides: int | None = None) -> None:
+        """``window`` of the current key to the dead-letter output (``raw``: key and bounds) —
+        or, without one, the job fails with ``error``. ``sides``: the side outputs from there on
+        are the failed call's, discarded."""
+        spec = self.spec
+        if spec.dead_letter is None:
+            raise error
+        start, end = (None, None) if window.is_global else (window.start, window.end)
+        failed = {"key": ctx.current_key, "window_start": start, "window_end": end}
+        ctx.dead_letter(spec.dead_letter, failed, str(error), discard_from=sides)
 
     @staticmethod
     def tidy(ctx: KeyedRuntime) -> None:
@@ -258,13 +323,9 @@ class WindowOperator(KeyedProcessFunction):
         except Exception as exc:
             error = exc if isinstance(exc, UserFunctionError) else UserFunctionError(
                 f"step '{spec.step}': process raised {type(exc).__name__}: {exc}")
-            if spec.dead_letter is None:
-                if error is exc:
-                    raise
+            if spec.dead_letter is None and error is not exc:
                 raise error from exc
-            start, end = (None, None) if window.is_global else (window.start, window.end)
-            failed = {"key": ctx.current_key, "window_start": start, "window_end": end}
-            ctx.dead_letter(spec.dead_letter, failed, str(error), discard_from=sides)
+            self._window_failed(ctx, window, error, sides)
             return
         if ctx.out is not None:  # straight into the call's output, marked with Flink's timestamp
             out = ctx.out
