@@ -166,6 +166,7 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
             )
     stem = _stem(graph, source, lanes, readers)
     what = f"'{source.name}'" if root else f"the stateful step '{source.name}'"
+    instead = "in the path's map or in a function" if root else f"before '{source.name}', or into a function"
     paths = []
     for lane in lanes:
         path = _between(graph, stem, lane)
@@ -182,8 +183,8 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
                     f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
                     f"one of several steps reading '{source.name}'; after the point where they part only filters, "
                     "then one map or flat_map, then key_by are supported yet (without dead letters; on a side "
-                    f"output, key_by only): let every reader share it (one step before they part), move it before "
-                    f"'{source.name}', or into a function", step.name,
+                    f"output, key_by only): let every reader share it (one step before they part), or do it {instead}",
+                    step.name,
                 )
         paths.append(path)
     after = _levels(graph, source, lanes)

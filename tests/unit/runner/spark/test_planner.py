@@ -329,6 +329,14 @@ def test_two_keyed_steps_reading_one_source_fan_out_at_it_once_it_is_parsed(env,
     assert p.upstream_step(_node(p, "a")) is None  # the first keyed steps: their rows get event time at the stem
 
 
+def test_a_select_on_one_branch_of_a_fan_out_at_the_source_is_refused_naming_it(env, events):
+    src = events()
+    src.select("ts", "k", name="narrow").key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    src.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'narrow'.*sits between 'events' and 'a'.*or do it in the path's map"):
+        plan(env.graph())
+
+
 def test_a_two_input_step_reading_a_source_read_by_a_keyed_step_is_refused_naming_it(env, events):
     src = events()
     src.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
