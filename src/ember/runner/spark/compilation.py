@@ -77,6 +77,9 @@ class Compilation:
     detoured: dict[int, str] = field(default_factory=dict)  # step -> spool directory of its detoured dead letters
     # Sources read by Spark's own readers, which keep admitting input after the stop marker.
     unstoppable: list[str] = field(default_factory=list)
+    # Bounded sources whose readers mark themselves done (their ``done_file``): the end-of-input
+    # row may then come in the batch that reads their last input (translators/eventtime.py).
+    marking: set[str] = field(default_factory=set)
     plan: Plan = None  # type: ignore[assignment]  # the graph's physical plan: computed once, shared by branches
     # Count every step's output rows (the dashboard, ember.ui): an observed metric per step in the
     # streaming query (``ROWS_METRIC`` + name, in each progress report), and in a branch compiled
@@ -122,6 +125,7 @@ class Compilation:
         the job has no end-of-input row; datasources.EndOfInputReader)."""
         if not (self.bounded and self.end_of_input_marker):
             return ""
+        self.marking.add(node.name)
         return f"{self.end_of_input_marker}{DONE_SUFFIX}{node.name}"
 
     def branch(self, fork: Node, rows: Frame) -> "Compilation":

@@ -16,8 +16,6 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ember.connectors.generators import GeneratorSource
-from ember.connectors.spark_sources import ScriptedSource
 from ember.errors import PipelineError
 from ember.runner.spark.compilation import Compilation
 from ember.runner.spark.datasources import END_OF_TIME_MS
@@ -88,11 +86,11 @@ def _timestamp(df: Any, field: str, step: str) -> Any:
 
 
 def _with_end_of_input(comp: Compilation, df: Any, column: str = TIME, keys: tuple[str, ...] = ()) -> Any:
-    # the bounded sources that mark themselves done (Ember's own readers); with any other,
-    # only the driver's marker ends the input
-    marking = all(isinstance(n.source, ScriptedSource) or (isinstance(n.source, GeneratorSource) and
-                                                            n.source.needs_python_driver)
-                  for n in comp.graph.sources)
+    # the bounded sources that mark themselves done (Ember's own readers: given a done_file when
+    # translated, Compilation.marking); with any other, only the driver's marker ends the input
+    for source in comp.graph.sources:
+        comp.frame(source)  # (translated once: every source's reader is known before the row is built)
+    marking = all(n.name in comp.marking for n in comp.graph.sources)
     eos = (comp.spark.readStream.format("ember_end_of_input").option("marker", comp.end_of_input_marker)
            .option("sources", len(comp.graph.sources) if marking else 0).load())
 
