@@ -56,6 +56,22 @@ def test_a_dedupe_two_windows_and_a_raw_sink_reading_one_source_equal_the_flink_
     assert result.late_dropped == sums.late + counts.late
 
 
+def test_one_window_beside_a_raw_sink_fires_as_flink_fires_it(env):
+    """One keyed step and a raw sink: the job's one Spark stateful operator (Spark then judges
+    late rows by the current batch's watermark); the window still fires in Flink's batch."""
+    batches = model.random_batches(3)
+    expected = model.windows(batches, 1_000, "tumbling", 2_000)
+    assert expected.late > 0
+    windows, raw = CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    src.key_by("k").window(TumblingEventTimeWindows.of(2_000)).aggregate(CountSum(), output_schema="n bigint, v bigint",
+                                                                          name="sums").sink_to(windows)
+    src.sink_to(raw, name="raw")
+    result = env.execute("root-fan-out-one-lane", progress=False)
+    assert _fired(windows, batches, "v") == expected.fired and result.late_dropped == expected.late
+    assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in batches for r in b)
+
+
 class Tally(KeyedProcessFunction):
     """Per key of the step: the running count, with every record."""
 
