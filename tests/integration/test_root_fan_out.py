@@ -132,15 +132,19 @@ def test_a_root_fan_out_resumes_from_its_checkpoint_with_every_lanes_state(spark
 
 def test_two_keyed_steps_on_one_stream_without_event_time_each_keep_their_own_state(env):
     batches = [[(i, "abc"[i % 3], i % 4) for i in range(b * 10, b * 10 + 10)] for b in range(3)]
-    by_k, by_v, raw = CollectSink(), CollectSink(), CollectSink()
+    by_k, by_v, by_label, raw = CollectSink(), CollectSink(), CollectSink(), CollectSink()
     src = env.from_source(ScriptedSource(batches, SCHEMA), name="plain")  # no watermark: processing time
     src.key_by("k").process(Tally("k"), "key string, n bigint", name="by-k").sink_to(by_k)
     src.key_by("v").process(Tally("v"), "key string, n bigint", name="by-v").sink_to(by_v)
+    # a branch's own select (its records reshaped on its copies only), keyed by what it made
+    (src.select("ts", "concat(upper(k), '-', CAST(v % 2 AS STRING)) AS k", name="label").key_by("k")
+        .process(Tally("k"), "key string, n bigint", name="by-label").sink_to(by_label))
     src.sink_to(raw, name="raw")
     env.execute("root-fan-out-processing-time", progress=False)
     records = [r for b in batches for r in b]
-    for sink, field in ((by_k, 1), (by_v, 2)):
-        expected = Counter(str(r[field]) for r in records)
+    labelled = [(ts, f"{k.upper()}-{v % 2}", v) for ts, k, v in records]
+    for sink, field, rows in ((by_k, 1, records), (by_v, 2, records), (by_label, 1, labelled)):
+        expected = Counter(str(r[field]) for r in rows)
         got = defaultdict(list)
         for row in sink.rows():
             got[row["key"]].append(row["n"])

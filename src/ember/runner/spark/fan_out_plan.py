@@ -27,6 +27,7 @@ from ember.graph.nodes import (
     KeyByNode,
     MapNode,
     Node,
+    SelectNode,
     SideOutputNode,
     SourceNode,
 )
@@ -171,18 +172,18 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
     for lane in lanes:
         path = _between(graph, stem, lane)
         side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
-        mapped = False  # a lane's own map / flat_map: one, after its filters (translators/fanout.py)
+        mapped = False  # a lane's own map / flat_map / select: one, after its filters (translators/fanout.py)
         for step in path[1:] if side else path:
             if isinstance(step, KeyByNode):
                 continue
             plain = not side and not mapped and getattr(step, "dead_letter", None) is None
-            if plain and isinstance(step, MapNode | FlatMapNode):
+            if plain and isinstance(step, MapNode | FlatMapNode | SelectNode):
                 mapped = True
             elif not (plain and isinstance(step, FilterNode)):
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
                     f"one of several steps reading '{source.name}'; after the point where they part only filters, "
-                    "then one map or flat_map, then key_by are supported yet (without dead letters; on a side "
+                    "then one map, flat_map or select, then key_by are supported yet (without dead letters; on a side "
                     f"output, key_by only): let every reader share it (one step before they part), or do it {instead}",
                     step.name,
                 )

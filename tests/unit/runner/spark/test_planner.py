@@ -329,11 +329,19 @@ def test_two_keyed_steps_reading_one_source_fan_out_at_it_once_it_is_parsed(env,
     assert p.upstream_step(_node(p, "a")) is None  # the first keyed steps: their rows get event time at the stem
 
 
-def test_a_select_on_one_branch_of_a_fan_out_at_the_source_is_refused_naming_it(env, events):
+def test_a_select_on_one_branch_of_a_fan_out_is_that_lanes_own_reshaping_step(env, events):
     src = events()
-    src.select("ts", "k", name="narrow").key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    src.select("ts", "upper(k) AS k", name="narrow").key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
     src.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'narrow'.*sits between 'events' and 'a'.*or do it in the path's map"):
+    fan = plan(env.graph()).fan_out
+    assert [s.name for s in fan.paths[0]][0] == "narrow" and len(fan.paths[1]) == 1
+
+
+def test_a_lookup_join_on_one_branch_of_a_fan_out_at_the_source_is_refused_naming_it(env, events):
+    src = events()
+    src.join_lookup([("a", "x")], on="k", name="lookup").key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    src.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'lookup'.*sits between 'events' and 'a'.*or do it in the path's map"):
         plan(env.graph())
 
 

@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import FilterNode, FlatMapNode, MapNode, Node, SideOutputNode
+from ember.graph.nodes import FilterNode, FlatMapNode, MapNode, Node, SelectNode, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.fan_out_plan import FanOut, Level
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
@@ -35,7 +35,7 @@ from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
 from ember.runner.spark.translators.python_ops import lane_map, python_filter
-from ember.runner.spark.translators.transforms import column
+from ember.runner.spark.translators.transforms import column, lane_select
 
 __all__ = ["FannedOut", "fan_out"]
 
@@ -130,10 +130,13 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
     for i, (lane, tag, path) in enumerate(zip(lanes, reads, fan.paths)):
-        mapping = next((s for s in path if isinstance(s, MapNode | FlatMapNode)), None)
-        if mapping is not None:  # the lane's own map: its records in columns of their own, on its rows only
+        mapping = next((s for s in path if isinstance(s, MapNode | FlatMapNode | SelectNode)), None)
+        if mapping is not None:  # the lane's own map / select: its records in columns of their own, on its rows only
             prefix = f"__ember_mapped{i}_"
-            df, mapped = lane_map(df, mapping, (LANE, i, fields), prefix)
+            if isinstance(mapping, SelectNode):
+                df, mapped = lane_select(df, mapping, (LANE, i, fields), prefix)
+            else:
+                df, mapped = lane_map(df, mapping, (LANE, i, fields), prefix)
             keys.append(tuple(prefix + k for k in lane.keys))
             names.append({prefix + f: f for f in mapped})
             continue

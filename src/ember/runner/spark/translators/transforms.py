@@ -14,7 +14,7 @@ from ember.runner.spark.keyed.runtime import ANCHOR, PRE, TIME_OUT, without_hidd
 from ember.runner.spark.translators.eventtime import own_watermark
 from ember.runner.spark.translators.python_ops import python_filter
 
-__all__ = ["column", "key_columns", "check_paired_keys"]
+__all__ = ["column", "key_columns", "check_paired_keys", "lane_select"]
 
 
 def column(expr: Any) -> Any:
@@ -58,6 +58,24 @@ def key_name(key: Any) -> str:
 def _select(comp: Compilation, node: SelectNode) -> Frame:
     up = comp.frame(node.inputs[0])
     return Frame(up.df.select(*[column(e) for e in node.exprs]), up.time)
+
+
+def lane_select(df: Any, node: SelectNode, lane: tuple[str, int, list[str]], prefix: str) -> tuple[Any, list[str]]:
+    """``node`` (a select) on the rows of one lane of a fan-out only (translators/fanout.py),
+    as python_ops.lane_map does a map: its output fields in columns ``prefix + field`` on that
+    lane's rows (null on the others'), beside the row's columns (its event time among them).
+    ``lane``: ``(lane column, the lane, the records' fields)``. Returns the frame and the
+    output's fields."""
+    column_name, lane_id, visible = lane
+    exprs = [column(e) for e in node.exprs]
+    names = df.select(*[F.col(f) for f in visible]).select(*exprs).columns  # (analysed on the records' fields)
+    if len(names) != len(exprs):
+        raise PipelineError(
+            f"'{node.name}' selects '*' on one branch of a fan-out; name its fields there (or select before the "
+            "branches part)", node.name,
+        )
+    mine = F.col(column_name) == F.lit(lane_id)
+    return df.select("*", *[F.when(mine, e).alias(prefix + n) for n, e in zip(names, exprs)]), names
 
 
 @translates(FilterNode)
