@@ -127,6 +127,27 @@ def test_a_co_process_step_reading_a_stateful_step_on_each_input(env, tmp_path):
     assert dict(zip(last["k"], last["value"])) == latest and set(last["state"]) == {"last"}
 
 
+def test_a_co_process_step_reading_the_union_of_two_stateful_steps_on_one_input(env):
+    """Events from two sources, each through its own dedupe, unioned into the first input of a
+    co-process step whose second input is rules through a step of their own: the model on the
+    distinct events, as if one source had carried them all."""
+    events, rules = connect_streams(5)
+    halves = [[[r for i, r in enumerate(b) if i % 2 == part] for b in events] for part in (0, 1)]
+    sink = CollectSink()
+    deduped = []
+    for part, half in enumerate(halves):
+        src = env.from_source(ScriptedSource([b + b[:1] for b in half], SCHEMA), STRATEGY, name=f"events-{part}")
+        deduped.append(src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name=f"dedupe-{part}"))
+    limits = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules").key_by("k").process(
+        LastLimit(), SCHEMA, name="limits")
+    (deduped[0].union(deduped[1]).connect(limits).key_by("k", "k")
+        .process(Thresholds(), "what string, k string, ts bigint", name="thresholds").sink_to(sink))
+    env.execute("union-upstream", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
+                 key=repr)
+    assert got == sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS), key=repr) and got
+
+
 # -- interval joins beside other stateful steps (on Ember's keyed runtime) ---------------------------
 
 

@@ -307,8 +307,8 @@ def _check_chains(graph: Graph) -> None:
         if len(direct) > 1 and not _one_per_input(node, direct) and len(node.inputs) != 1:
             raise PipelineError(
                 f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}) "
-                "on one input; a two-input step may read one stateful step per input, and a one-input step their "
-                "union, yet: union them before one input, or run one part as its own job",
+                "and one of them on both its inputs; a two-input step may read stateful steps (one, or several "
+                "unioned) on each input, each step on one input only, yet: run one part as its own job",
                 node.name,
             )
         for upstream in direct:
@@ -331,12 +331,13 @@ def _check_chains(graph: Graph) -> None:
 
 
 def _one_per_input(node: Node, direct: list[Node]) -> bool:
-    """Whether ``node`` is a two-input step reading one of the stateful steps ``direct`` on
-    each input (each input's rows then carry their own step's event time)."""
-    if not isinstance(node, CoProcessNode | IntervalJoinNode) or len(direct) != 2 or len(node.inputs) != 2:
+    """Whether ``node`` is a two-input step whose inputs read the stateful steps ``direct``
+    apart: each step on one input only (one, or several merged by a union there), so each
+    input's rows carry their own steps' event time."""
+    if not isinstance(node, CoProcessNode | IntervalJoinNode) or len(node.inputs) != 2:
         return False
-    per_input = [[a for a in direct if a is i or any(a is b for b in ancestors(i))] for i in node.inputs]
-    return all(len(found) == 1 for found in per_input) and per_input[0][0] is not per_input[1][0]
+    per_input = [{id(a) for a in direct if a is i or any(a is b for b in ancestors(i))} for i in node.inputs]
+    return not per_input[0] & per_input[1] and len(per_input[0] | per_input[1]) == len(direct)
 
 
 # Steps that must be a job's only stateful step on their path (before / after them), yet:

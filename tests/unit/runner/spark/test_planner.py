@@ -427,12 +427,21 @@ def test_a_two_input_step_reading_a_stateful_step_on_each_input_is_numbered_dept
     assert any("'left'" in problem and "operator 1" in problem for problem in compare(manifest, moved))
 
 
-def test_a_two_input_step_reading_two_stateful_steps_on_one_input_is_refused(env, events):
+def test_a_two_input_step_may_read_the_union_of_two_stateful_steps_on_one_input(env, events):
     src = events()
     a = src.key_by("k").process(_Count(), KEYED, name="a")
     b = src.key_by("k").process(_Count(), KEYED, name="b")
     a.union(b).connect(src).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'both'.*several stateful steps"):
+    p = plan(env.graph())
+    assert [n.name for n in p.upstream_steps(_node(p, "both"))] == ["a", "b"] and p.fan_out is None
+
+
+def test_a_two_input_step_reading_one_stateful_step_on_both_inputs_is_refused_naming_them(env, events):
+    src = events()
+    a = src.key_by("k").process(_Count(), KEYED, name="a")
+    b = src.key_by("k").process(_Count(), KEYED, name="b")
+    a.connect(a.union(b)).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match=r"step 'both'.*several stateful steps \(a, b\) and one of them on both its inputs"):
         plan(env.graph())
 
 
