@@ -43,16 +43,31 @@ def test_decoded_json_feeds_a_window_and_dead_letters_reach_their_sink(env):
     assert os.path.isdir(spool) and os.listdir(spool) == []  # every micro-batch's spool written out and cleared
 
 
-def test_a_stateful_step_in_the_dead_letter_branch_is_refused(env):
-    from ember.errors import PipelineError
+def test_a_keyed_step_on_the_dead_letters_beside_one_on_the_records(env):
+    """Count windows on the decoded records and on the dead letters of the same decode step: the
+    job fans out at the decode (fan_out_plan.root_fan_out), one lane reading its side output."""
+    from collections import Counter
 
-    src = YahooSource(as_json=True, partitions=2, max_events=1_000)
+    from ember.connectors.generators import EVENT_TYPES
+
+    src = YahooSource(as_json=True, partitions=2, max_events=1_000, malformed_every=7)
     bad = OutputTag("bad_json")
+    per_type, errors, letters = CollectSink(), CollectSink(), CollectSink()
     decoded = env.from_source(src, name="ad-events").parse_json("event", SCHEMA, dead_letter=bad, name="decode")
-    decoded.key_by("ad_id").count_window(10).count(name="per-ad").sink_to(CollectSink())
-    decoded.get_side_output(bad).key_by("error").count_window(2).count(name="errors").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="stateless"):
-        env.execute("refused")
+    decoded.key_by("event_type").count_window(10).count(name="per-type").sink_to(per_type)
+    dead = decoded.get_side_output(bad)
+    dead.key_by("error").count_window(2).count(name="errors").sink_to(errors)
+    dead.sink_to(letters, name="letters")
+    result = env.execute("json-fan-out", progress=False)
+    assert result.events == 1_000
+    ref = src.reference(0, 1_000, 0)
+    assert len(letters.rows()) == int(ref["malformed"].sum()) > 0
+    valid = Counter(EVENT_TYPES[t] for t, cut in zip(ref["event_type"].tolist(), ref["malformed"].tolist()) if not cut)
+    expected = {kind: n // 10 for kind, n in valid.items() if n // 10}
+    assert Counter(r["event_type"] for r in per_type.rows()) == expected and {r["count"] for r in per_type.rows()} == {10}
+    per_error = Counter(r["error"] for r in letters.rows())
+    assert Counter(r["error"] for r in errors.rows()) == {e: n // 2 for e, n in per_error.items() if n // 2}
+    assert {r["count"] for r in errors.rows()} == {2}
 
 
 @pytest.mark.parametrize("predicate, pushed", [
