@@ -37,7 +37,7 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["CARRIES_TIME", "DETOURING", "dead_letters_of", "native_window", "native_join", "spark_stateful_operators",
+__all__ = ["CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join", "spark_stateful_operators",
            "runtime_steps", "upstream_steps"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
@@ -47,6 +47,13 @@ DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, Lo
 def dead_letters_of(node: Node) -> object:
     """The tag of ``node``'s dead letters (a lookup join's: its unmatched records)."""
     return node.unmatched if isinstance(node, LookupJoinNode) else getattr(node, "dead_letter", None)
+
+
+def detours(node: Node) -> bool:
+    """Whether ``node`` is the dead-letter output of a stateless step: it may leave the query
+    beside it (spool.py, planner.py)."""
+    return isinstance(node, SideOutputNode) and isinstance(node.inputs[0], DETOURING) \
+        and node.tag == dead_letters_of(node.inputs[0])
 
 # Steps that pass each row on with its event time (hidden columns, translators/eventtime.py);
 # a keyed step's side output carries each record's too.
@@ -87,8 +94,7 @@ def _every_sink_reads(node: Node, graph: Graph) -> bool:
         before = list(ancestors(sink))
         if any(a is node for a in before):
             continue
-        if not any(isinstance(a, SideOutputNode) and isinstance(a.inputs[0], DETOURING)
-                   and a.tag == dead_letters_of(a.inputs[0]) for a in before):
+        if not any(detours(a) for a in before):
             return False
     return True
 

@@ -51,8 +51,7 @@ from ember.graph.nodes import (
 from ember.runner.spark.fan_out_plan import FanOut, fan_out_of, root_fan_out
 from ember.runner.spark.placement import (
     CARRIES_TIME,
-    DETOURING,
-    dead_letters_of,
+    detours,
     native_join,
     native_window,
     runtime_steps,
@@ -202,8 +201,7 @@ def _keyed_fan_out(graph: Graph) -> FanOut | None:
 
 def _detourable(graph: Graph) -> list[SideOutputNode]:
     """The dead-letter outputs of stateless steps: they may leave the query beside it (spool.py)."""
-    return [n for n in graph.nodes
-            if isinstance(n, SideOutputNode) and isinstance(n.inputs[0], DETOURING) and n.tag == dead_letters_of(n.inputs[0])]
+    return [n for n in graph.nodes if isinstance(n, SideOutputNode) and detours(n)]
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:

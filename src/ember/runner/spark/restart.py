@@ -45,14 +45,14 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
     stateful = [node for node in graph.nodes if _stateful(node)]
     operators = [_operator(node, graph) for node in stateful]
-    spark_operator = spark_keyed_operator(graph, keyed_operator)
+    fan = job_fan_out(graph)
+    spark_operator = spark_keyed_operator(graph, keyed_operator, fan is not None)
     keyed = runtime_steps(graph)
     for op, node in zip(operators, stateful):
         if any(node is step for step in keyed):  # on Ember's keyed runtime: a Spark Python state operator
             op["spark operator"] = spark_operator
         if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
-    fan = job_fan_out(graph)
     if fan is not None:  # the readers of a fan-out share one Spark operator per level, one lane each (keyed/lanes.py)
         for op, node in zip(operators, stateful):
             where = fan.where(node)
@@ -99,9 +99,10 @@ def _holder(op: dict[str, Any]) -> str:
     return f"lane {lane} of a fan-out's shared Spark operator" + (f" (level {op['level']})" if op.get("level") else "")
 
 
-def spark_keyed_operator(graph: Any, keyed_operator: str = "auto") -> str:
-    """The Spark operator the graph's keyed steps run on (planner: ``Plan.chained``)."""
-    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and job_fan_out(graph) is None:
+def spark_keyed_operator(graph: Any, keyed_operator: str = "auto", fanned_out: bool = False) -> str:
+    """The Spark operator the graph's keyed steps run on (planner: ``Plan.chained``);
+    ``fanned_out``: the job has a fan-out (planner.job_fan_out), whose lanes share one."""
+    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and not fanned_out:
         return APWS
     return TWS
 

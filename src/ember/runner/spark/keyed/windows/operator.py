@@ -88,16 +88,8 @@ class WindowOperator(KeyedProcessFunction):
             if self.is_late(window, ctx):
                 continue
             placed = True
-            if spec.dead_letter is not None:
-                if not self._guarded_element(ctx, window, value, ts, out):
-                    break  # a dead letter: into no further window
-                continue
-            self._add(ctx, window, value, ts)
-            tctx = self.trigger_ctx.bind(ctx, window)
-            result = self._call_trigger("on_element", spec.trigger.on_element, (value, ts, window, tctx))
-            self.apply_result(ctx, window, result, out)
-            tctx.bind(ctx, window).release()
-            self.register_cleanup(ctx, window)
+            if not self._element(ctx, window, value, ts, out):
+                break  # a dead letter: into no further window
         if not placed:
             self._late(ctx, value)
         self.tidy(ctx)
@@ -132,17 +124,15 @@ class WindowOperator(KeyedProcessFunction):
             prev = windows.get(window)
             windows[window] = value if prev is None else self.call("reduce", spec.reduce, (prev, value))
 
-    def _guarded_element(self, ctx: KeyedRuntime, window: TimeWindow, value: dict[str, Any], ts: int,
-                         out: list[Any]) -> bool:
-        """The record into ``window`` and the trigger's answer to it, with a record the user's
-        code raises on sent to the dead-letter output (``raw``: the record as JSON, ``error``:
-        why). The window keeps what it had: after a raising ``add`` / reduce (unless the function
+    def _element(self, ctx: KeyedRuntime, window: TimeWindow, value: dict[str, Any], ts: int, out: list[Any]) -> bool:
+        """The record into ``window`` and the trigger's answer to it. With a dead-letter output, a
+        record the user's code raises on goes there (``raw``: the record as JSON, ``error``: why)
+        and the window keeps what it had: after a raising ``add`` / reduce (unless the function
         changed its accumulator in place before raising), and after a raising trigger
         ``on_element`` the record is taken back out (the trigger state it changed before raising
-        stays, as a process function's; a window the record opened is dropped with it). False
-        for a dead letter."""
+        stays, as a process function's; a window the record opened is dropped with it). Without
+        one, the error fails the step. False for a dead letter."""
         spec = self.spec
-        assert spec.dead_letter is not None
         windows = ctx.current.setdefault(WINDOWS, {})
         had = window in windows
         before = windows.get(window)
@@ -150,26 +140,33 @@ class WindowOperator(KeyedProcessFunction):
         try:
             self._add(ctx, window, value, ts)
         except UserFunctionError as exc:
-            ctx.dead_letter(spec.dead_letter, value, str(exc))
-            return False
+            return self._record_failed(ctx, value, exc)
         tctx = self.trigger_ctx.bind(ctx, window)
         try:
             result = self._call_trigger("on_element", spec.trigger.on_element, (value, ts, window, tctx))
             self.apply_result(ctx, window, result, out)
         except UserFunctionError as exc:
-            if had and spec.keeps_elements:
-                del windows[window][size:]
-            elif had:
-                windows[window] = before
-            else:
-                windows.pop(window, None)
-                tctx.bind(ctx, window).scope.current.clear()
-            tctx.bind(ctx, window).release()
-            ctx.dead_letter(spec.dead_letter, value, str(exc))
-            return False
+            if spec.dead_letter is not None:
+                tctx.bind(ctx, window)
+                if had and spec.keeps_elements:
+                    del windows[window][size:]
+                elif had:
+                    windows[window] = before
+                else:
+                    windows.pop(window, None)
+                    tctx.scope.current.clear()
+                tctx.release()
+            return self._record_failed(ctx, value, exc)
         tctx.bind(ctx, window).release()
         self.register_cleanup(ctx, window)
         return True
+
+    def _record_failed(self, ctx: KeyedRuntime, value: dict[str, Any], error: UserFunctionError) -> bool:
+        """``value`` to the dead-letter output (False) — or, without one, the step fails with ``error``."""
+        if self.spec.dead_letter is None:
+            raise error
+        ctx.dead_letter(self.spec.dead_letter, value, str(error))
+        return False
 
     def _combine(self, a: Any, b: Any) -> Any:
         spec = self.spec
@@ -278,7 +275,7 @@ class WindowOperator(KeyedProcessFunction):
             self._call_trigger("clear", self.spec.trigger.clear, (window, tctx))
         except UserFunctionError as exc:  # with a dead-letter output: reported; the window goes all the same
             self._window_failed(ctx, window, exc)
-        tctx.bind(ctx, window).scope.current.clear()
+        tctx.scope.current.clear()
         tctx.release()
 
     def _window_failed(self, ctx: KeyedRuntime, window: TimeWindow, error: UserFunctionError, sides: int | None = None) -> None:
