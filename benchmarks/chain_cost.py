@@ -28,6 +28,19 @@ from ember.connectors.sinks import NoopSink
 PER_BATCH = 2_000_000
 
 
+class DedupeThenStateMachine(StateMachine):
+    """``Dedupe`` and ``StateMachine`` written as one function, both states on one key."""
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.dedupe = Dedupe()
+        self.dedupe.open(ctx)
+
+    def process_element(self, event, ctx):
+        for kept in self.dedupe.process_element(event, ctx):
+            yield from super().process_element(kept, ctx)
+
+
 def run(spark, variant: str, operator: str, duration: float) -> dict:
     env = StreamEnvironment(checkpoint_dir=tempfile.mkdtemp(prefix="ember-chain-"), spark=spark,
                             max_events_per_batch=PER_BATCH, keyed_operator=operator)
@@ -45,6 +58,10 @@ def run(spark, variant: str, operator: str, duration: float) -> dict:
     steps = variant.split("+")
     if "dedupe" in steps:
         stream = stream.key_by("address").process(Dedupe(), src.schema_ddl, name="dedupe")
+    if "both" in steps:  # dedupe and state machine by hand in one function: what fusing them could reach
+        stream = stream.key_by("address").process(DedupeThenStateMachine(), ALERT_SCHEMA, name="both")
+    if "chained-sm" in steps:  # the state machine chained to the dedupe (reinterpret_as_keyed)
+        stream = stream.reinterpret_as_keyed("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine")
     if "sm" in steps:
         stream = stream.key_by("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine")
     if "window" in steps:

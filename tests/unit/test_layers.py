@@ -17,7 +17,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ember.errors", "ember.version"),
     ("ember.time",),
     # declarations: what a user writes, engine-neutral
-    ("ember.state", "ember.functions", "ember.rolling", "ember.coprocess", "ember.windowing", "ember.connectors", "ember.job"),
+    ("ember.state", "ember.functions", "ember.rolling", "ember.coprocess", "ember.chaining", "ember.windowing", "ember.connectors",
+     "ember.job"),
     ("ember.graph",),
     ("ember.runner",),
     ("ember.savepoints",),

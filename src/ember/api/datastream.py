@@ -262,6 +262,23 @@ class DataStream:
                 )
         return KeyedStream(self._env, self._add(n.KeyByNode, name, "key_by", keys=tuple(keys)))
 
+    def reinterpret_as_keyed(self, *keys: str, name: str | None = None) -> "KeyedStream":
+        """This stream as already partitioned by ``keys`` (field names): Flink's
+        ``reinterpretAsKeyedStream``. A keyed ``process`` step reading it straight after a
+        keyed ``process`` step keyed by the same fields runs *chained* to that step — in one
+        Spark operator, each record handed over in Python, no shuffle between them
+        (docs/dataflow.md, "Chaining keyed steps"). The promise: every record the step
+        before emits carries the key it was called with; a record that does not is the
+        reading step's dead letter (or fails the job, naming both keys). Where the steps
+        cannot chain, this is ``key_by(*keys)``."""
+        step = name or "reinterpret_as_keyed"
+        if not keys:
+            raise PipelineError("reinterpret_as_keyed needs at least one key field", step)
+        for k in keys:
+            if not (isinstance(k, str) and k):
+                raise PipelineError(f"reinterpret_as_keyed takes field names, got {k!r}", step)
+        return KeyedStream(self._env, self._add(n.KeyByNode, name, "key_by", keys=tuple(keys), reinterpret=True))
+
     def window_all(self, assigner: WindowAssigner) -> "WindowedStream":
         """A window over the whole (non-keyed) stream."""
         return WindowedStream(self, (), assigner)

@@ -12,6 +12,7 @@ from ember.api.datastream import DataStream
 from ember.connectors.base import Source
 from ember.connectors.spark_sources import ScriptedSource
 from ember.errors import ConfigError, PipelineError
+from ember.graph.chaining import chained
 from ember.graph.graph import Graph
 from ember.graph.nodes import SinkNode, SourceNode, SqlNode
 from ember.job import DASHBOARD_PORT, EnvironmentConfig, JobResult
@@ -214,7 +215,7 @@ class StreamEnvironment:
 
     def graph(self) -> Graph:
         """The validated graph of every stream sent to a sink so far."""
-        return Graph(list(self._sinks)).validate()
+        return chained(Graph(list(self._sinks)).validate())
 
     # -- running -----------------------------------------------------------------------
     @property

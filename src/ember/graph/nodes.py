@@ -29,6 +29,7 @@ __all__ = [
     "SqlNode",
     "KeyByNode",
     "KeyedProcessNode",
+    "ChainedProcessNode",
     "CoProcessNode",
     "BroadcastProcessNode",
     "WindowJoinNode",
@@ -217,12 +218,17 @@ class SqlNode(Node):
 
 @dataclass(frozen=True, eq=False)
 class KeyByNode(Node):
-    """Partition by key: records with equal keys go to the same state partition."""
+    """Partition by key: records with equal keys go to the same state partition.
+    ``reinterpret``: the stream is already partitioned by these keys (Flink's
+    ``reinterpretAsKeyedStream``): a keyed step reading it may be chained to the keyed
+    step before it (ember.graph.chaining)."""
 
     keys: tuple[Any, ...] = ()
+    reinterpret: bool = False
 
     def describe(self) -> str:
-        return "key_by " + ", ".join(str(k) for k in self.keys)
+        what = "reinterpret_as_keyed " if self.reinterpret else "key_by "
+        return what + ", ".join(str(k) for k in self.keys)
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,6 +242,19 @@ class KeyedProcessNode(Node):
 
     def describe(self) -> str:
         return f"process {type(self.fn).__name__} by {', '.join(self.keys)} (python, keyed state){_dead(self)}"
+
+
+@dataclass(frozen=True, eq=False)
+class ChainedProcessNode(KeyedProcessNode):
+    """Keyed process steps on one key run as one step (Flink's operator chaining;
+    ember.graph.chaining): ``steps`` as declared, ``fn`` runs them in turn on each record
+    (ember.chaining.ChainedFunction), ``output_schema`` and ``dead_letter`` are the last's."""
+
+    steps: tuple[KeyedProcessNode, ...] = ()
+
+    def describe(self) -> str:
+        fns = " -> ".join(type(s.fn).__name__ for s in self.steps)
+        return f"process {fns} by {', '.join(self.keys)} (python, keyed state, chained){_dead(self)}"
 
 
 @dataclass(frozen=True, eq=False)

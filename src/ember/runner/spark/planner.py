@@ -36,10 +36,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ember.errors import PipelineError
+from ember.graph.chaining import why_not_chained
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
     CoProcessNode,
     IntervalJoinNode,
+    KeyByNode,
     Node,
     SideOutputNode,
     SinkNode,
@@ -77,6 +79,8 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
             how = "native" if native_window(node, graph) else "python, keyed state"
         elif isinstance(node, IntervalJoinNode):
             how = "native" if native_join(node, graph) else "python, keyed state"
+        elif isinstance(node, KeyByNode) and node.reinterpret:  # a chained one is gone from the graph
+            how = f"not chained: {why_not_chained(node, graph)}; a key_by"
         where = fan.where(node) if fan is not None else None
         if where is not None:
             level, lane = where

@@ -217,7 +217,7 @@ class BucketFunction:
                 return latest
         fn, step, marks = self.fn, self.step, rt.marks
         process, append = fn.process_element, out.extend
-        if self.dead_letter is not None:
+        if self.dead_letter is not None and not getattr(fn, "guards_itself", False):
             process = self._guarded(process, rt)
         # The hot loop: one user call per record and nothing else per record.
         keys = key_cols[0] if single else list(zip(*key_cols))
@@ -234,6 +234,8 @@ class BucketFunction:
                     if marking:
                         marks.append((len(out), ts))  # type: ignore[union-attr]
                     append(result)
+            except UserFunctionError:
+                raise  # named by an adapter (a chain names its own steps)
             except Exception as exc:
                 what, seen, _ = failed_call(fn, record)
                 raise UserFunctionError(

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from ember.connectors.hashing import INT_KINDS
 from ember.errors import PipelineError
 from ember.graph.graph import ancestors
-from ember.graph.nodes import KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
+from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
@@ -308,6 +308,7 @@ def _has_event_time(up: Frame) -> bool:
     return up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME
 
 
+@translates(ChainedProcessNode)
 @translates(KeyedProcessNode)
 def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     up = keyed_input(comp, node, node.keys)
@@ -317,9 +318,12 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
         raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
     out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
     event_time = _has_event_time(up)
-    return keyed_operator(comp, node, up, node.keys, node.fn, out, event_time,
-                          combiner=_rolling_combiner(comp, node, up, event_time),
-                          dead_letter=read_dead_letters(comp, node))
+    dead_letter = read_dead_letters(comp, node)
+    fn = node.fn
+    if isinstance(node, ChainedProcessNode):  # the chain hands each step's rows to the next as records
+        fn = fn.bound([output_struct(s.output_schema, None, s.name).names for s in node.steps[:-1]], dead_letter)
+    return keyed_operator(comp, node, up, node.keys, fn, out, event_time,
+                          combiner=_rolling_combiner(comp, node, up, event_time), dead_letter=dead_letter)
 
 
 def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, event_time: bool) -> Any:

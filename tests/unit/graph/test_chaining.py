@@ -1,0 +1,233 @@
+"""Operator chaining (ember.graph.chaining, ember.chaining): which keyed steps become one,
+and the chained function itself on Ember's keyed runtime, without Spark — each step's
+state apart, timers back to the step that set them, the key promise checked, errors named."""
+
+from __future__ import annotations
+
+import pytest
+
+from ember import CollectSink, KeyedProcessFunction, OutputTag, PipelineError
+from ember.chaining import ChainedFunction, ChainLink
+from ember.errors import UserFunctionError
+from ember.graph.chaining import why_not_chained
+from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode
+from ember.runner.spark.keyed.runtime import KeyedRuntime
+from ember.runner.spark.planner import plan
+from ember.state.descriptors import ValueStateDescriptor
+
+SCHEMA = "ts bigint, k string"
+
+
+class Count(KeyedProcessFunction):
+    """Numbers each key's records (state "n": every step declares the same name)."""
+
+    def __init__(self, timer_after=None):
+        self.timer_after = timer_after
+
+    def open(self, ctx):
+        self.n = ctx.get_state(ValueStateDescriptor("n", default=0))
+
+    def process_element(self, value, ctx):
+        self.n.update(self.n.value() + 1)
+        if self.timer_after is not None:
+            ctx.register_event_time_timer(value["ts"] + self.timer_after)
+        yield {"ts": value["ts"], "k": value["k"], "n": self.n.value()}
+
+    def on_timer(self, timestamp, ctx):
+        yield (timestamp, ctx.current_key, -self.n.value())
+
+
+def _chain(env, events, *steps, reinterpret=True):
+    stream = events().key_by("k").process(steps[0], "ts bigint, k string, n bigint", name="s0")
+    for i, fn in enumerate(steps[1:], 1):
+        keyed = stream.reinterpret_as_keyed("k") if reinterpret else stream.key_by("k")
+        stream = keyed.process(fn, "ts bigint, k string, n bigint", name=f"s{i}")
+    return stream
+
+
+def test_three_reinterpreted_steps_become_one_chained_step(env, events):
+    _chain(env, events, Count(), Count(), Count()).sink_to(CollectSink(), name="out")
+    graph = env.graph()
+    keyed = [n for n in graph if isinstance(n, KeyedProcessNode)]
+    assert len(keyed) == 1 and isinstance(keyed[0], ChainedProcessNode)
+    assert keyed[0].name == "s0 -> s1 -> s2"
+    assert [s.name for s in keyed[0].steps] == ["s0", "s1", "s2"]
+    assert isinstance(keyed[0].inputs[0], KeyByNode) and not keyed[0].inputs[0].reinterpret
+    assert "process Count -> Count -> Count by k (python, keyed state, chained)" in env.explain(spark_plan=False)
+    assert not plan(graph).chained  # one keyed-runtime step: Spark's applyInPandasWithState may run it
+
+
+def test_key_by_between_keyed_steps_does_not_chain(env, events):
+    _chain(env, events, Count(), Count(), reinterpret=False).sink_to(CollectSink())
+    assert not any(isinstance(n, ChainedProcessNode) for n in env.graph())
+
+
+def test_a_step_read_elsewhere_does_not_chain_and_says_why(env, events):
+    first = events().key_by("k").process(Count(), "ts bigint, k string, n bigint", name="first")
+    first.sink_to(CollectSink(), name="audit")
+    first.reinterpret_as_keyed("k").process(Count(), "ts bigint, k string, n bigint", name="second").sink_to(CollectSink())
+    graph = env.graph()
+    assert not any(isinstance(n, ChainedProcessNode) for n in graph)
+    node = next(n for n in graph if isinstance(n, KeyByNode) and n.reinterpret)
+    assert why_not_chained(node, graph) == "'first' is also read by audit"
+    assert "not chained: 'first' is also read by audit" in env.explain(spark_plan=False)
+
+
+def test_other_keys_do_not_chain(env, events):
+    first = events().key_by("k").process(Count(), "ts bigint, k string, n bigint", name="first")
+    first.reinterpret_as_keyed("ts").process(Count(), "ts bigint, k string, n bigint", name="second").sink_to(CollectSink())
+    graph = env.graph()
+    node = next(n for n in graph if isinstance(n, KeyByNode) and n.reinterpret)
+    assert why_not_chained(node, graph) == "'first' is keyed by k, not by ts"
+
+
+def test_the_first_steps_dead_letters_keep_it_apart(env, events):
+    dead = OutputTag("dead")
+    first = events().key_by("k").process(Count(), "ts bigint, k string, n bigint", dead_letter=dead, name="first")
+    first.reinterpret_as_keyed("k").process(Count(), "ts bigint, k string, n bigint", name="second").sink_to(CollectSink())
+    graph = env.graph()
+    node = next(n for n in graph if isinstance(n, KeyByNode) and n.reinterpret)
+    assert why_not_chained(node, graph) == "'first' has a dead-letter output"
+
+
+@pytest.mark.parametrize("keys", [(), ("",), (1,)])
+def test_reinterpret_needs_field_names(env, events, keys):
+    with pytest.raises(PipelineError, match="reinterpret_as_keyed"):
+        events().reinterpret_as_keyed(*keys)
+
+
+# --------------------------------------------------------------------------- the chained function
+class _Runtime:
+    """Ember's keyed runtime with one bucket's keys: enter a key, run a call, leave."""
+
+    def __init__(self, fn, dead_letter=None):
+        self.rt = KeyedRuntime(event_time=True, side_tags=frozenset({dead_letter} if dead_letter else ()))
+        fields = [["ts", "k", "n"]] * (len(fn.links) - 1)
+        self.fn = fn.bound(fields, dead_letter)
+        self.fn.open(self.rt)
+
+    def element(self, ts, key):
+        found = self.rt.enter(key)
+        self.rt.timestamp = ts
+        try:
+            return list(self.fn.process_element({"ts": ts, "k": key}, self.rt) or [])
+        finally:
+            self.rt.leave(key, found)
+
+    def timer(self, ts, key):
+        found = self.rt.enter(key)
+        timers = self.rt.current.get("\x00event_timers", set())
+        assert ts in timers, "the runtime holds one timer per key and time"
+        timers.discard(ts)
+        if not timers:
+            self.rt.current.pop("\x00event_timers", None)
+        self.rt.time_domain = "event_time"
+        try:
+            return list(self.fn.on_timer(ts, self.rt) or [])
+        finally:
+            self.rt.leave(key, found)
+
+
+def _links(*fns):
+    return ChainedFunction([ChainLink(f"s{i}", fn, ("k",)) for i, fn in enumerate(fns)])
+
+
+def test_each_step_keeps_its_own_state_under_its_name():
+    run = _Runtime(_links(Count(), Count()))
+    assert run.element(10, "a") == [{"ts": 10, "k": "a", "n": 1}]
+    run.element(11, "a")
+    assert run.element(12, "b") == [{"ts": 12, "k": "b", "n": 1}]
+    assert run.rt.blob["keys"]["a"] == {"s0/n": 2, "s1/n": 2}
+
+
+def test_a_timer_calls_the_steps_that_set_it_and_feeds_the_steps_after():
+    run = _Runtime(_links(Count(timer_after=5), Count(), Count(timer_after=5)))
+    run.element(10, "a")  # s0 and s2 both set a timer at 15: the runtime keeps one
+    assert run.rt.blob["keys"]["a"]["\x00event_timers"] == {15}
+    fired = run.timer(15, "a")
+    # s0's on_timer emits (15, a, -1): s1 counts it (n = 2), s2 counts it (n = 2) and sets a timer at 20;
+    # then s2's own timer at 15: (15, a, -2) leaves the chain as it is
+    assert fired == [{"ts": 15, "k": "a", "n": 2}, (15, "a", -2)]
+    assert run.rt.blob["keys"]["a"]["\x00event_timers"] == {20}
+    assert run.timer(20, "a") == [(20, "a", -2)]
+    assert "\x00chain_event" not in run.rt.blob["keys"]["a"]
+
+
+def test_a_deleted_timer_stays_while_another_step_waits_for_it():
+    class Deleting(Count):
+        def process_element(self, value, ctx):
+            ctx.register_event_time_timer(100)
+            ctx.delete_event_time_timer(100)
+            yield value | {"n": 0}
+
+    class Setting(Count):
+        def process_element(self, value, ctx):
+            ctx.register_event_time_timer(100)
+            yield value | {"n": 0}
+
+    run = _Runtime(_links(Setting(), Deleting()))
+    run.element(10, "a")
+    assert run.rt.blob["keys"]["a"]["\x00event_timers"] == {100}
+    assert run.rt.blob["keys"]["a"]["\x00chain_event"] == {100: {0}}
+
+
+class Rekey(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield {"ts": value["ts"], "k": value["k"] + "!", "n": 0}
+
+
+class Failing(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        if value["ts"] == 13:
+            raise ValueError("thirteen")
+        yield value
+
+
+def test_a_record_under_another_key_fails_the_job_naming_both_steps_and_keys():
+    run = _Runtime(_links(Rekey(), Count()))
+    with pytest.raises(UserFunctionError, match=r"step 's1' reads 's0' through reinterpret_as_keyed\('k'\), but "
+                                                r"'s0' emitted a record with key 'a!' while processing key 'a'"):
+        run.element(10, "a")
+
+
+def test_a_record_under_another_key_is_the_last_steps_dead_letter():
+    run = _Runtime(_links(Rekey(), Count()), dead_letter="dead")
+    assert run.element(10, "a") == []
+    (tag, letter, _, _), = run.rt.side
+    assert tag == "dead" and "emitted a record with key 'a!'" in letter["error"] and '"k": "a!"' in letter["raw"]
+
+
+def test_the_last_step_failing_is_its_dead_letter_with_its_record():
+    run = _Runtime(_links(Count(), Failing()), dead_letter="dead")
+    assert run.element(12, "a") == [{"ts": 12, "k": "a", "n": 1}]
+    assert run.element(13, "a") == []
+    (tag, letter, _, _), = run.rt.side
+    assert letter["error"] == "step 's1': Failing.process_element raised ValueError: thirteen"
+    assert '"n": 2' in letter["raw"]  # the record as the failing step saw it
+    assert run.rt.blob["keys"]["a"]["s0/n"] == 2  # the step before keeps what it did
+
+
+def test_an_earlier_step_failing_fails_the_job_naming_it():
+    run = _Runtime(_links(Failing(), Count()), dead_letter="dead")
+    with pytest.raises(UserFunctionError, match="step 's0': Failing.process_element raised ValueError: thirteen"):
+        run.element(13, "a")
+
+
+def test_the_last_steps_generator_failing_as_read_names_it():
+    run = _Runtime(_links(Count(), Failing()))
+    with pytest.raises(UserFunctionError, match="step 's1': Failing.process_element raised ValueError: thirteen"):
+        run.element(13, "a")
+
+
+def test_tuples_and_partial_dicts_become_records_of_the_steps_schema():
+    class Shapes(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            yield (value["ts"], value["k"], 7)
+            yield {"k": value["k"], "ts": value["ts"]}
+
+    class Echo(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            yield value
+
+    run = _Runtime(_links(Shapes(), Echo()))
+    assert run.element(10, "a") == [{"ts": 10, "k": "a", "n": 7}, {"ts": 10, "k": "a", "n": None}]
