@@ -80,9 +80,13 @@ def test_state_survives_a_restart_from_the_checkpoint(spark, tmp_path):
 
 
 def test_state_machine_alerts_equal_injected_events(env, load_example):
+    """The example: a dedupe and the state machine chained (reinterpret_as_keyed). One event
+    per ms of event time: the dedupe drops an event not newer than its address's last one."""
     example = load_example("state_machine")
-    source = StateMachineSource(partitions=2, max_events=120_000, active_addresses=200, frames_per_epoch=20, invalid_rate=0.002)
+    source = StateMachineSource(partitions=2, max_events=120_000, active_addresses=200, frames_per_epoch=20, invalid_rate=0.002,
+                                nominal_rate=1_000)
     sink = example.build(env, source)
+    assert "dedupe -> state-machine" in env.explain(spark_plan=False)
     result = env.execute("sm", progress=False)
     assert result.events == 120_000
     got = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
