@@ -11,7 +11,8 @@ import flink_model as model
 import pytest
 
 from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, WatermarkStrategy
-from ember.errors import JobFailedError
+from ember.errors import JobFailedError, RestartError
+from ember.savepoints import create_savepoint
 from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -106,13 +107,19 @@ def test_a_chain_resumes_from_its_checkpoint_with_each_steps_state(spark, tmp_pa
     batches = [[(1_000 * i + j, "abc"[j % 3], 1) for j in range(7)] for i in range(1, 7)]
     per_key = Counter(k for b in batches for _, k, _ in b)
     rows = []
-    for stop in ({"max_events": 21}, {}):
+
+    def job(chained=True):
         env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark,
                                 max_events_per_batch=7)
         sink = CollectSink()
-        (env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
-            .key_by("k").process(Tally(), "k string, n bigint, m bigint", name="first")
-            .reinterpret_as_keyed("k").process(Tally(), "k string, n bigint, m bigint", name="second").sink_to(sink))
+        first = (env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+                 .key_by("k").process(Tally(), "k string, n bigint, m bigint", name="first"))
+        keyed = first.reinterpret_as_keyed("k") if chained else first.key_by("k")
+        keyed.process(Tally(), "k string, n bigint, m bigint", name="second").sink_to(sink)
+        return env, sink
+
+    for stop in ({"max_events": 21}, {}):
+        env, sink = job()
         result = env.execute("chained-restart", progress=False, **stop)
         rows.append((result.events, sink.rows()))
     (first_events, first_rows), (rest_events, rest_rows) = rows
@@ -123,6 +130,14 @@ def test_a_chain_resumes_from_its_checkpoint_with_each_steps_state(spark, tmp_pa
         assert r["n"] == r["m"]  # the first step's count reached the second step with its record
         seen[r["k"]].append(r["m"])
     assert {k: sorted(ms) for k, ms in seen.items()} == {k: list(range(1, n + 1)) for k, n in per_key.items()}
+    # each step's state under its own name in the chained step's savepoint entry
+    point = create_savepoint(str(tmp_path / "chained-restart"), root=str(tmp_path / "sp"))
+    state = point.read_state("first -> second", spark)
+    assert sorted(zip(state["k"], state["state"], state["value"])) == sorted(
+        (k, name, n) for k, n in per_key.items() for name in ("first/state", "second/state"))
+    # the steps apart are other operators: a restart that stops chaining them is refused before it runs
+    with pytest.raises(RestartError, match="first -> second"):
+        job(chained=False)[0].execute("chained-restart", progress=False)
 
 
 class Rekeying(KeyedProcessFunction):

@@ -58,7 +58,7 @@ def pipeline(env: StreamEnvironment) -> None:
     windows = (
         env.from_source(source, watermark, name="events")
         .key_by("address").process(Dedupe(), STATEMACHINE_SCHEMA, name="dedupe")
-        .key_by("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine")
+        .reinterpret_as_keyed("address").process(StateMachine(), ALERT_SCHEMA, name="state-machine")  # chained
         .key_by("state").window(TumblingEventTimeWindows.of(PIPELINE_WINDOW_MS))
         .aggregate(AlertsInWindow(), output_schema=ALERT_WINDOW_SCHEMA, name="alerts-per-second")
     )
