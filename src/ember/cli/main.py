@@ -440,7 +440,8 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run a benchmark workload (grep, grouping, statemachine, window, countwindow, ...)")
     bench.add_argument("workload", help="grep | grouping | grouping-keyed | rolling (keyed running count, one output per key and batch) | "
                        "statemachine | statemachine-vectorized | window | "
-                       "countwindow | pipeline (three stateful steps, the first two chained) | pipeline-unchained (the same, re-keyed between them) | interval-join (impressions joined with clicks within 10 s) | "
+                       "countwindow | pipeline (three stateful steps, the first two chained) | "
+                       "pipeline-unchained (the same, re-keyed between them) | interval-join (impressions joined with clicks within 10 s) | "
                        "connect (E4 checked against rules changing every second: broadcast state) | "
                        "yahoo | yahoo-json (events as JSON texts) | yahoo-redis (open loop, --rate default 100,000; "
                        "counts written to Redis every second and at each window's end; latency percentiles); "
