@@ -13,11 +13,11 @@ Each step keeps its own state and timers on the shared key:
 - timers: the runtime keeps one timer per key and time; the chain notes which steps set it
   (a reserved slot entry per time domain, as the window operator does for its windows) and
   calls each of those steps' ``on_timer``, its output flowing on through the steps after it;
-- side outputs: the last step's (the chained step's); an earlier step's have no reader
-  (chaining needs that), so they are dropped as any unread tag is;
-- dead letters: the last step's ``dead_letter`` takes the records *it* raises on (the record
-  as it saw it) and the records the step before emitted under another key; an earlier step
-  raising fails the job, naming that step, as it would unchained.
+- side outputs: each step's own (the pipeline reads them from the chained step: no two
+  steps of a chain have one of the same name, ember.graph.chaining);
+- dead letters: a step's ``dead_letter`` takes the records *it* raises on (the record as it
+  saw it) and, for a step after the first, the records the step before emitted under another
+  key; a step without one fails the job when it raises, naming the step, as unchained.
 
 The chain runs on Ember's keyed runtime (runner/spark/keyed/bucket.py): it reads the key's
 slot (``ctx.current``) for its timer notes and writes dead letters through the runtime's
@@ -48,22 +48,23 @@ def state_name(step: str, name: str) -> str:
 @dataclasses.dataclass
 class ChainLink:
     """One step of a chain: its name, function, key fields, the field names of its output
-    records (None for the last step: its rows leave the chain as they are) and its
-    dead-letter tag name."""
+    records (None for the last step: its rows leave the chain as they are), its dead-letter
+    output's name (None: none) and the names of its side outputs the pipeline reads."""
 
     step: str
     fn: KeyedProcessFunction
     keys: tuple[str, ...]
     out_fields: list[str] | None = None
     dead_letter: str | None = None
+    side_tags: frozenset[str] = frozenset()
 
 
 class _StepContext:
     """What one chained step sees as its context: the runtime's, with its state under its
-    own names, its timers noted as its own, and (but for the last step) no side outputs."""
+    own names, its timers noted as its own, and its own side outputs only."""
 
-    def __init__(self, rt: Any, index: int, link: ChainLink, last: bool) -> None:
-        self._rt, self._index, self._link, self._last = rt, index, link, last
+    def __init__(self, rt: Any, index: int, link: ChainLink) -> None:
+        self._rt, self._index, self._link = rt, index, link
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._rt, name)
@@ -72,8 +73,8 @@ class _StepContext:
         return self._rt.get_state(dataclasses.replace(descriptor, name=state_name(self._link.step, descriptor.name)))
 
     def output(self, tag: Any, record: Any) -> None:
-        if self._last:
-            self._rt.output(tag, record)
+        if getattr(tag, "name", None) in self._link.side_tags or not hasattr(tag, "name"):
+            self._rt.output(tag, record)  # (which refuses what is not an OutputTag)
 
     def _note(self, kind: str, timestamp: int) -> None:
         self._rt.current.setdefault(kind, {}).setdefault(int(timestamp), set()).add(self._index)
@@ -117,13 +118,13 @@ class ChainedFunction(KeyedProcessFunction):
         self._contexts: list[Any] = []  # per step, its _StepContext (the context the step is given)
         self._rt: Any = None
 
-    def bound(self, fields: list[list[str]], dead_letter: str | None) -> "ChainedFunction":
+    def bound(self, fields: list[list[str]], dead_letters: list[str | None]) -> "ChainedFunction":
         """A copy knowing each step's output field names but the last's (the runner reads
-        them from the steps' output schemas), and the dead-letter output the last step's
-        failures go to (None: none is read, they fail the job)."""
-        links = [dataclasses.replace(link, out_fields=list(f)) for link, f in zip(self.links, fields)]
-        last = dataclasses.replace(self.links[-1], dead_letter=dead_letter)
-        return ChainedFunction(links + self.links[len(fields):-1] + [last])
+        them from the steps' output schemas) and each step's dead-letter output (None: it
+        has none; its failures fail the job)."""
+        outs: list[list[str] | None] = [list(f) for f in fields] + [None]
+        return ChainedFunction([dataclasses.replace(link, out_fields=f, dead_letter=d)
+                                for link, f, d in zip(self.links, outs, dead_letters)])
 
     def __getstate__(self) -> dict[str, Any]:
         return {"links": self.links, "_contexts": [], "_rt": None}  # a task builds its own stages
@@ -138,8 +139,7 @@ class ChainedFunction(KeyedProcessFunction):
     def open(self, ctx: Any) -> None:
         self._rt = ctx
         self.__dict__.pop("_built", None)  # stages bind the contexts made here
-        last = len(self.links) - 1
-        self._contexts = [_StepContext(ctx, i, link, i == last) for i, link in enumerate(self.links)]
+        self._contexts = [_StepContext(ctx, i, link) for i, link in enumerate(self.links)]
         for link, step_ctx in zip(self.links, self._contexts):
             try:
                 link.fn.open(step_ctx)
@@ -246,7 +246,10 @@ class ChainedFunction(KeyedProcessFunction):
         shape, key_field = frozenset(fields), (self.links[i + 1].keys[0] if len(self.links[i + 1].keys) == 1 else None)
         slow = self._onwards
 
+        dead = link.dead_letter is not None
+
         def stage(record: Any) -> list[Any] | None:
+            mark = len(rt.side) if dead else 0
             try:
                 result = process(record, ctx)
                 if result is None:
@@ -255,7 +258,7 @@ class ChainedFunction(KeyedProcessFunction):
             except UserFunctionError:
                 raise
             except Exception as exc:
-                failed(i, exc, record, "process_element")  # raises, naming the step
+                failed(i, exc, record, "process_element", mark)  # a dead letter, or raises naming the step
                 return None
             out: list[Any] = []
             for row in rows:
@@ -301,7 +304,7 @@ class ChainedFunction(KeyedProcessFunction):
                  f"({', '.join(repr(k) for k in keys)}), but '{link.step}' emitted a record with key {key!r} while "
                  f"processing key {rt.current_key!r}: a reinterpreted stream must keep each record's key "
                  f"(key_by re-partitions)")
-        if following.dead_letter is not None and following is self.links[-1]:
+        if following.dead_letter is not None:
             rt.dead_letter(following.dead_letter, record, error)
             return False
         raise UserFunctionError(f"{error}; record {record_text(record)}")

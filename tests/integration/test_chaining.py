@@ -177,3 +177,56 @@ def test_a_broken_key_without_dead_letters_fails_the_job_naming_it(env):
         .reinterpret_as_keyed("k").process(FailingOnNine(), SCHEMA, name="check").sink_to(CollectSink()))
     with pytest.raises(JobFailedError, match="'rekey' emitted a record with key 'a!' while processing key 'a'"):
         env.execute("chained-broken-key", progress=False)
+
+
+class Validating(KeyedProcessFunction):
+    """Reports odd values to a side output, then fails on 9 (what it reported is taken back)."""
+
+    ODD = OutputTag("odd", "k string, v int")
+
+    def process_element(self, value, ctx):
+        if value["v"] % 2:
+            ctx.output(self.ODD, {"k": value["k"], "v": value["v"]})
+        if value["v"] == 9:
+            raise ValueError("nine")
+        yield value
+
+
+class NumberingFailingOnSeven(KeyedProcessFunction):
+    def open(self, ctx):
+        self.state = ctx.get_state(ValueStateDescriptor("state", default=0))
+
+    def process_element(self, value, ctx):
+        if value["v"] == 7:
+            raise ValueError("seven")
+        self.state.update(self.state.value() + 1)
+        yield {"k": value["k"], "v": value["v"], "n": self.state.value()}
+
+
+def test_each_chained_steps_side_outputs_and_dead_letters_are_its_own(env):
+    batches = model.random_batches(5, batches=6)
+    first_dead, second_dead = OutputTag("first_dead"), OutputTag("second_dead")
+    out, odd, dead1, dead2 = CollectSink(), CollectSink(), CollectSink(), CollectSink()
+    first = (env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+             .key_by("k").process(Validating(), SCHEMA, dead_letter=first_dead, name="validate"))
+    first.get_side_output(Validating.ODD).sink_to(odd, name="odd")
+    first.get_side_output(first_dead).sink_to(dead1, name="validate-dead")
+    numbered = first.reinterpret_as_keyed("k").process(NumberingFailingOnSeven(), "k string, v int, n bigint",
+                                                       dead_letter=second_dead, name="number")
+    numbered.get_side_output(second_dead).sink_to(dead2, name="number-dead")
+    numbered.sink_to(out, name="numbered")
+    assert "validate -> number" in env.explain(spark_plan=False)
+    env.execute("chained-sides", progress=False)
+    records = [r for b in batches for r in b]
+    assert sorted((r["k"], r["v"]) for r in odd.rows()) == sorted((k, v) for _, k, v in records if v % 2 and v != 9)
+    assert sorted(r["raw"] for r in dead1.rows()) == sorted(
+        f'{{"ts": {ts}, "k": "{k}", "v": 9}}' for ts, k, v in records if v == 9)
+    assert {r["error"] for r in dead1.rows()} <= {"step 'validate': Validating.process_element raised ValueError: nine"}
+    assert sorted(r["raw"] for r in dead2.rows()) == sorted(
+        f'{{"ts": {ts}, "k": "{k}", "v": 7}}' for ts, k, v in records if v == 7)
+    kept = Counter(k for _, k, v in records if v not in (7, 9))
+    per_key = defaultdict(list)
+    for r in out.rows():
+        per_key[r["k"]].append(r["n"])
+    assert {k: sorted(ns) for k, ns in per_key.items()} == {k: list(range(1, n + 1)) for k, n in kept.items()}
+    assert dead1.rows() and dead2.rows() and odd.rows()

@@ -11,9 +11,10 @@ a third step reinterpreting the second's output joins the same node.
 What may chain (else the ``reinterpret_as_keyed`` is an ordinary ``key_by``, and
 :func:`why_not_chained` says why): both steps keyed ``process`` functions (per record,
 not a co-process, broadcast, rolling or vectorised step), keyed by the same field names;
-the first step's only reader the reinterpretation, the reinterpretation's only reader
-the second step (a side output or another reader of the first step needs its records
-apart); the first step without a dead-letter output, with an output schema.
+the first step's main output read by the reinterpretation only, the reinterpretation by
+the second step only; the first step with an output schema; no two chained steps with a
+side output of one name (a chained step's side outputs and dead letters are read from the
+chain, told apart by name).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 from ember.chaining import ChainedFunction, ChainLink
 from ember.graph.graph import Graph
-from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node
+from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node, SideOutputNode
 
 __all__ = ["chained", "why_not_chained"]
 
@@ -35,13 +36,37 @@ def _plain(node: Node) -> bool:
     return not callable(getattr(fn, "process_batch", None))
 
 
-def why_not_chained(reinterpret: KeyByNode, graph: Graph) -> str | None:
-    """Why the step reading ``reinterpret`` (a ``reinterpret_as_keyed`` step) does not chain
-    to the step before it; None when it does."""
+def _readers(graph: Graph) -> dict[int, list[Node]]:
     readers: dict[int, list[Node]] = {}
     for node in graph.nodes:
         for parent in node.inputs:
             readers.setdefault(id(parent), []).append(node)
+    return readers
+
+
+def _side_tags(node: Node, readers: dict[int, list[Node]]) -> set[str]:
+    """The side outputs of ``node`` the pipeline reads, and its dead-letter output, by name."""
+    tags = {r.tag.name for r in readers.get(id(node), []) if isinstance(r, SideOutputNode)}
+    dead = getattr(node, "dead_letter", None)
+    return tags | ({dead.name} if dead is not None else set())
+
+
+def _chain_ending_at(node: Node, graph: Graph, readers: dict[int, list[Node]]) -> list[Node]:
+    """The steps chained up to ``node`` (itself included), first step first."""
+    steps = [node]
+    while steps[0].inputs and isinstance(steps[0].inputs[0], KeyByNode) and steps[0].inputs[0].reinterpret \
+            and _refusal(steps[0].inputs[0], graph, readers) is None:
+        steps.insert(0, steps[0].inputs[0].inputs[0])
+    return steps
+
+
+def why_not_chained(reinterpret: KeyByNode, graph: Graph) -> str | None:
+    """Why the step reading ``reinterpret`` (a ``reinterpret_as_keyed`` step) does not chain
+    to the step before it; None when it does."""
+    return _refusal(reinterpret, graph, _readers(graph))
+
+
+def _refusal(reinterpret: KeyByNode, graph: Graph, readers: dict[int, list[Node]]) -> str | None:
     after = readers.get(id(reinterpret), [])
     before = reinterpret.inputs[0]
     if not _plain(before):
@@ -52,40 +77,61 @@ def why_not_chained(reinterpret: KeyByNode, graph: Graph) -> str | None:
     assert isinstance(before, KeyedProcessNode) and isinstance(second, KeyedProcessNode)
     if tuple(before.keys) != tuple(reinterpret.keys) or tuple(second.keys) != tuple(reinterpret.keys):
         return f"'{before.name}' is keyed by {', '.join(before.keys)}, not by {', '.join(map(str, reinterpret.keys))}"
-    others = [n.name for n in readers.get(id(before), []) if n is not reinterpret]
+    others = [n.name for n in readers.get(id(before), []) if n is not reinterpret and not isinstance(n, SideOutputNode)]
     if others:
         return f"'{before.name}' is also read by {', '.join(others)}"
-    if before.dead_letter is not None and not isinstance(before, ChainedProcessNode):
-        return f"'{before.name}' has a dead-letter output"
     if before.output_schema is None:
         return f"'{before.name}' has no output schema"
+    mine = _side_tags(second, readers)
+    for step in _chain_ending_at(before, graph, readers):
+        clash = sorted(mine & _side_tags(step, readers))
+        if clash:  # one operator's side outputs are told apart by name
+            return f"'{step.name}' and '{second.name}' both have a side output named '{clash[0]}'"
     return None
 
 
 def chained(graph: Graph) -> Graph:
-    """``graph`` with every chainable pair of keyed steps (see the module doc) made one."""
+    """``graph`` with every chainable run of keyed steps (see the module doc) made one step;
+    side outputs of any of them read from it."""
     if not any(isinstance(n, KeyByNode) and n.reinterpret for n in graph.nodes):
         return graph
-    rebuilt: dict[int, Node] = {}
-    changed = False
+    readers = _readers(graph)
+    chains: dict[int, list[Node]] = {}  # id(step) -> its chain (one list shared by its steps)
     for node in graph.nodes:  # inputs first
-        inputs = tuple(rebuilt[id(p)] for p in node.inputs)
         key_by = node.inputs[0] if node.inputs else None
-        if (isinstance(key_by, KeyByNode) and key_by.reinterpret and isinstance(node, KeyedProcessNode)
-                and why_not_chained(key_by, graph) is None):
-            first = rebuilt[id(key_by.inputs[0])]
-            assert isinstance(first, KeyedProcessNode)
-            steps = (*first.steps, node) if isinstance(first, ChainedProcessNode) else (first, node)
-            links = [ChainLink(s.name, s.fn, tuple(s.keys)) for s in steps]
-            rebuilt[id(node)] = ChainedProcessNode(
-                name=" -> ".join(s.name for s in steps), inputs=first.inputs, keys=tuple(first.keys),
-                fn=ChainedFunction(links), output_schema=node.output_schema, dead_letter=node.dead_letter, steps=steps,
-            )
-            changed = True
-        elif any(a is not b for a, b in zip(inputs, node.inputs)):
-            rebuilt[id(node)] = replace(node, inputs=inputs)
-        else:
-            rebuilt[id(node)] = node
-    if not changed:
+        if isinstance(key_by, KeyByNode) and key_by.reinterpret and _refusal(key_by, graph, readers) is None:
+            first = key_by.inputs[0]
+            chain = chains.get(id(first)) or [first]
+            chain.append(node)
+            for step in chain:
+                chains[id(step)] = chain
+    if not chains:
         return graph
-    return Graph([rebuilt[id(s)] for s in graph.sinks]).validate()  # type: ignore[misc]
+    memo: dict[int, Node] = {}
+
+    def rebuild(node: Node) -> Node:
+        done = memo.get(id(node))
+        if done is not None:
+            return done
+        chain = chains.get(id(node))
+        if chain is not None:
+            result = memo.get(id(chain[0]))
+            if result is None:
+                result = _fused(chain, tuple(rebuild(p) for p in chain[0].inputs), readers)
+        else:
+            inputs = tuple(rebuild(p) for p in node.inputs)
+            result = node if all(a is b for a, b in zip(inputs, node.inputs)) else replace(node, inputs=inputs)
+        memo[id(node)] = result
+        return result
+
+    return Graph([rebuild(s) for s in graph.sinks]).validate()  # type: ignore[misc]
+
+
+def _fused(chain: list[Node], inputs: tuple[Node, ...], readers: dict[int, list[Node]]) -> ChainedProcessNode:
+    steps = tuple(s for s in chain if isinstance(s, KeyedProcessNode))
+    links = [ChainLink(s.name, s.fn, tuple(s.keys), side_tags=frozenset(_side_tags(s, readers))) for s in steps]
+    last = steps[-1]
+    return ChainedProcessNode(
+        name=" -> ".join(s.name for s in steps), inputs=inputs, keys=tuple(steps[0].keys), fn=ChainedFunction(links),
+        output_schema=last.output_schema, dead_letter=last.dead_letter, steps=steps,
+    )

@@ -10,7 +10,7 @@ from ember import CollectSink, KeyedProcessFunction, OutputTag, PipelineError
 from ember.chaining import ChainedFunction, ChainLink
 from ember.errors import UserFunctionError
 from ember.graph.chaining import why_not_chained
-from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode
+from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, SideOutputNode
 from ember.runner.spark.keyed.runtime import KeyedRuntime
 from ember.runner.spark.planner import plan
 from ember.state.descriptors import ValueStateDescriptor
@@ -81,13 +81,31 @@ def test_other_keys_do_not_chain(env, events):
     assert why_not_chained(node, graph) == "'first' is keyed by k, not by ts"
 
 
-def test_the_first_steps_dead_letters_keep_it_apart(env, events):
-    dead = OutputTag("dead")
+def test_side_outputs_of_the_first_step_are_read_from_the_chain(env, events):
+    dead, odd = OutputTag("dead"), OutputTag("odd", "k string")
     first = events().key_by("k").process(Count(), "ts bigint, k string, n bigint", dead_letter=dead, name="first")
+    first.get_side_output(dead).sink_to(CollectSink(), name="dead-letters")
+    first.get_side_output(odd).sink_to(CollectSink(), name="odd")
     first.reinterpret_as_keyed("k").process(Count(), "ts bigint, k string, n bigint", name="second").sink_to(CollectSink())
     graph = env.graph()
+    chained = [n for n in graph if isinstance(n, ChainedProcessNode)]
+    assert len(chained) == 1 and [link.side_tags for link in chained[0].fn.links] == [{"dead", "odd"}, set()]
+    sides = [n for n in graph if isinstance(n, SideOutputNode)]
+    assert {s.tag.name for s in sides} == {"dead", "odd"} and all(s.inputs[0] is chained[0] for s in sides)
+    assert not any(n.name in ("first", "second") for n in graph)  # neither step runs apart as well
+
+
+def test_a_side_output_name_in_two_steps_keeps_them_apart(env, events):
+    dead = OutputTag("dead")
+    first = events().key_by("k").process(Count(), "ts bigint, k string, n bigint", dead_letter=dead, name="first")
+    first.get_side_output(dead).sink_to(CollectSink(), name="first-dead")
+    second = first.reinterpret_as_keyed("k").process(Count(), "ts bigint, k string, n bigint", dead_letter=dead,
+                                                     name="second")
+    second.get_side_output(dead).sink_to(CollectSink(), name="second-dead")
+    second.sink_to(CollectSink())
+    graph = env.graph()
     node = next(n for n in graph if isinstance(n, KeyByNode) and n.reinterpret)
-    assert why_not_chained(node, graph) == "'first' has a dead-letter output"
+    assert why_not_chained(node, graph) == "'first' and 'second' both have a side output named 'dead'"
 
 
 @pytest.mark.parametrize("keys", [(), ("",), (1,)])
@@ -100,10 +118,11 @@ def test_reinterpret_needs_field_names(env, events, keys):
 class _Runtime:
     """Ember's keyed runtime with one bucket's keys: enter a key, run a call, leave."""
 
-    def __init__(self, fn, dead_letter=None):
-        self.rt = KeyedRuntime(event_time=True, side_tags=frozenset({dead_letter} if dead_letter else ()))
+    def __init__(self, fn, dead_letter=None, dead_letters=None):
+        dead_letters = dead_letters or [None] * (len(fn.links) - 1) + [dead_letter]
+        self.rt = KeyedRuntime(event_time=True, side_tags=frozenset(d for d in dead_letters if d))
         fields = [["ts", "k", "n"]] * (len(fn.links) - 1)
-        self.fn = fn.bound(fields, dead_letter)
+        self.fn = fn.bound(fields, dead_letters)
         self.fn.open(self.rt)
 
     def element(self, ts, key):
@@ -207,6 +226,15 @@ def test_the_last_step_failing_is_its_dead_letter_with_its_record():
     assert run.rt.blob["keys"]["a"]["s0/n"] == 2  # the step before keeps what it did
 
 
+def test_an_earlier_step_failing_is_its_own_dead_letter():
+    run = _Runtime(_links(Failing(), Count()), dead_letters=["first-dead", "second-dead"])
+    assert run.element(12, "a") == [{"ts": 12, "k": "a", "n": 1}]
+    assert run.element(13, "a") == []
+    (tag, letter, _, _), = run.rt.side
+    assert tag == "first-dead" and letter["error"] == "step 's0': Failing.process_element raised ValueError: thirteen"
+    assert run.rt.blob["keys"]["a"] == {"s1/n": 1}  # the step after never saw the failed record
+
+
 def test_an_earlier_step_failing_fails_the_job_naming_it():
     run = _Runtime(_links(Failing(), Count()), dead_letter="dead")
     with pytest.raises(UserFunctionError, match="step 's0': Failing.process_element raised ValueError: thirteen"):
@@ -231,3 +259,25 @@ def test_tuples_and_partial_dicts_become_records_of_the_steps_schema():
 
     run = _Runtime(_links(Shapes(), Echo()))
     assert run.element(10, "a") == [{"ts": 10, "k": "a", "n": 7}, {"ts": 10, "k": "a", "n": None}]
+
+
+def test_processing_time_timers_go_back_to_the_step_that_set_them():
+    class Later(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            ctx.register_processing_time_timer(ctx.current_processing_time + 50)
+            yield value | {"n": 0}
+
+        def on_timer(self, timestamp, ctx):
+            yield {"ts": timestamp, "k": ctx.current_key, "n": 99 if ctx.time_domain == "processing_time" else -1}
+
+    run = _Runtime(_links(Count(), Later()))
+    run.rt.now = 1_000
+    assert run.element(10, "a") == [{"ts": 10, "k": "a", "n": 0}]
+    slot = run.rt.blob["keys"]["a"]
+    assert slot["\x00processing_timers"] == {1_050} and slot["\x00chain_proc"] == {1_050: {1}}
+    found = run.rt.enter("a")
+    slot["\x00processing_timers"].discard(1_050)
+    run.rt.time_domain = "processing_time"
+    assert list(run.fn.on_timer(1_050, run.rt)) == [{"ts": 1_050, "k": "a", "n": 99}]
+    run.rt.leave("a", found)
+    assert "\x00chain_proc" not in run.rt.blob["keys"]["a"]

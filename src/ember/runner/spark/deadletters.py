@@ -22,27 +22,35 @@ __all__ = ["DEAD_LETTER_STRUCT", "require_reader", "read_dead_letters", "combine
 DEAD_LETTER_STRUCT = T.StructType([T.StructField("raw", T.StringType()), T.StructField("error", T.StringType())])
 
 
-def require_reader(comp: Any, node: Node, tag: Any) -> None:
+def require_reader(comp: Any, node: Node, tag: Any, step: Node | None = None) -> None:
     """Fails the job before it starts when ``tag``'s dead letters are read by nothing;
-    records it as a side output of ``node`` otherwise."""
+    records it as a side output of ``node`` otherwise. ``step``: the chained step of
+    ``node`` (a ChainedProcessNode) whose dead letters these are, named in the error."""
     for consumer in comp.graph.nodes:
         if isinstance(consumer, SideOutputNode) and consumer.inputs[0] is node and consumer.tag == tag:
-            comp.side_types[id(node)] = {tag.name: DEAD_LETTER_STRUCT}
+            comp.side_types.setdefault(id(node), {})[tag.name] = DEAD_LETTER_STRUCT
             return
     raise PipelineError(
         f"its dead letters go to side output '{tag.name}', which the pipeline does not read; "
         f"add stream.get_side_output({tag.name}).sink_to(...) so no bad record is lost unnoticed",
-        node.name,
+        (step or node).name,
     )
 
 
-def read_dead_letters(comp: Any, node: Node) -> str | None:
+def dead_letter_tags(node: Node) -> set[str]:
+    """The names of ``node``'s dead-letter outputs: its own, or each chained step's."""
+    steps = getattr(node, "steps", None) or (node,)
+    tags = (getattr(s, "dead_letter", None) for s in steps)
+    return {t.name for t in tags if t is not None}
+
+
+def read_dead_letters(comp: Any, node: Node, step: Node | None = None) -> str | None:
     """The name of ``node``'s dead-letter output (its reader required: :func:`require_reader`),
-    or None when the step has none."""
-    tag = getattr(node, "dead_letter", None)
+    or None when the step has none; with ``step``, of that chained step of ``node``."""
+    tag = getattr(step or node, "dead_letter", None)
     if tag is None:
         return None
-    require_reader(comp, node, tag)
+    require_reader(comp, node, tag, step)
     return str(tag.name)
 
 

@@ -27,7 +27,7 @@ from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, N
 from ember.rolling import RollingField
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
-from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, read_dead_letters
+from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, dead_letter_tags, read_dead_letters
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
@@ -100,7 +100,7 @@ def _side_outputs(comp: Compilation, node: Node, late: tuple[Any, T.StructType] 
         tag = consumer.tag
         if late is not None and tag == late[0]:
             out[tag.name] = late[1]
-        elif getattr(node, "dead_letter", None) is not None and tag.name == node.dead_letter.name:
+        elif tag.name in dead_letter_tags(node):
             out[tag.name] = DEAD_LETTER_STRUCT
         elif tag.schema is None:
             raise PipelineError(f"side output '{tag.name}' needs a schema: OutputTag('{tag.name}', 'field type, ...')", node.name)
@@ -321,7 +321,8 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     dead_letter = read_dead_letters(comp, node)
     fn = node.fn
     if isinstance(node, ChainedProcessNode):  # the chain hands each step's rows to the next as records
-        fn = fn.bound([output_struct(s.output_schema, None, s.name).names for s in node.steps[:-1]], dead_letter)
+        fn = fn.bound([output_struct(s.output_schema, None, s.name).names for s in node.steps[:-1]],
+                      [read_dead_letters(comp, node, s) for s in node.steps])
     return keyed_operator(comp, node, up, node.keys, fn, out, event_time,
                           combiner=_rolling_combiner(comp, node, up, event_time), dead_letter=dead_letter)
 
