@@ -14,7 +14,8 @@ copy of the package beside it. ``install()`` writes a ``.pth`` file into that
 site-packages: at interpreter start it drops the archive entries of *this* installation
 from ``sys.path`` (nothing else), so the process imports the same pyspark and py4j from
 site-packages. ``make venv`` runs it; a pyspark that is not pip-installed (a Spark
-distribution's ``SPARK_HOME``) is left alone.
+distribution's ``SPARK_HOME``) is left alone. The same file quiets the one Spark process that
+prints its internals on every query start (CHATTY_WORKERS).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["install", "archive_dir", "pth_line", "PTH_NAME", "KEEP_ZIPS"]
+__all__ = ["install", "archive_dir", "pth_line", "PTH_NAME", "KEEP_ZIPS", "CHATTY_WORKERS"]
 
 PTH_NAME = "ember-spark-workers.pth"
 
@@ -39,12 +40,21 @@ def archive_dir() -> str | None:
 KEEP_ZIPS = "EMBER_SPARK_ZIP_IMPORTS"  # set to 1: keep Spark's archives (to measure the difference)
 
 
+# Spark 4.3's driver-side process of a transformWithStateInPandas query prints what it does —
+# four lines, the UDF's whole return type among them — for every such operator at every query
+# start, onto the job's stderr. It talks to the JVM over a socket; its stdout carries nothing else.
+CHATTY_WORKERS = ("pyspark.sql.streaming.transform_with_state_driver_worker",)
+
+
 def pth_line(lib: str) -> str:
-    """The ``.pth`` line: drop the zip archives under ``lib`` from ``sys.path`` (unless
-    ``$EMBER_SPARK_ZIP_IMPORTS`` is 1: benchmarks/job_overhead.py measures both)."""
+    """The ``.pth`` lines: drop the zip archives under ``lib`` from ``sys.path`` (unless
+    ``$EMBER_SPARK_ZIP_IMPORTS`` is 1: benchmarks/job_overhead.py measures both), and send the
+    stdout of the CHATTY_WORKERS processes to ``os.devnull``."""
     prefix = os.path.join(lib, "")
     return (f"import os, sys; sys.path[:] = sys.path if os.environ.get({KEEP_ZIPS!r}) == '1' else "
-            f"[p for p in sys.path if not (p.startswith({prefix!r}) and p.endswith('.zip'))]\n")
+            f"[p for p in sys.path if not (p.startswith({prefix!r}) and p.endswith('.zip'))]\n"
+            f"import os, sys; sys.stdout = open(os.devnull, 'w') if any(m in sys.orig_argv for m in {CHATTY_WORKERS!r}) "
+            f"else sys.stdout\n")
 
 
 def install() -> str | None:

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from ember.runner.spark.worker_imports import KEEP_ZIPS, PTH_NAME, archive_dir, pth_line
+from ember.runner.spark.worker_imports import CHATTY_WORKERS, KEEP_ZIPS, PTH_NAME, archive_dir, pth_line
 
 
 def _imported_from(pythonpath: str) -> str:
@@ -37,9 +37,23 @@ def test_the_line_drops_only_the_archives_of_that_installation():
     fake_sys.path = list(paths)
     fake_os = type(sys)("os")
     fake_os.environ = {}
-    exec(pth_line(lib).replace("import os, sys; ", ""), {"sys": fake_sys, "os": fake_os}, namespace)
+    exec(pth_line(lib).splitlines()[0].replace("import os, sys; ", ""), {"sys": fake_sys, "os": fake_os}, namespace)
     assert fake_sys.path == ["/elsewhere/pyspark.zip", f"{lib}/extra", "/opt/site/pyspark/python/lib2/x.zip", "/opt/site"]
     fake_os.environ = {KEEP_ZIPS: "1"}  # kept on request (to measure the difference)
     fake_sys.path = list(paths)
-    exec(pth_line(lib).replace("import os, sys; ", ""), {"sys": fake_sys, "os": fake_os}, namespace)
+    exec(pth_line(lib).splitlines()[0].replace("import os, sys; ", ""), {"sys": fake_sys, "os": fake_os}, namespace)
     assert fake_sys.path == paths
+
+
+def test_the_line_quiets_only_the_chatty_spark_process():
+    """Spark's transformWithStateInPandas driver process prints its UDF and schemas on every
+    query start; its stdout (nothing else: it talks over a socket) goes to os.devnull."""
+    quiet = pth_line("/opt/site/pyspark/python/lib").splitlines()[1].replace("import os, sys; ", "")
+    for argv, silenced in ((["python", "-m", CHATTY_WORKERS[0]], True), (["python", "-m", "pyspark.worker"], False)):
+        fake_sys = type(sys)("sys")
+        fake_sys.orig_argv, fake_sys.stdout = argv, "the terminal"
+        exec(quiet, {"sys": fake_sys, "os": os})
+        assert (fake_sys.stdout != "the terminal") is silenced
+        if silenced:
+            assert fake_sys.stdout.name == os.devnull
+            fake_sys.stdout.close()
