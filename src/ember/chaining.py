@@ -19,6 +19,9 @@ Each step keeps its own state and timers on the shared key:
   saw it) and, for a step after the first, the records the step before emitted under another
   key; a step without one fails the job when it raises, naming the step, as unchained.
 
+A chain may end in a keyed window: the runner binds Ember's window operator as its last
+function (``bound(..., last=)``), fed record by record like any step.
+
 The chain runs on Ember's keyed runtime (runner/spark/keyed/bucket.py): it reads the key's
 slot (``ctx.current``) for its timer notes and writes dead letters through the runtime's
 ``dead_letter``; it guards its own calls (``guards_itself``).
@@ -52,7 +55,7 @@ class ChainLink:
     output's name (None: none) and the names of its side outputs the pipeline reads."""
 
     step: str
-    fn: KeyedProcessFunction
+    fn: KeyedProcessFunction | None  # None: a window step's, until the runner binds its operator
     keys: tuple[str, ...]
     out_fields: list[str] | None = None
     dead_letter: str | None = None
@@ -118,20 +121,24 @@ class ChainedFunction(KeyedProcessFunction):
         self._contexts: list[Any] = []  # per step, its _StepContext (the context the step is given)
         self._rt: Any = None
 
-    def bound(self, fields: list[list[str]], dead_letters: list[str | None]) -> "ChainedFunction":
+    def bound(self, fields: list[list[str]], dead_letters: list[str | None],
+              last: KeyedProcessFunction | None = None) -> "ChainedFunction":
         """A copy knowing each step's output field names but the last's (the runner reads
-        them from the steps' output schemas) and each step's dead-letter output (None: it
-        has none; its failures fail the job)."""
+        them from the steps' output schemas), each step's dead-letter output (None: it has
+        none; its failures fail the job) and, for a chain ending in a window, the window's
+        operator (``last``)."""
         outs: list[list[str] | None] = [list(f) for f in fields] + [None]
-        return ChainedFunction([dataclasses.replace(link, out_fields=f, dead_letter=d)
-                                for link, f, d in zip(self.links, outs, dead_letters)])
+        links = [dataclasses.replace(link, out_fields=f, dead_letter=d) for link, f, d in zip(self.links, outs, dead_letters)]
+        if last is not None:
+            links[-1] = dataclasses.replace(links[-1], fn=last)
+        return ChainedFunction(links)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"links": self.links, "_contexts": [], "_rt": None}  # a task builds its own stages
 
     @property
     def user_name(self) -> str:
-        return " -> ".join(type(link.fn).__name__ for link in self.links)
+        return " -> ".join(type(link.fn).__name__ if link.fn is not None else "window" for link in self.links)
 
     def failed_call(self, value: Any) -> tuple[str, Any, bool]:
         return f"{type(self.links[0].fn).__name__}.process_element", value, True
@@ -141,6 +148,8 @@ class ChainedFunction(KeyedProcessFunction):
         self.__dict__.pop("_built", None)  # stages bind the contexts made here
         self._contexts = [_StepContext(ctx, i, link) for i, link in enumerate(self.links)]
         for link, step_ctx in zip(self.links, self._contexts):
+            if link.fn is None:
+                continue  # a window's operator, not bound yet (the restart check reads what open declares)
             try:
                 link.fn.open(step_ctx)
             except UserFunctionError:
@@ -162,7 +171,9 @@ class ChainedFunction(KeyedProcessFunction):
         out: list[Any] = []
         failed = {"key": ctx.current_key, "timestamp": timestamp}
         for i in sorted(owners or ()):
-            emitted = self._guard(i, partial(self.links[i].fn.on_timer, timestamp, self._contexts[i]), failed, "on_timer")
+            fn = self.links[i].fn
+            assert fn is not None
+            emitted = self._guard(i, partial(fn.on_timer, timestamp, self._contexts[i]), failed, "on_timer")
             if emitted and i + 1 < len(self.links):
                 emitted = self._onwards(i, emitted)
             if emitted:
@@ -227,6 +238,7 @@ class ChainedFunction(KeyedProcessFunction):
 
     def _stage(self, i: int, following: Callable[[Any], Iterable[Any] | None] | None) -> Callable[[Any], Iterable[Any] | None]:
         link, ctx, rt = self.links[i], self._contexts[i], self._rt
+        assert link.fn is not None, "ChainedFunction.bound was not given the window's operator"
         process, guard, failed = link.fn.process_element, self._guard, self._failed
         if following is None:  # the last step
             if link.dead_letter is not None:

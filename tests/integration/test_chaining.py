@@ -9,8 +9,17 @@ from datetime import timedelta
 
 import flink_model as model
 import pytest
+from test_chains import CountSum  # count and sum of v per window
 
-from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, WatermarkStrategy
+from ember import (
+    CollectSink,
+    KeyedProcessFunction,
+    OutputTag,
+    ScriptedSource,
+    StreamEnvironment,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
 from ember.errors import JobFailedError, RestartError
 from ember.savepoints import create_savepoint
 from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
@@ -230,3 +239,67 @@ def test_each_chained_steps_side_outputs_and_dead_letters_are_its_own(env):
         per_key[r["k"]].append(r["n"])
     assert {k: sorted(ns) for k, ns in per_key.items()} == {k: list(range(1, n + 1)) for k, n in kept.items()}
     assert dead1.rows() and dead2.rows() and odd.rows()
+
+
+class DedupePerKey(KeyedProcessFunction):
+    """Forwards each (ts, v) of a key once."""
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(MapStateDescriptor("seen"))
+
+    def process_element(self, value, ctx):
+        if not self.seen.contains((value["ts"], value["v"])):
+            self.seen.put((value["ts"], value["v"]), True)
+            yield value
+
+
+@pytest.mark.parametrize("seed", [8, pytest.param(4, marks=pytest.mark.slow)])
+def test_a_window_chained_to_a_dedupe_fires_as_flink_fires_it(env, seed):
+    """A dedupe and a tumbling window on the same key in one operator (the job's one keyed
+    step: the window fires in the batch whose records close it, Flink's periodic watermark),
+    late records counted — equal to the model on the distinct records."""
+    batches = model.random_batches(seed)
+    given = [b + b[:2] for b in batches]
+    distinct = [[r for r in b if not (r in seen or seen.add(r))] for seen in [set()] for b in given]
+    expected = model.windows(distinct, 1_000, "tumbling", 4_000, in_batch=True)
+    assert expected.late > 0
+    sink, late = CollectSink(), CollectSink()
+    late_tag = OutputTag("late", SCHEMA)
+    windows = (env.from_source(ScriptedSource(given, SCHEMA), BOUND, name="events")
+               .key_by("k").process(DedupePerKey(), SCHEMA, name="dedupe")
+               .reinterpret_as_keyed("k").window(TumblingEventTimeWindows.of(4_000)).side_output_late_data(late_tag)
+               .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w"))
+    windows.sink_to(sink)
+    windows.get_side_output(late_tag).sink_to(late)
+    assert "dedupe -> w: process DedupePerKey -> " in env.explain(spark_plan=False)
+    env.execute("chained-window", progress=False)
+    fired = {}
+    for b in sink.batches:
+        for r in b.rows:
+            window = (r["k"], r["window_start"], r["window_end"])
+            assert window not in fired, f"window {window} emitted twice"
+            fired[window] = (r["n"], r["v"], b.batch_id if b.batch_id < len(batches) else model.END)
+    assert fired == expected.fired
+    assert len(late.rows()) == expected.late
+
+
+def test_a_chained_window_with_built_in_aggregates_and_a_refused_processing_time_one(env):
+    from ember import Agg, PipelineError, TumblingProcessingTimeWindows
+
+    batches = [[(1_000, "a", 1), (1_000, "a", 1), (2_500, "b", 2)], [(9_000, "a", 3)]]
+    sink = CollectSink()
+    deduped = (env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+               .key_by("k").process(DedupePerKey(), SCHEMA, name="dedupe"))
+    deduped.reinterpret_as_keyed("k").window(TumblingEventTimeWindows.of(5_000)).aggregate(
+        n=Agg.count(), total=Agg.sum("v"), name="w").sink_to(sink)
+    env.execute("chained-builtin", progress=False)
+    assert sorted((r["k"], r["window_start"], r["n"], r["total"]) for r in sink.rows()) == [
+        ("a", 0, 1, 1), ("a", 5_000, 1, 3), ("b", 0, 1, 2)]
+
+    other = StreamEnvironment(master="local[2]", checkpoint_dir=env.config.checkpoint_dir, parallelism=2, spark=env.spark)
+    (other.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+        .key_by("k").process(DedupePerKey(), SCHEMA, name="dedupe")
+        .reinterpret_as_keyed("k").window(TumblingProcessingTimeWindows.of(5_000)).aggregate(n=Agg.count(), name="w")
+        .sink_to(CollectSink()))
+    with pytest.raises(PipelineError, match="a processing-time window cannot be chained to 'dedupe'"):
+        other.execute("chained-processing-time", progress=False)

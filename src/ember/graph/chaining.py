@@ -9,8 +9,9 @@ about half the cost of the two steps run apart (docs/design/dataflow.md). Chains
 a third step reinterpreting the second's output joins the same node.
 
 What may chain (else the ``reinterpret_as_keyed`` is an ordinary ``key_by``, and
-:func:`why_not_chained` says why): both steps keyed ``process`` functions (per record,
-not a co-process, broadcast, rolling or vectorised step), keyed by the same field names;
+:func:`why_not_chained` says why): keyed ``process`` functions (per record, not a
+co-process, broadcast, rolling or vectorised step), the last of a chain possibly a keyed
+window (then on Ember's window operator), keyed by the same field names;
 the first step's main output read by the reinterpretation only, the reinterpretation by
 the second step only; the first step with an output schema; no two chained steps with a
 side output of one name (a chained step's side outputs and dead letters are read from the
@@ -23,7 +24,7 @@ from dataclasses import replace
 
 from ember.chaining import ChainedFunction, ChainLink
 from ember.graph.graph import Graph
-from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node, SideOutputNode
+from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node, SideOutputNode, WindowNode
 
 __all__ = ["chained", "why_not_chained"]
 
@@ -32,8 +33,15 @@ def _plain(node: Node) -> bool:
     """A keyed ``process`` step run per record (a chain counts: it is one)."""
     if type(node) not in (KeyedProcessNode, ChainedProcessNode):
         return False
+    if isinstance(node, ChainedProcessNode) and isinstance(node.steps[-1], WindowNode):
+        return False  # a chain's window ends it
     fn = node.fn  # type: ignore[attr-defined]
     return not callable(getattr(fn, "process_batch", None))
+
+
+def _keyed_window(node: Node) -> bool:
+    """A keyed window step: it may end a chain (on Ember's window operator)."""
+    return isinstance(node, WindowNode) and bool(node.keys)
 
 
 def _readers(graph: Graph) -> dict[int, list[Node]]:
@@ -71,10 +79,10 @@ def _refusal(reinterpret: KeyByNode, graph: Graph, readers: dict[int, list[Node]
     before = reinterpret.inputs[0]
     if not _plain(before):
         return f"'{before.name}' is not a keyed process step run per record"
-    if len(after) != 1 or not _plain(after[0]) or len(after[0].inputs) != 1:
-        return "it is not read by exactly one keyed process step (run per record)"
+    if len(after) != 1 or not (_plain(after[0]) or _keyed_window(after[0])) or len(after[0].inputs) != 1:
+        return "it is not read by exactly one keyed process step (run per record) or keyed window"
     second = after[0]
-    assert isinstance(before, KeyedProcessNode) and isinstance(second, KeyedProcessNode)
+    assert isinstance(before, KeyedProcessNode) and isinstance(second, KeyedProcessNode | WindowNode)
     if tuple(before.keys) != tuple(reinterpret.keys) or tuple(second.keys) != tuple(reinterpret.keys):
         return f"'{before.name}' is keyed by {', '.join(before.keys)}, not by {', '.join(map(str, reinterpret.keys))}"
     others = [n.name for n in readers.get(id(before), []) if n is not reinterpret and not isinstance(n, SideOutputNode)]
@@ -128,10 +136,13 @@ def chained(graph: Graph) -> Graph:
 
 
 def _fused(chain: list[Node], inputs: tuple[Node, ...], readers: dict[int, list[Node]]) -> ChainedProcessNode:
-    steps = tuple(s for s in chain if isinstance(s, KeyedProcessNode))
-    links = [ChainLink(s.name, s.fn, tuple(s.keys), side_tags=frozenset(_side_tags(s, readers))) for s in steps]
+    steps = tuple(chain)
+    # A window's function (Ember's window operator) is the runner's to make: the runner binds it.
+    links = [ChainLink(s.name, getattr(s, "fn", None) if isinstance(s, KeyedProcessNode) else None,
+                       tuple(getattr(s, "keys", ())), side_tags=frozenset(_side_tags(s, readers))) for s in steps]
     last = steps[-1]
+    assert isinstance(last, KeyedProcessNode | WindowNode)
     return ChainedProcessNode(
-        name=" -> ".join(s.name for s in steps), inputs=inputs, keys=tuple(steps[0].keys), fn=ChainedFunction(links),
+        name=" -> ".join(s.name for s in steps), inputs=inputs, keys=tuple(links[0].keys), fn=ChainedFunction(links),
         output_schema=last.output_schema, dead_letter=last.dead_letter, steps=steps,
     )

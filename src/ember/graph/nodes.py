@@ -247,13 +247,14 @@ class KeyedProcessNode(Node):
 @dataclass(frozen=True, eq=False)
 class ChainedProcessNode(KeyedProcessNode):
     """Keyed process steps on one key run as one step (Flink's operator chaining;
-    ember.graph.chaining): ``steps`` as declared, ``fn`` runs them in turn on each record
-    (ember.chaining.ChainedFunction), ``output_schema`` and ``dead_letter`` are the last's."""
+    ember.graph.chaining): ``steps`` as declared (the last may be a keyed window), ``fn``
+    runs them in turn on each record (ember.chaining.ChainedFunction), ``output_schema`` and
+    ``dead_letter`` are the last's."""
 
-    steps: tuple[KeyedProcessNode, ...] = ()
+    steps: tuple[Node, ...] = ()  # keyed process steps, the last possibly a keyed window
 
     def describe(self) -> str:
-        fns = " -> ".join(type(s.fn).__name__ for s in self.steps)
+        fns = " -> ".join(type(s.fn).__name__ if isinstance(s, KeyedProcessNode) else s.describe() for s in self.steps)
         return f"process {fns} by {', '.join(self.keys)} (python, keyed state, chained){_dead(self)}"
 
 

@@ -281,3 +281,28 @@ def test_processing_time_timers_go_back_to_the_step_that_set_them():
     assert list(run.fn.on_timer(1_050, run.rt)) == [{"ts": 1_050, "k": "a", "n": 99}]
     run.rt.leave("a", found)
     assert "\x00chain_proc" not in run.rt.blob["keys"]["a"]
+
+
+def test_a_keyed_window_may_end_a_chain_but_not_go_on_with_one(env, events):
+    from ember import Agg, TumblingEventTimeWindows
+
+    first = events().key_by("k").process(Count(), "ts bigint, k string, n bigint", name="count")
+    windowed = first.reinterpret_as_keyed("k").window(TumblingEventTimeWindows.of(1_000)).aggregate(
+        n=Agg.count(), name="per-second")
+    windowed.reinterpret_as_keyed("k").process(Count(), "ts bigint, k string, n bigint", name="after").sink_to(CollectSink())
+    graph = env.graph()
+    chained = [n for n in graph if isinstance(n, ChainedProcessNode)]
+    assert [c.name for c in chained] == ["count -> per-second"]
+    assert chained[0].fn.links[-1].fn is None  # the runner binds the window's operator
+    assert "count -> per-second: process Count -> window tumbling 1000 ms" in env.explain(spark_plan=False)
+    node = next(n for n in graph if isinstance(n, KeyByNode) and n.reinterpret)
+    assert why_not_chained(node, graph) == "'count -> per-second' is not a keyed process step run per record"
+
+
+def test_a_window_over_the_whole_stream_does_not_chain(env, events):
+    from ember import Agg, TumblingEventTimeWindows
+
+    first = events().key_by("k").process(Count(), "ts bigint, k string, n bigint", name="count")
+    first.reinterpret_as_keyed("k").window_all(TumblingEventTimeWindows.of(1_000)).aggregate(n=Agg.count()).sink_to(
+        CollectSink())
+    assert not any(isinstance(n, ChainedProcessNode) for n in env.graph())

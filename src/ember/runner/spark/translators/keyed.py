@@ -318,6 +318,8 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
         raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
     out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
     event_time = _has_event_time(up)
+    if isinstance(node, ChainedProcessNode) and isinstance(node.steps[-1], WindowNode):
+        return _chained_window(comp, node, up)
     dead_letter = read_dead_letters(comp, node)
     fn = node.fn
     if isinstance(node, ChainedProcessNode):  # the chain hands each step's rows to the next as records
@@ -396,35 +398,9 @@ def _delta_counters(comp: Compilation) -> dict[str, Any]:
 def operator_window(comp: Compilation, node: WindowNode) -> Frame:
     """Any window on Ember's window operator (keyed/windows), over keyed state."""
     up = keyed_input(comp, node, node.keys)
-    assigner = node.assigner
-    event_time = _has_event_time(up) and not assigner.processing_time
-    needs_time = not assigner.processing_time and not assigner.is_global
-    if needs_time and not event_time:
-        raise PipelineError(
-            "an event-time window needs the source's watermark strategy: pass "
-            "watermark=WatermarkStrategy.for_bounded_out_of_orderness(...) to from_source, "
-            "or use a processing-time window",
-            node.name,
-        )
+    event_time = _window_time(up, node)
     input_type = without_hidden(up.df.schema)
-    aggregate = node.aggregate_fn
-    if node.aggregates:
-        aggregate = builtin_aggregate(node.aggregates, input_type, node.name)
-    out, result_fields = window_output(node, input_type, aggregate)
-    spec = WindowSpec(
-        assigner=assigner,
-        trigger=node.trigger if node.trigger is not None else default_trigger(assigner),
-        evictor=node.evictor,
-        allowed_lateness_ms=node.allowed_lateness_ms,
-        late_tag=node.late_tag,
-        aggregate=aggregate,
-        reduce=node.reduce_fn,
-        window_function=node.window_fn,
-        key_names=node.keys,
-        result_fields=result_fields,
-        step=node.name,
-        dead_letter=read_dead_letters(comp, node),
-    )
+    spec, out = _window_spec(node, input_type, read_dead_letters(comp, node))
     late = (node.late_tag, input_type) if node.late_tag is not None else None
     combiner = None
     if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time) \
@@ -442,6 +418,66 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
 
         spec = replace(spec, combined=True)
     return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late, combiner)
+
+
+def _window_time(up: Frame, node: WindowNode) -> bool:
+    """Whether the window ``node`` on ``up`` runs in event time; refuses an event-time window
+    on a stream without a watermark."""
+    assigner = node.assigner
+    assert assigner is not None
+    event_time = _has_event_time(up) and not assigner.processing_time
+    if not assigner.processing_time and not assigner.is_global and not event_time:
+        raise PipelineError(
+            "an event-time window needs the source's watermark strategy: pass "
+            "watermark=WatermarkStrategy.for_bounded_out_of_orderness(...) to from_source, "
+            "or use a processing-time window",
+            node.name,
+        )
+    return event_time
+
+
+def _window_spec(node: WindowNode, input_type: T.StructType, dead_letter: str | None) -> tuple[WindowSpec, T.StructType]:
+    """The window operator's spec of ``node`` on records of ``input_type`` (its failures to the
+    dead-letter output ``dead_letter``), and its output type."""
+    assigner = node.assigner
+    aggregate = node.aggregate_fn
+    if node.aggregates:
+        aggregate = builtin_aggregate(node.aggregates, input_type, node.name)
+    out, result_fields = window_output(node, input_type, aggregate)
+    spec = WindowSpec(
+        assigner=assigner,
+        trigger=node.trigger if node.trigger is not None else default_trigger(assigner),
+        evictor=node.evictor,
+        allowed_lateness_ms=node.allowed_lateness_ms,
+        late_tag=node.late_tag,
+        aggregate=aggregate,
+        reduce=node.reduce_fn,
+        window_function=node.window_fn,
+        key_names=node.keys,
+        result_fields=result_fields,
+        step=node.name,
+        dead_letter=dead_letter,
+    )
+    return spec, out
+
+
+def _chained_window(comp: Compilation, node: ChainedProcessNode, up: Frame) -> Frame:
+    """A chain of process steps ending in a keyed window (ember.graph.chaining): the window on
+    Ember's operator, reading the last process step's records in the chain's call."""
+    window = node.steps[-1]
+    assert isinstance(window, WindowNode) and window.assigner is not None
+    event_time = _window_time(up, window)
+    if _has_event_time(up) and not event_time:
+        raise PipelineError(
+            f"a processing-time window cannot be chained to '{node.steps[-2].name}' on a stream with event time "
+            "(the steps before it would lose it): read it through key_by instead of reinterpret_as_keyed", window.name,
+        )
+    structs = [output_struct(s.output_schema, None, s.name) for s in node.steps[:-1]]
+    spec, out = _window_spec(window, structs[-1], read_dead_letters(comp, node, window))
+    fn = node.fn.bound([s.names for s in structs], [read_dead_letters(comp, node, s) for s in node.steps[:-1]]
+                       + [spec.dead_letter], WindowOperator(spec))
+    late = (window.late_tag, structs[-1]) if window.late_tag is not None else None
+    return keyed_operator(comp, node, up, node.keys, fn, out, event_time, late)
 
 
 @translates(SideOutputNode)
