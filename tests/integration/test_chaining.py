@@ -303,3 +303,24 @@ def test_a_chained_window_with_built_in_aggregates_and_a_refused_processing_time
         .sink_to(CollectSink()))
     with pytest.raises(PipelineError, match="a processing-time window cannot be chained to 'dedupe'"):
         other.execute("chained-processing-time", progress=False)
+
+
+def test_a_chained_step_read_by_a_sink_and_a_keyed_step_fans_out(env):
+    """A chain's output read twice — as it is, and by a step keyed by another field (a lane of
+    the fan-out after the chain): running counts per key through both chained steps, then per
+    count value."""
+    batches = [[(1_000 + i, "abc"[i % 3], i) for i in range(9)], [(3_000 + i, "ab"[i % 2], i) for i in range(4)]]
+    chained = (env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+               .key_by("k").process(Tally(), "k string, n bigint, m bigint", name="a")
+               .reinterpret_as_keyed("k").process(Tally(), "k string, n bigint, m bigint", name="b"))
+    raw, per_count = CollectSink(), CollectSink()
+    chained.sink_to(raw, name="raw")
+    chained.key_by("m").process(Tally(), "k string, n bigint, m bigint", name="per-count").sink_to(per_count)
+    assert "lane 0 of the Spark operator shared by the steps reading 'a -> b'" in env.explain(spark_plan=False)
+    env.execute("chained-fan-out", progress=False)
+    per_key = Counter(k for b in batches for _, k, _ in b)
+    assert sorted((r["k"], r["n"], r["m"]) for r in raw.rows()) == sorted(
+        (k, m, m) for k, n in per_key.items() for m in range(1, n + 1))
+    times = Counter(m for n in per_key.values() for m in range(1, n + 1))  # how often each count is reached
+    assert sorted((r["n"], r["m"]) for r in per_count.rows()) == sorted(
+        (m, i) for m, t in times.items() for i in range(1, t + 1))
