@@ -62,6 +62,10 @@ class SelectFunction(PatternProcessFunction):
 class CepFunction(KeyedProcessFunction):
     """Matches ``pattern`` per key and hands matches to ``handler``."""
 
+    # process_batch is a faster path to what process_element does per record (so the step may
+    # end a chain of keyed steps, which feeds it record by record: ember.graph.chaining)
+    batch_path_optional = True
+
     def __init__(self, pattern: Pattern, handler: PatternProcessFunction, step: str, timed_out: Any = None,
                  sql_columns: dict[str, str] | None = None, late: Any = None, dead_letter: Any = None) -> None:
         self.pattern, self.handler, self.step = pattern, handler, step

@@ -36,7 +36,7 @@ def _plain(node: Node) -> bool:
     if isinstance(node, ChainedProcessNode) and isinstance(node.steps[-1], WindowNode):
         return False  # a chain's window ends it
     fn = node.fn  # type: ignore[attr-defined]
-    return not callable(getattr(fn, "process_batch", None))
+    return not callable(getattr(fn, "process_batch", None)) or getattr(fn, "batch_path_optional", False)
 
 
 def _keyed_window(node: Node) -> bool:
