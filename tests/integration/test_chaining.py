@@ -8,8 +8,9 @@ from collections import Counter, defaultdict
 from datetime import timedelta
 
 import flink_model as model
+import pandas as pd
 import pytest
-from test_chains import CountSum  # count and sum of v per window
+from test_chains import CountSum, Dedupe  # count and sum of v per window; each distinct record once
 
 from ember import (
     CollectSink,
@@ -21,6 +22,7 @@ from ember import (
     WatermarkStrategy,
 )
 from ember.errors import JobFailedError, RestartError
+from ember.functions import VectorizedKeyedFunction
 from ember.savepoints import create_savepoint
 from ember.state.descriptors import MapStateDescriptor, ValueStateDescriptor
 
@@ -360,3 +362,62 @@ def test_a_cep_step_chained_to_a_dedupe_finds_the_flows_of_the_distinct_events(e
                 opens[k] = []
     assert len(expected) > 10
     assert sorted((r["k"], r["opened"], r["closed"]) for r in sink.rows()) == sorted(expected)
+
+
+# --------------------------------------------------------------------------- process_batches beside other keyed steps
+class BatchCounts(VectorizedKeyedFunction):
+    """Per key and call: the key's records in it (``v``) and in all calls so far (``total``)."""
+
+    state_schema = "total bigint"
+
+    def process_batch(self, events, state, ctx):
+        counts = events.groupby("k", sort=False).size()
+        totals = state["total"].reindex(counts.index).fillna(0).to_numpy().astype("int64") + counts.to_numpy()
+        out = pd.DataFrame({"k": counts.index, "v": counts.to_numpy().astype("int64"), "total": totals})
+        return out, pd.DataFrame({"total": totals}, index=counts.index)
+
+
+def test_process_batches_reads_a_keyed_step_with_event_time(env):
+    """A vectorised step after a dedupe: its calls see the distinct records, its state counts them."""
+    batches = model.random_batches(6, batches=6)
+    given = [b + b[:3] for b in batches]
+    sink = CollectSink()
+    (env.from_source(ScriptedSource(given, SCHEMA), BOUND, name="events")
+        .key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+        .key_by("k").process_batches(BatchCounts(), "k string, v bigint, total bigint", name="counts").sink_to(sink))
+    env.execute("dedupe-then-batches", progress=False)
+    distinct = Counter(k for k, _, _ in {(k, ts, v) for b in batches for ts, k, v in b})
+    final = {}
+    for r in sink.rows():
+        final[r["k"]] = max(final.get(r["k"], 0), r["total"])
+    assert final == dict(distinct)
+    assert sum(r["v"] for r in sink.rows()) == sum(distinct.values())
+
+
+def test_a_window_reads_process_batches_output_at_its_keys_latest_time(env):
+    """A vectorised step read by a window with event time: each row it emits carries the latest
+    event time of its key's records in the call — the window counts them there (the model: one
+    record per key and batch, at that time; keys' latest times on both sides of window ends)."""
+    # a and g share a state bucket (one call): a's row at 3,900, g's at 4,100 — not both at the call's 4,100
+    assert env.spark.sql("SELECT pmod(xxhash64('a'), 128) = pmod(xxhash64('g'), 128)").first()[0]
+    batches = [[(1_000, "a", 1), (3_900, "a", 1), (4_100, "g", 1)], [(6_000, "a", 1), (7_900, "g", 1), (8_100, "c", 1)],
+               [(20_000, "a", 1)], *([(ts + 20_000, k, v) for ts, k, v in b] for b in model.random_batches(9, batches=5, keys="agc"))]
+    sink = CollectSink()
+    (env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+        .key_by("k").process_batches(BatchCounts(), "k string, v bigint, total bigint", name="counts")
+        .key_by("k").window(TumblingEventTimeWindows.of(4_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w").sink_to(sink))
+    env.execute("batches-then-window", progress=False)
+    stamped = []
+    for b in batches:
+        latest: dict = {}
+        for ts, k, _ in b:
+            latest[k] = max(latest.get(k, ts), ts)
+        stamped.append([(t, k, sum(1 for _, kk, _ in b if kk == k)) for k, t in latest.items()])
+    expected = model.windows(stamped, 1_000, "tumbling", 4_000)
+    got = {}
+    for b in sink.batches:
+        for r in b.rows:
+            got[(r["k"], r["window_start"], r["window_end"])] = (r["n"], r["v"])
+    assert got == {w: (n, v) for w, (n, v, _) in expected.fired.items()}
+    assert got[("a", 0, 4_000)] == (1, 2) and got[("g", 4_000, 8_000)] == (2, 2)

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ember.errors import UserFunctionError
 from ember.functions import BatchContext, VectorizedKeyedFunction, record_text
-from ember.runner.spark.keyed.runtime import TAG, ember_watermark, side_column
+from ember.runner.spark.keyed.runtime import PRE, TAG, TIME_OUT, ember_watermark, side_column
 from ember.runner.spark.narrowing import narrowed
 
 __all__ = ["make_vectorized_bucket_function", "BlobTable", "DeltaTable"]
@@ -99,10 +99,14 @@ def make_vectorized_bucket_function(
     time_column: str | None,
     event_time: bool,
     dead_letter: str | None = None,
+    emit_time: bool = False,
 ) -> Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
     """The ``applyInPandasWithState`` function of one vectorised keyed step. With
     ``dead_letter`` (a tag), a failing call is narrowed down by keys (:func:`_by_keys`) and
-    the output frames carry the combined columns (TAG and the tag's ``raw``/``error``)."""
+    the output frames carry the combined columns (TAG and the tag's ``raw``/``error``).
+    ``emit_time`` (another keyed step reads it with event time): each output row also carries
+    its event time (TIME_OUT) and PRE (False): the latest event time among its key's records
+    of the call when the row holds the key fields, else the call's latest (:func:`_stamped`)."""
     opened: dict[str, bool] = {}
     name = type(fn).__name__
 
@@ -158,17 +162,37 @@ def make_vectorized_bucket_function(
         if changed:
             table.update(changed[0] if len(changed) == 1 else pd.concat(changed))
         outs = [o for o, _ in results if o is not None and len(o)]
-        if dead_letter is None:
-            yield from outs
-            return
-        extra = {TAG: None, side_column(dead_letter, "raw"): None, side_column(dead_letter, "error"): None}
-        yield from (o.assign(**extra) for o in outs)
-        if errors:
-            dead = pd.DataFrame({f: [None] * len(errors) for f in out_fields})
-            yield dead.assign(**{TAG: dead_letter, side_column(dead_letter, "raw"): raws,
-                                 side_column(dead_letter, "error"): errors})
+        if dead_letter is not None:
+            extra = {TAG: None, side_column(dead_letter, "raw"): None, side_column(dead_letter, "error"): None}
+            outs = [o.assign(**extra) for o in outs]
+            if errors:
+                dead = pd.DataFrame({f: [None] * len(errors) for f in out_fields})
+                outs.append(dead.assign(**{TAG: dead_letter, side_column(dead_letter, "raw"): raws,
+                                           side_column(dead_letter, "error"): errors}))
+        if emit_time and outs:
+            assert time_column is not None
+            outs = _stamped(outs, pdf, keys, pdf[time_column].to_numpy().astype("datetime64[ms]").astype(np.int64))
+        yield from outs
 
     return run
+
+
+def _stamped(outs: list[pd.DataFrame], pdf: pd.DataFrame, keys: list[str], millis: np.ndarray) -> list[pd.DataFrame]:
+    """``outs`` with each row's event time (TIME_OUT, epoch ms) and PRE (False) for the keyed
+    step reading them: Flink stamps a process function's output with its input record's time;
+    a batch of records has none, so a row gets the latest time of its key's records in the
+    call (``pdf``, at ``millis``) when it holds the key fields — else the call's latest. Never
+    behind the records it came from, never late for the watermark those records make."""
+    latest = int(millis.max())
+    by_key = pd.Series(millis, index=_index(pdf, keys)).groupby(level=list(range(len(keys)))).max()
+    stamped = []
+    for o in outs:
+        t: Any = latest
+        if all(k in o.columns for k in keys):
+            index = _index(o.reset_index(drop=True), keys)
+            t = by_key.reindex(index).fillna(latest).to_numpy().astype(np.int64)
+        stamped.append(o.assign(**{TIME_OUT: t, PRE: False}))
+    return stamped
 
 
 def _by_keys(call: Callable[[pd.DataFrame, pd.DataFrame, Any], tuple[Any, Any]], pdf: pd.DataFrame,

@@ -357,18 +357,13 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
     out = output_struct(node.output_schema, None, node.name)
     state_type = output_struct(node.fn.state_schema, None, node.name)
     event_time = _has_event_time(up)
-    if _chained(comp, node, event_time) or (event_time and comp.plan.read_by_step(node)):
-        raise PipelineError(
-            "process_batches after or before another stateful step with event time is not supported yet "
-            "(its rows would need their event times); use process with a KeyedProcessFunction",
-            node.name,
-        )
+    emit_time = event_time and comp.plan.read_by_step(node)  # (its rows stamped: vectorized._stamped)
     fields = _fields(up)
     ship_by_value(node.fn)
     dead = read_dead_letters(comp, node)
     bucket_fn = make_vectorized_bucket_function(
         node.fn, node.name, list(node.keys), fields, state_type.names, out.names, TIME if event_time else None, event_time,
-        dead_letter=dead,
+        dead_letter=dead, emit_time=emit_time,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.NoTimeout
     processor = None
@@ -379,8 +374,10 @@ def _process_batches(comp: Compilation, node: VectorizedProcessNode) -> Frame:
                                          step_directory(comp.checkpoint, node.name), node.keys[0], state_type.names,
                                          numpy_types(state_kinds), node.name, _delta_counters(comp))
     schema = combined_struct(out, dead) if dead is not None else out
+    if emit_time:
+        schema = T.StructType(list(schema.fields)).add(TIME, T.LongType()).add(PRE, T.BooleanType())
     result = _run_keyed(comp, node, up, node.keys, event_time, bucket_fn, schema, "table binary", timeout, processor)
-    return Frame(_visible(result), up.time)
+    return Frame(result if emit_time else _visible(result), up.time)
 
 
 def _check_delta(node: Node, up: Frame, state_kinds: list[str]) -> None:
