@@ -4,7 +4,7 @@
 ``f`` emits every record under the key it was called with, so ``g`` may run on the same
 key, in the same call, without a shuffle: :class:`ChainedFunction` is one
 :class:`~ember.functions.KeyedProcessFunction` that runs ``f`` and hands each record ``f``
-emits straight to ``g`` (ember.graph.chaining decides where; docs/dataflow.md).
+emits straight to ``g`` (ember.graph.chaining decides where; docs/design/dataflow.md).
 
 Each step keeps its own state and timers on the shared key:
 
@@ -181,9 +181,8 @@ class ChainedFunction(KeyedProcessFunction):
         return out
 
     def _guard(self, i: int, call: Callable[[], Iterable[Any] | None], seen: Any, what: str) -> list[Any] | None:
-        """Step ``i``'s ``call()``, its output materialised: a step raising fails the job,
-        naming it, but the last step with a dead-letter output makes ``seen`` (its record, or
-        its timer's key and time) a dead letter, what that call emitted discarded."""
+        """Step ``i``'s ``call()``, its output materialised; if it raises, :meth:`_failed`
+        (``seen``: its record, or its timer's key and time)."""
         mark = len(self._rt.side) if self.links[i].dead_letter is not None else 0
         try:
             result = call()
@@ -211,15 +210,20 @@ class ChainedFunction(KeyedProcessFunction):
         for row in rows:
             record = self._record(self.links[i], row)
             if self._same_key(self.links[i], self.links[i + 1], record):
-                got = following(record)
-                if got is not None:
-                    try:
-                        out.extend(got)
-                    except UserFunctionError:
-                        raise
-                    except Exception as exc:  # the last step's generator raised as it was read
-                        self._failed(i + 1, exc, record, "process_element")
+                self._extend(out, following(record), i + 1, record)
         return out
+
+    def _extend(self, out: list[Any], got: Iterable[Any] | None, i: int, record: Any) -> None:
+        """``out`` extended with what step ``i`` (and those after it) made of ``record``: the last
+        step's generator raises as it is read, here, and its failure is named like any other."""
+        if got is None:
+            return
+        try:
+            out.extend(got)
+        except UserFunctionError:
+            raise
+        except Exception as exc:
+            self._failed(i, exc, record, "process_element")
 
     @property
     def _stages(self) -> list[Callable[[Any], Iterable[Any] | None]]:
@@ -256,7 +260,7 @@ class ChainedFunction(KeyedProcessFunction):
         fields = link.out_fields
         assert fields is not None, "ChainedFunction.bound was not called"
         shape, key_field = frozenset(fields), (self.links[i + 1].keys[0] if len(self.links[i + 1].keys) == 1 else None)
-        slow = self._onwards
+        slow, extend = self._onwards, self._extend
 
         dead = link.dead_letter is not None
 
@@ -277,14 +281,7 @@ class ChainedFunction(KeyedProcessFunction):
                 if key_field is None or type(row) is not dict or row.keys() != shape or row[key_field] != rt.current_key:
                     out.extend(slow(i, [row]))  # another shape, several key fields, or another key: the careful path
                     continue
-                got = following(row)  # (_onwards inlined: one call less per record)
-                if got is not None:
-                    try:
-                        out.extend(got)
-                    except UserFunctionError:
-                        raise
-                    except Exception as exc:  # the last step's generator raised as it was read
-                        failed(i + 1, exc, row, "process_element")
+                extend(out, following(row), i + 1, row)
             return out
         return stage
 

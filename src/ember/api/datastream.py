@@ -264,10 +264,10 @@ class DataStream:
 
     def reinterpret_as_keyed(self, *keys: str, name: str | None = None) -> "KeyedStream":
         """This stream as already partitioned by ``keys`` (field names): Flink's
-        ``reinterpretAsKeyedStream``. A keyed ``process`` step reading it straight after a
-        keyed ``process`` step keyed by the same fields runs *chained* to that step — in one
-        Spark operator, each record handed over in Python, no shuffle between them
-        (docs/dataflow.md, "Chaining keyed steps"). The promise: every record the step
+        ``reinterpretAsKeyedStream``. A keyed ``process`` step, CEP step or window reading it
+        straight after a keyed ``process`` (or CEP) step keyed by the same fields runs *chained*
+        to that step — in one Spark operator, each record handed over in Python, no shuffle
+        between them (docs/design/dataflow.md, "Chaining keyed steps"). The promise: every record the step
         before emits carries the key it was called with; a record that does not is the
         reading step's dead letter (or fails the job, naming both keys). Where the steps
         cannot chain, this is ``key_by(*keys)``."""

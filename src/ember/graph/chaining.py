@@ -9,8 +9,8 @@ about half the cost of the two steps run apart (docs/design/dataflow.md). Chains
 a third step reinterpreting the second's output joins the same node.
 
 What may chain (else the ``reinterpret_as_keyed`` is an ordinary ``key_by``, and
-:func:`why_not_chained` says why): keyed ``process`` functions (per record, not a
-co-process, broadcast, rolling or vectorised step), the last of a chain possibly a keyed
+:func:`why_not_chained` says why): keyed ``process`` functions run per record and CEP
+steps (not a co-process, broadcast, rolling or vectorised step), the last of a chain possibly a keyed
 window (then on Ember's window operator), keyed by the same field names;
 the first step's main output read by the reinterpretation only, the reinterpretation by
 the second step only; the first step with an output schema; no two chained steps with a
@@ -44,14 +44,6 @@ def _keyed_window(node: Node) -> bool:
     return isinstance(node, WindowNode) and bool(node.keys)
 
 
-def _readers(graph: Graph) -> dict[int, list[Node]]:
-    readers: dict[int, list[Node]] = {}
-    for node in graph.nodes:
-        for parent in node.inputs:
-            readers.setdefault(id(parent), []).append(node)
-    return readers
-
-
 def _side_tags(node: Node, readers: dict[int, list[Node]]) -> set[str]:
     """The side outputs of ``node`` the pipeline reads, and its dead-letter output, by name."""
     tags = {r.tag.name for r in readers.get(id(node), []) if isinstance(r, SideOutputNode)}
@@ -71,7 +63,7 @@ def _chain_ending_at(node: Node, graph: Graph, readers: dict[int, list[Node]]) -
 def why_not_chained(reinterpret: KeyByNode, graph: Graph) -> str | None:
     """Why the step reading ``reinterpret`` (a ``reinterpret_as_keyed`` step) does not chain
     to the step before it; None when it does."""
-    return _refusal(reinterpret, graph, _readers(graph))
+    return _refusal(reinterpret, graph, graph.readers())
 
 
 def _refusal(reinterpret: KeyByNode, graph: Graph, readers: dict[int, list[Node]]) -> str | None:
@@ -103,7 +95,7 @@ def chained(graph: Graph) -> Graph:
     side outputs of any of them read from it."""
     if not any(isinstance(n, KeyByNode) and n.reinterpret for n in graph.nodes):
         return graph
-    readers = _readers(graph)
+    readers = graph.readers()
     chains: dict[int, list[Node]] = {}  # id(step) -> its chain (one list shared by its steps)
     for node in graph.nodes:  # inputs first
         key_by = node.inputs[0] if node.inputs else None

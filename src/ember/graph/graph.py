@@ -57,6 +57,14 @@ class Graph:
                 raise PipelineError("key_by needs at least one key", node.name)
         return self
 
+    def readers(self) -> dict[int, list[Node]]:
+        """``id(step)`` -> the steps reading it directly (sinks included)."""
+        out: dict[int, list[Node]] = {}
+        for node in self.nodes:
+            for parent in node.inputs:
+                out.setdefault(id(parent), []).append(node)
+        return out
+
     def sinks_after(self, node: Node) -> list[SinkNode]:
         """The sinks that read ``node``'s records, directly or through other steps."""
         return [s for s in self.sinks if any(a is node for a in ancestors(s))]

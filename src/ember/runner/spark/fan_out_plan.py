@@ -86,21 +86,12 @@ class Level:
     reads: tuple[tuple[int, str | None], ...]
 
 
-def _readers(graph: Graph) -> dict[int, list[Node]]:
-    """Step -> the steps reading it directly."""
-    out: dict[int, list[Node]] = {}
-    for node in graph.nodes:
-        for parent in node.inputs:
-            out.setdefault(id(parent), []).append(node)
-    return out
-
-
 def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | None:
     """The job's fan-out (:class:`FanOut`), None when no keyed-runtime step's output is
     read by a keyed step and by another reader; raises :class:`PipelineError` for a
     fan-out this runner cannot run yet, naming the step. ``ignore``: the ids of readers
     that do not count (side outputs whose records leave the query beside it: detours)."""
-    readers = {k: [r for r in rs if id(r) not in ignore] for k, rs in _readers(graph).items()}
+    readers = {k: [r for r in rs if id(r) not in ignore] for k, rs in graph.readers().items()}
     steps = runtime_steps(graph)
     candidates = []
     for source in steps:
@@ -151,7 +142,7 @@ def root_fan_out(graph: Graph) -> FanOut | None:
     source = shared[-1]
     if any(source is f for f in firsts):
         return None
-    return _fan_out(graph, source, firsts, bool(beside), _readers(graph), root=True)
+    return _fan_out(graph, source, firsts, bool(beside), graph.readers(), root=True)
 
 
 def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool, readers: dict[int, list[Node]],

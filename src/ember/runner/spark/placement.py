@@ -20,6 +20,8 @@ build on these answers.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
     FilterNode,
@@ -49,7 +51,7 @@ def dead_letters_of(node: Node) -> object:
     return node.unmatched if isinstance(node, LookupJoinNode) else getattr(node, "dead_letter", None)
 
 
-def detours(node: Node) -> bool:
+def detours(node: Node) -> TypeGuard[SideOutputNode]:
     """Whether ``node`` is the dead-letter output of a stateless step: it may leave the query
     beside it (spool.py, planner.py)."""
     return isinstance(node, SideOutputNode) and isinstance(node.inputs[0], DETOURING) \

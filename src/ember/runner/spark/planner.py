@@ -205,7 +205,7 @@ def _keyed_fan_out(graph: Graph) -> FanOut | None:
 
 def _detourable(graph: Graph) -> list[SideOutputNode]:
     """The dead-letter outputs of stateless steps: they may leave the query beside it (spool.py)."""
-    return [n for n in graph.nodes if isinstance(n, SideOutputNode) and detours(n)]
+    return [n for n in graph.nodes if detours(n)]
 
 
 def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNode]]:

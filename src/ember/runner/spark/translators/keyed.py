@@ -312,19 +312,19 @@ def _has_event_time(up: Frame) -> bool:
 @translates(KeyedProcessNode)
 def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     up = keyed_input(comp, node, node.keys)
+    if isinstance(node, ChainedProcessNode) and isinstance(node.steps[-1], WindowNode):
+        return _chained_window(comp, node, up)
     visible = without_hidden(up.df.schema)
     field = node.fn.field if isinstance(node.fn, RollingField) else None
     if field is not None and field not in visible.names:
         raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
     out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
     event_time = _has_event_time(up)
-    if isinstance(node, ChainedProcessNode) and isinstance(node.steps[-1], WindowNode):
-        return _chained_window(comp, node, up)
-    dead_letter = read_dead_letters(comp, node)
+    dead_letter = read_dead_letters(comp, node)  # (a chain's: its last step's)
     fn = node.fn
     if isinstance(node, ChainedProcessNode):  # the chain hands each step's rows to the next as records
         fn = fn.bound([output_struct(s.output_schema, None, s.name).names for s in node.steps[:-1]],
-                      [read_dead_letters(comp, node, s) for s in node.steps])
+                      [read_dead_letters(comp, node, s) for s in node.steps[:-1]] + [dead_letter])
     return keyed_operator(comp, node, up, node.keys, fn, out, event_time,
                           combiner=_rolling_combiner(comp, node, up, event_time), dead_letter=dead_letter)
 
