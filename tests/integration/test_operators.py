@@ -137,3 +137,21 @@ def test_lookup_join_missing_field_fails_before_start(env):
     src.join_lookup([{"ad": "x"}], on="word", name="lookup").sink_to(CollectSink())
     with pytest.raises(PipelineError, match="step 'lookup': join field 'word' is not in the lookup table"):
         env.execute("t", progress=False)
+
+
+def test_collect_sink_takes_arrow_only_where_its_values_equal_rows(spark):
+    """The collecting sink reads a batch through Arrow (faster) only for types whose Python
+    values equal Row.asDict(recursive=True)'s; the rest take Rows."""
+    from ember.runner.spark.translators.sinks import arrow_collectable
+
+    df = spark.sql(
+        "SELECT id, CAST(id AS INT) i, CAST(id AS SMALLINT) sm, id / 3.0 d, CAST(id / 7 AS FLOAT) f, "
+        "CAST(id AS DECIMAL(10, 2)) dec, CAST(id AS STRING) s, id % 2 = 0 b, DATE '2026-01-01' + CAST(id AS INT) dt, "
+        "IF(id % 3 = 0, NULL, id) n, array(id, id + 1) arr, named_struct('x', id, 'y', array(named_struct('z', 's'))) st, "
+        "array(named_struct('a', id)) arr_st FROM range(50)"
+    )
+    assert arrow_collectable(df.schema)
+    assert df.toArrow().to_pylist() == [r.asDict(recursive=True) for r in df.collect()]
+    for other in ("TIMESTAMP '2026-01-01 10:00:00' t", "map('k', id) m", "CAST('x' AS BINARY) bin",
+                  "array(TIMESTAMP '2026-01-01 10:00:00') at", "named_struct('a', id, 'a', id) dup"):
+        assert not arrow_collectable(spark.sql(f"SELECT id, {other} FROM range(3)").schema), other

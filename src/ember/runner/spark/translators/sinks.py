@@ -106,8 +106,31 @@ def _files_batch(sink: FileSink, batch: Any, batch_id: int, target: SinkTarget) 
 
 @writes_batch(CollectSink)
 def _collect(sink: CollectSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
-    rows = [r.asDict(recursive=True) for r in batch.collect()]
+    if arrow_collectable(batch.schema):  # ~3.5x faster than Rows for 200 k rows (docs/design/dataflow.md)
+        rows = batch.toArrow().to_pylist()
+    else:
+        rows = [r.asDict(recursive=True) for r in batch.collect()]
     sink.accept_batch(batch_id, _now_ms(), rows)
+
+
+def arrow_collectable(schema: Any) -> bool:
+    """Whether Arrow's Python values for ``schema`` are what ``Row.asDict(recursive=True)``
+    gives: numbers, strings, booleans, dates, decimals, and arrays and structs of them, with
+    distinct field names. Not timestamps (Arrow's carry UTC, Rows the session's local time),
+    maps (Arrow gives pairs), binary (bytes, not bytearray) or anything else."""
+    from pyspark.sql import types as T
+
+    simple = (T.NumericType, T.StringType, T.BooleanType, T.DateType, T.NullType)
+
+    def ok(dt: Any) -> bool:
+        if isinstance(dt, T.ArrayType):
+            return ok(dt.elementType)
+        if isinstance(dt, T.StructType):
+            names = [f.name for f in dt.fields]
+            return len(set(names)) == len(names) and all(ok(f.dataType) for f in dt.fields)
+        return isinstance(dt, simple)
+
+    return ok(schema)
 
 
 @writes_batch(CountSink)
