@@ -294,8 +294,13 @@ class Matcher:
     def _skip(self, partials: list[Partial], matches: list[tuple]) -> tuple[list[Partial], list[tuple]]:
         """Emit ``matches`` (earliest start first) under the skip strategy: each emitted match
         discards the partial matches and the not yet emitted matches its strategy names."""
-        matches = sorted(matches, key=lambda m: tuple(x[1] for x in m))
         kind = self.plan.skip
+        if len(matches) == 1:  # the usual case: no order to settle among matches
+            if kind == "no_skip":
+                return partials, matches
+            start, until = self._range(matches[0])
+            return [p for p in partials if not start <= p[3][0][1] < until], matches
+        matches = sorted(matches, key=lambda m: tuple(x[1] for x in m))
         if kind == "no_skip":
             return partials, matches
         emitted: list[tuple] = []
