@@ -204,7 +204,7 @@ class Matcher:
     def advance(self, partials: list[Partial], now: int) -> tuple[list[Partial], list[tuple], list[tuple]]:
         """No event before ``now`` will come: (partials left, matches completed, timed out)."""
         window = self.plan.window_ms
-        if window is None:
+        if window is None or not partials:
             return partials, [], []
         kept, done, expired = [], [], []
         for p in partials:

@@ -17,6 +17,7 @@ call emitted is discarded. Without it, either fails the job naming the step.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from typing import Any, Iterable
 
@@ -65,6 +66,7 @@ class CepFunction(KeyedProcessFunction):
     # process_batch is a faster path to what process_element does per record (so the step may
     # end a chain of keyed steps, which feeds it record by record: ember.graph.chaining)
     batch_path_optional = True
+    whole_batch = True  # process_batch drains a key's due events in order: it needs the bucket's batch in one call
 
     def __init__(self, pattern: Pattern, handler: PatternProcessFunction, step: str, timed_out: Any = None,
                  sql_columns: dict[str, str] | None = None, late: Any = None, dead_letter: Any = None) -> None:
@@ -86,52 +88,89 @@ class CepFunction(KeyedProcessFunction):
                       out: list[Any]) -> bool:
         """Event time, a whole bucket's micro-batch at once (the keyed runtime's batch path):
         each record's values are queued under its key without building a record dict; the
-        matcher runs when the watermark passes them (``on_timer``). Processing time: False
-        (one ``process_element`` per record)."""
+        matcher runs when the watermark passes them — in this call for the events the batch's
+        own watermark advance will pass (``rt.in_batch_watermark``: the job's only stateful
+        step), else in ``on_timer``. Processing time: False (one ``process_element`` per record)."""
         if times is None or not getattr(rt, "event_time", False):
             return False
         if not self._fields and keys:
             self._fields = tuple(build([[c[0]] for c in columns])[0])
         fields, watermark, cell = self._fields, rt.watermark, self.cep
+        floor = watermark if watermark is not None else -(1 << 63)
+        advance = getattr(rt, "in_batch_watermark", None)
+        due = advance(times[-1]) if advance is not None and times else None  # (times ascending)
         rows = list(zip(*columns))
+        relevant = self._relevant
+        if relevant is None:
+            kept: Iterable[int] = range(len(rows))
+        else:  # (late events are kept: counted or sent on below)
+            kept = [i for i, row in enumerate(rows) if times[i] <= floor or relevant(dict(zip(fields, row)))]
         positions: dict[Any, list[int]] = {}
-        for i, key in enumerate(keys):
-            found = positions.get(key)
+        for i in kept:
+            found = positions.get(keys[i])
             if found is None:
-                positions[key] = [i]
+                positions[keys[i]] = [i]
             else:
                 found.append(i)
         late = 0
-        relevant = self._relevant
-        if relevant is not None:  # (late events are kept: counted or sent on below)
-            floor = watermark if watermark is not None else -(1 << 63)
-            keep = [times[i] <= floor or relevant(dict(zip(fields, row))) for i, row in enumerate(rows)]
         for key, indices in positions.items():
-            if relevant is not None:
-                indices = [i for i in indices if keep[i]]
-                if not indices:
-                    continue
             slot = rt.enter(key)
             st = cell.value() or [[], [], 0, fields]
+            if len(st) < 4 or st[3] is not fields:
+                st[3:] = [fields]
             buffered, seq = st[1], st[2]
             earliest = buffered[0][0] if buffered else None
+            fresh = []
             for i in indices:
                 ts = times[i]
-                if watermark is not None and ts <= watermark:
+                if ts <= floor:
                     late += 1
                     if self.late is not None:
                         rt.output(self.late, _without_sql(dict(zip(fields, rows[i]))))
                     continue
-                heapq.heappush(buffered, (ts, seq, rows[i]))
+                fresh.append((ts, seq, rows[i]))
                 seq += 1
             st[2] = seq
-            if buffered and (earliest is None or buffered[0][0] < earliest):
+            if due is not None and ((fresh and fresh[0][0] <= due) or (buffered and buffered[0][0] <= due)):
+                fresh = self._drain(st, fresh, due, rt, out)
+            for item in fresh:
+                heapq.heappush(buffered, item)
+            if buffered and (earliest is None or earliest <= (due if due is not None else floor)
+                             or buffered[0][0] < earliest):
                 rt.register_event_time_timer(buffered[0][0])  # due when the watermark reaches the earliest waiting event
-            cell.update(st)
+            if st[0] or buffered:
+                cell.update(st)
+            else:
+                cell.clear()
             rt.leave(key, slot)
         if late and self.late is None:
             rt.count(LATE, late)
         return True
+
+    def _drain(self, st: list, fresh: list[tuple], due: int, rt: Any, out: list[Any]) -> list[tuple]:
+        """The key's waiting events and its ``fresh`` ones (in time order) that the batch's
+        watermark advance, to ``due``, will pass: to the matcher now, as ``on_timer`` would
+        take them once that watermark fires the key's timer (outputs stamped alike: with the
+        first event's time), then time advanced to ``due``. Returns the fresh events that wait."""
+        buffered, fields = st[1], st[3]
+        ready = []
+        while buffered and buffered[0][0] <= due:
+            ready.append(heapq.heappop(buffered))
+        cut = bisect.bisect_right(fresh, due, key=lambda item: item[0])
+        ready = sorted(ready + fresh[:cut]) if ready else fresh[:cut]  # (ts, seq): seq breaks ties, values never compared
+        kept_watermark = rt.watermark
+        rt.watermark = due  # what the handler sees, as in on_timer at the end of the batch
+        rt.timestamp = ready[0][0]
+        rt.time_domain = "event_time"
+        rt.emitting(out, ready[0][0])
+        for ts, seq, values in ready:
+            st[0] = self._feed(st[0], seq, ts, dict(zip(fields, values)), rt, out)
+        if st[0]:
+            st[0], done, expired = self.matcher.advance(st[0], due)
+            self._emit(done, expired, rt, out)
+            self._arm(st, rt, processing=False)
+        rt.watermark = kept_watermark
+        return fresh[cut:]
 
     def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
         st = self.cep.value() or [[], [], 0]
@@ -198,12 +237,13 @@ class CepFunction(KeyedProcessFunction):
             ctx.output(self.dead_letter, {"raw": record_text(_without_sql(event)), "error": error})
             return partials  # (the matcher built new partial matches; the ones it was given are as they were)
         partials = fed
-        if self.sql_columns:  # the SQL conditions' columns are Ember's, not the user's
-            done, expired = _visible(done), _visible(expired)
-        self._emit(done, expired, ctx, out)
+        if done or expired:
+            self._emit(done, expired, ctx, out)
         return partials
 
     def _emit(self, done: list, expired: list, ctx: Context, out: list[Any]) -> None:
+        if self.sql_columns:  # the SQL conditions' columns are Ember's, not the user's
+            done, expired = _visible(done), _visible(expired)
         handler = self.handler
         for m in done:
             result = self._call(handler.process_match, m, ctx)

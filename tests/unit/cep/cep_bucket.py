@@ -36,14 +36,21 @@ class BucketState:
         pass
 
 
-def drive(fn, data, fields, output, side_outputs, bound):
+def drive(fn, data, fields, output, side_outputs, bound, in_batch=False):
     """Runs keyed function ``fn`` (key ``k``, event time ``ts``) over ``data`` (a list of
     batches of record dicts with ``fields``), then an end of input that makes everything
-    due: (every output frame concatenated, the bucket's final state or None)."""
-    bucket_fn = BucketFunction(fn, "cep", ["k"], fields, output, "ts", True, side_outputs=side_outputs, counters={})
+    due: (every output frame concatenated, the bucket's final state or None). ``in_batch``:
+    the step advances its watermark within each batch (the job's only stateful step, as on
+    Spark), and gets the batch's records in two frames (Spark's Arrow batches, in arrival
+    order: a record of the second may be earlier than one of the first)."""
+    bucket_fn = BucketFunction(fn, "cep", ["k"], fields, output, "ts", True, side_outputs=side_outputs, counters={},
+                               advance_ms=bound if in_batch else None)
     blob, spark_watermark, frames = None, 0, []  # Spark's watermark: max - bound (0 before any), Ember's 1 ms behind
     for batch in [*data, None]:
         inputs = [pd.DataFrame(batch, columns=fields)] if batch else []
+        if in_batch and batch and len(batch) > 1:
+            half = len(batch) // 2
+            inputs = [pd.DataFrame(batch[:half], columns=fields), pd.DataFrame(batch[half:], columns=fields)]
         state = BucketState(blob, spark_watermark if batch is not None else 1 << 40)
         frames += list(bucket_fn(0, iter(inputs), state))
         blob = state.blob

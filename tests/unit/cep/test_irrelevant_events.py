@@ -9,13 +9,15 @@ from __future__ import annotations
 from collections import defaultdict
 
 import cep_model
+import pandas as pd
 import pytest
-from cep_bucket import batches, drive
+from cep_bucket import BucketState, batches, drive
 
 from ember import OutputTag
 from ember.cep import Pattern, PatternProcessFunction, SkipStrategy
 from ember.cep.nfa import compile_pattern, relevance
 from ember.cep.operator import CepFunction
+from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.runtime import TAG
 
 W = 6
@@ -61,9 +63,9 @@ class EveryEvent(CepFunction):
 
 
 
-def run(fn_type, pattern, data):
+def run(fn_type, pattern, data, in_batch=False):
     fn = fn_type(pattern, Emit(), "cep", timed_out=OutputTag("partial", "k string, seqs string"))
-    out, state = drive(fn, data, [*FIELDS, "n"], ["k", "seqs"], {"partial": ["k", "seqs"]}, BOUND)
+    out, state = drive(fn, data, [*FIELDS, "n"], ["k", "seqs"], {"partial": ["k", "seqs"]}, BOUND, in_batch=in_batch)
     rows = [tuple(r) for r in out[["k", "seqs", TAG]].itertuples(index=False, name=None)]
     return sorted(rows, key=repr), state
 
@@ -87,8 +89,11 @@ def reference(pattern, data):
     return sorted(out)
 
 
+@pytest.mark.parametrize("in_batch", [False, True], ids=["next-batch", "in-batch"])
 @pytest.mark.parametrize("name", sorted(PATTERNS))
-def test_dropping_what_no_stage_sees_changes_nothing(name):
+def test_dropping_what_no_stage_sees_changes_nothing(name, in_batch):
+    """Also with the watermark advanced within each batch (events the batch makes due are
+    matched in the batch's own call, from two frames sorted apart): the same output."""
     pattern = PATTERNS[name]
     relevant = relevance(compile_pattern(pattern))
     assert relevant is not None
@@ -96,11 +101,28 @@ def test_dropping_what_no_stage_sees_changes_nothing(name):
     for seed in range(12):
         data = batches(seed, BOUND)
         dropped += sum(not relevant(e) for b in data for e in b)
-        got, _ = run(CepFunction, pattern, data)
-        assert got == run(EveryEvent, pattern, data)[0], seed
+        got, _ = run(CepFunction, pattern, data, in_batch)
+        assert got == run(EveryEvent, pattern, data, in_batch)[0], seed
         assert sorted((k, s) for k, s, tag in got if tag is None) == reference(pattern, data), seed
+        if in_batch:
+            assert got == run(CepFunction, pattern, data)[0], seed
         checked += any(tag is None for *_, tag in got)
     assert dropped > 0 and checked > 0
+
+
+@pytest.mark.parametrize("name", ["followed_by", "strict"])
+def test_matches_the_batch_makes_due_come_out_in_that_batch(name):
+    """With the watermark advanced within the batch, a match whose events the batch's own
+    records make due is emitted in that batch's call, not the next (bound 0: all but the
+    batch's latest millisecond are due)."""
+    pattern = PATTERNS["followed_by"] if name == "followed_by" else STRICT["next"]
+    data = [[{"k": "x", "ts": 1, "t": "a", "v": 0, "n": 1}, {"k": "x", "ts": 2, "t": "b", "v": 0, "n": 2},
+             {"k": "y", "ts": 3, "t": "c", "v": 0, "n": 3}], [{"k": "y", "ts": 4, "t": "c", "v": 0, "n": 4}]]
+    fn = CepFunction(pattern, Emit(), "cep")
+    bucket_fn = BucketFunction(fn, "cep", ["k"], [*FIELDS, "n"], ["k", "seqs"], "ts", True, counters={}, advance_ms=0)
+    state = BucketState(None, 0)
+    first = pd.concat(list(bucket_fn(0, iter([pd.DataFrame(data[0])]), state)))
+    assert first[["k", "seqs"]].values.tolist() == [["x", "101 202"]]
 
 
 @pytest.mark.parametrize("name", sorted(STRICT))

@@ -137,6 +137,10 @@ class BucketFunction:
         self._fire_due(rt, out)
         ahead = len(out)  # the rows emitted before this step's watermark reached the batch's
         rt.ahead = False
+        if self.advance_ms is not None:  # what the watermark will be once the batch's records are in
+            rt.in_batch_watermark = lambda seen: self.advanced(spark_watermark, seen if latest is None else max(latest, seen))
+        if self.batches is not None and getattr(self.batches, "whole_batch", False):
+            batches = _one_frame(batches)  # the bucket's records sorted together, not per Arrow frame
         for pdf in batches:
             seen = self._process(rt, pdf, out)
             self.touched = True
@@ -170,7 +174,7 @@ class BucketFunction:
                 self.counters[name].add(n)
         rt.counts = {}
         yield from self._frames_out(rt, out, ahead)
-        rt.out = rt.marks = None
+        rt.out = rt.marks = rt.in_batch_watermark = None
 
     def advanced(self, spark_watermark: int, latest: int) -> int | None:
         """Ember's watermark once the batch's records (the latest at ``latest`` ms) are in:
@@ -354,3 +358,11 @@ class BucketFunction:
                     data[columns_out[-2]] = pd.Series([t for _, t, _ in emitted], dtype="Int64")
                     data[PRE] = pd.Series([p for _, _, p in emitted], dtype=bool)
                 yield pd.DataFrame(data, columns=columns_out)
+
+
+def _one_frame(frames: Iterable[pd.DataFrame]) -> list[pd.DataFrame]:
+    """A bucket's frames as one (Spark hands a bucket's rows over in Arrow batches of at most
+    ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, each sorted apart)."""
+    listed = list(frames)
+    return listed if len(listed) <= 1 else [pd.concat(listed, ignore_index=True)]
+

@@ -51,7 +51,9 @@ class BatchHandler(Protocol):
     ``process_batch`` gets the runtime, the record builder, each record's key, the
     columns (one list per field) and, with event time, each record's timestamp (ms;
     the records sorted by it); it appends output records to ``out`` and returns
-    True — or returns False to have the runtime call ``process_element`` per record."""
+    True — or returns False to have the runtime call ``process_element`` per record.
+    An operator with ``whole_batch = True`` gets a bucket's records of the batch in one call
+    (else one call per Arrow frame, each sorted apart)."""
 
     def process_batch(self, rt: KeyedRuntime, build: RecordsBuilder, keys: list[Any], columns: list[list[Any]],
                       times: list[int] | None, out: list[Any]) -> bool: ...

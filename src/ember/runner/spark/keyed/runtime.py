@@ -183,6 +183,10 @@ class KeyedRuntime(RuntimeContext, Context):
         # before it (Flink's output timestamps: the record's, the timer's, a window's end - 1).
         self.out: list[Any] | None = None
         self.marks: list[tuple[int, int]] | None = None
+        # Where the step advances its watermark within the batch (bucket.py, advance_ms), during
+        # the batch's records: the watermark it will have after them, given the latest event time
+        # among the records seen (it takes the batch's latest others told it, if later); else None.
+        self.in_batch_watermark: Callable[[int], int | None] | None = None
         # A broadcast step's broadcast states: name -> (read-write cell, read-only view); which
         # one get_broadcast_state returns (process_broadcast_element: writable); the keyed state
         # cells open() declared, by name.
