@@ -99,12 +99,16 @@ class CepFunction(KeyedProcessFunction):
         floor = watermark if watermark is not None else -(1 << 63)
         advance = getattr(rt, "in_batch_watermark", None)
         due = advance(times[-1]) if advance is not None and times else None  # (times ascending)
-        rows = list(zip(*columns))
         relevant = self._relevant
+        # One dict per event (the runtime's builder) where conditions or the drain read them;
+        # events that wait keep their values only (smaller state).
+        records = build(columns) if relevant is not None or due is not None else None
+        rows = list(zip(*columns)) if records is None else None
         if relevant is None:
-            kept: Iterable[int] = range(len(rows))
+            kept: Iterable[int] = range(len(keys))
         else:  # (late events are kept: counted or sent on below)
-            kept = [i for i, row in enumerate(rows) if times[i] <= floor or relevant(dict(zip(fields, row)))]
+            assert records is not None
+            kept = [i for i, record in enumerate(records) if times[i] <= floor or relevant(record)]
         positions: dict[Any, list[int]] = {}
         for i in kept:
             found = positions.get(keys[i])
@@ -120,21 +124,23 @@ class CepFunction(KeyedProcessFunction):
                 st[3:] = [fields]
             buffered, seq = st[1], st[2]
             earliest = buffered[0][0] if buffered else None
-            fresh = []
+            fresh = []  # (ts, seq, the record's index in the batch)
             for i in indices:
                 ts = times[i]
                 if ts <= floor:
                     late += 1
                     if self.late is not None:
-                        rt.output(self.late, _without_sql(dict(zip(fields, rows[i]))))
+                        event = records[i] if records is not None else dict(zip(fields, rows[i]))  # type: ignore[index]
+                        rt.output(self.late, _without_sql(event))
                     continue
-                fresh.append((ts, seq, rows[i]))
+                fresh.append((ts, seq, i))
                 seq += 1
             st[2] = seq
             if due is not None and ((fresh and fresh[0][0] <= due) or (buffered and buffered[0][0] <= due)):
-                fresh = self._drain(st, fresh, due, rt, out)
-            for item in fresh:
-                heapq.heappush(buffered, item)
+                assert records is not None
+                fresh = self._drain(st, fresh, records, due, rt, out)
+            for ts, n, i in fresh:
+                heapq.heappush(buffered, (ts, n, rows[i] if rows is not None else tuple(records[i].values())))  # type: ignore[index]
             if buffered and (earliest is None or earliest <= (due if due is not None else floor)
                              or buffered[0][0] < earliest):
                 rt.register_event_time_timer(buffered[0][0])  # due when the watermark reaches the earliest waiting event
@@ -147,24 +153,27 @@ class CepFunction(KeyedProcessFunction):
             rt.count(LATE, late)
         return True
 
-    def _drain(self, st: list, fresh: list[tuple], due: int, rt: Any, out: list[Any]) -> list[tuple]:
-        """The key's waiting events and its ``fresh`` ones (in time order) that the batch's
-        watermark advance, to ``due``, will pass: to the matcher now, as ``on_timer`` would
-        take them once that watermark fires the key's timer (outputs stamped alike: with the
-        first event's time), then time advanced to ``due``. Returns the fresh events that wait."""
+    def _drain(self, st: list, fresh: list[tuple], records: list[dict[str, Any]], due: int, rt: Any,
+               out: list[Any]) -> list[tuple]:
+        """The key's waiting events and its ``fresh`` ones (``(ts, seq, index in records)``,
+        in time order) that the batch's watermark advance, to ``due``, will pass: to the
+        matcher now, as ``on_timer`` would take them once that watermark fires the key's timer
+        (outputs stamped alike: with the first event's time), then time advanced to ``due``.
+        Returns the fresh events that wait."""
         buffered, fields = st[1], st[3]
         ready = []
         while buffered and buffered[0][0] <= due:
-            ready.append(heapq.heappop(buffered))
+            ready.append(heapq.heappop(buffered))  # (ts, seq, values)
         cut = bisect.bisect_right(fresh, due, key=lambda item: item[0])
-        ready = sorted(ready + fresh[:cut]) if ready else fresh[:cut]  # (ts, seq): seq breaks ties, values never compared
+        ready = sorted(ready + fresh[:cut]) if ready else fresh[:cut]  # by (ts, seq): seq breaks ties
         kept_watermark = rt.watermark
         rt.watermark = due  # what the handler sees, as in on_timer at the end of the batch
         rt.timestamp = ready[0][0]
         rt.time_domain = "event_time"
         rt.emitting(out, ready[0][0])
-        for ts, seq, values in ready:
-            st[0] = self._feed(st[0], seq, ts, dict(zip(fields, values)), rt, out)
+        for ts, seq, event in ready:
+            record = records[event] if type(event) is int else dict(zip(fields, event))
+            st[0] = self._feed(st[0], seq, ts, record, rt, out)
         if st[0]:
             st[0], done, expired = self.matcher.advance(st[0], due)
             self._emit(done, expired, rt, out)
