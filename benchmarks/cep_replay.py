@@ -5,8 +5,8 @@ address) and its hand-written baseline (``FlowByHand``), each driven through Emb
 function (keyed/bucket.py) with a stand-in for Spark's group state: 16 state buckets, micro-batches of
 ``--batch`` events, the watermark advanced within the batch as in the engine (the job's only
 stateful step) with an out-of-orderness bound of ``--bound-ms`` (default 0: ``ember bench cep``'s
-monotonous timestamps; until 2026-11-27 the replay used 1,000). Three variants, alternating, in one process on one core: ``cep`` (the pattern),
-``cep-every-event`` (the pattern with every event queued: before the step dropped the events
+monotonous timestamps; until 2026-11-27 the replay used 1,000). Three variants, alternating, in
+one process on one core: ``cep`` (the pattern), ``cep-every-event`` (the pattern with every event queued: before the step dropped the events
 no stage can take, 2026-11-26) and ``by-hand`` (the hand-written process function); their
 settled matches are checked equal. Prints events/s per variant (median of
 ``--rounds``) and, with ``--json``, one JSON line.

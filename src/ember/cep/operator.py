@@ -87,7 +87,7 @@ class CepFunction(KeyedProcessFunction):
     def process_batch(self, rt: Any, build: Any, keys: list[Any], columns: list[list[Any]], times: list[int] | None,
                       out: list[Any]) -> bool:
         """Event time, a whole bucket's micro-batch at once (the keyed runtime's batch path):
-        each record's values are queued under its key without building a record dict; the
+        each key's records are taken together and those that wait keep their values only; the
         matcher runs when the watermark passes them — in this call for the events the batch's
         own watermark advance will pass (``rt.in_batch_watermark``: the job's only stateful
         step), else in ``on_timer``. Processing time: False (one ``process_element`` per record)."""
@@ -141,8 +141,7 @@ class CepFunction(KeyedProcessFunction):
                 fresh = self._drain(st, fresh, records, due, rt, out)
             for ts, n, i in fresh:
                 heapq.heappush(buffered, (ts, n, rows[i] if rows is not None else tuple(records[i].values())))  # type: ignore[index]
-            if buffered and (earliest is None or earliest <= (due if due is not None else floor)
-                             or buffered[0][0] < earliest):
+            if buffered and buffered[0][0] != earliest:  # (earliest: its timer is set, or it was drained)
                 rt.register_event_time_timer(buffered[0][0])  # due when the watermark reaches the earliest waiting event
             if st[0] or buffered:
                 cell.update(st)
@@ -160,26 +159,30 @@ class CepFunction(KeyedProcessFunction):
         matcher now, as ``on_timer`` would take them once that watermark fires the key's timer
         (outputs stamped alike: with the first event's time), then time advanced to ``due``.
         Returns the fresh events that wait."""
-        buffered, fields = st[1], st[3]
-        ready = []
-        while buffered and buffered[0][0] <= due:
-            ready.append(heapq.heappop(buffered))  # (ts, seq, values)
+        waiting = _pop_due(st[1], due)
         cut = bisect.bisect_right(fresh, due, key=lambda item: item[0])
-        ready = sorted(ready + fresh[:cut]) if ready else fresh[:cut]  # by (ts, seq): seq breaks ties
+        ready = sorted(waiting + fresh[:cut]) if waiting else fresh[:cut]  # by (ts, seq): seq breaks ties
         kept_watermark = rt.watermark
         rt.watermark = due  # what the handler sees, as in on_timer at the end of the batch
         rt.timestamp = ready[0][0]
         rt.time_domain = "event_time"
         rt.emitting(out, ready[0][0])
-        for ts, seq, event in ready:
-            record = records[event] if type(event) is int else dict(zip(fields, event))
-            st[0] = self._feed(st[0], seq, ts, record, rt, out)
-        if st[0]:
-            st[0], done, expired = self.matcher.advance(st[0], due)
-            self._emit(done, expired, rt, out)
-            self._arm(st, rt, processing=False)
+        self._match(st, ready, records, due, rt, out, processing=False)
         rt.watermark = kept_watermark
         return fresh[cut:]
+
+    def _match(self, st: list, ready: list[tuple], records: list[dict[str, Any]] | None, now: int, ctx: Any,
+               out: list[Any], processing: bool) -> None:
+        """``ready`` events, ``(ts, seq, values)`` or ``(ts, seq, index in records)`` in time
+        order, to the matcher; then time advanced to ``now`` and the window's timer set."""
+        fields = st[3] if len(st) > 3 else ()
+        for ts, seq, event in ready:
+            record = records[event] if type(event) is int else dict(zip(fields, event))  # type: ignore[index]
+            st[0] = self._feed(st[0], seq, ts, record, ctx, out)
+        st[0], done, expired = self.matcher.advance(st[0], now)
+        if done or expired:
+            self._emit(done, expired, ctx, out)
+        self._arm(st, ctx, processing)
 
     def process_element(self, value: dict[str, Any], ctx: Context) -> Iterable[Any] | None:
         st = self.cep.value() or [[], [], 0]
@@ -221,15 +224,10 @@ class CepFunction(KeyedProcessFunction):
         now = ctx.current_watermark if event_time else ctx.current_processing_time
         if now is None:
             return None
-        buffered, fields = st[1], (st[3] if len(st) > 3 else ())
-        while buffered and buffered[0][0] <= now:
-            ts, seq, values = heapq.heappop(buffered)
-            st[0] = self._feed(st[0], seq, ts, dict(zip(fields, values)), ctx, out)
-        st[0], done, expired = self.matcher.advance(st[0], now)
-        self._emit(done, expired, ctx, out)
+        buffered = st[1]
+        self._match(st, _pop_due(buffered, now), None, now, ctx, out, processing=not event_time)
         if event_time and buffered:
             ctx.register_event_time_timer(buffered[0][0])
-        self._arm(st, ctx, processing=not event_time)
         if st[0] or st[1]:
             self.cep.update(st)
         else:
@@ -290,6 +288,14 @@ class CepFunction(KeyedProcessFunction):
             ctx.register_processing_time_timer(due)
         else:
             ctx.register_event_time_timer(due)
+
+
+def _pop_due(buffered: list[tuple], now: int) -> list[tuple]:
+    """The waiting events (a heap of ``(ts, seq, values)``) at or before ``now``, taken off it in order."""
+    due = []
+    while buffered and buffered[0][0] <= now:
+        due.append(heapq.heappop(buffered))
+    return due
 
 
 def _without_sql(event: dict[str, Any]) -> dict[str, Any]:

@@ -365,4 +365,3 @@ def _one_frame(frames: Iterable[pd.DataFrame]) -> list[pd.DataFrame]:
     ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, each sorted apart)."""
     listed = list(frames)
     return listed if len(listed) <= 1 else [pd.concat(listed, ignore_index=True)]
-
