@@ -4,6 +4,7 @@ and issue 16's five reproductions, each as the model says Flink behaves."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import flink_model as model
@@ -187,6 +188,72 @@ def test_timers_fire_as_the_model_says_on_a_random_stream(env, seed):
     for b in sink.batches:
         if b.batch_id < len(batches):  # fired after the batch's records, under the watermark they make
             assert {r["wm"] for r in b.rows} <= {watermarks[b.batch_id + 1]}  # ctx.current_watermark is Flink's
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_timers_fire_as_the_model_says_without_spark_s_group_timeout(env, seed):
+    """A stream that does not end: the step fires in the batch and runs without Spark's group
+    timeout (translators/keyed.py: without_group_timeout) — its state rows have no timeout
+    column — and every timer fires in the batch the model says; the timers still pending when
+    the job stops are not fired (no end of input: no final watermark)."""
+    from ember.runner.spark.checkpoint import last_committed_batch
+    from ember.runner.spark.state_io import _keeps_timeout
+
+    batches = model.random_batches(seed)
+    expected = [f for f in model.timer_firings(batches, 1_000, 700, in_batch=True) if f[2] != model.END]
+    src = env.from_source(ScriptedSource(batches, SCHEMA, ends=False),
+                          WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
+    sink = CollectSink()
+    src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
+    env.execute("timers-open", progress=False, max_events=sum(len(b) for b in batches))
+    fired = sorted((r["k"], r["at"], b.batch_id) for b in sink.batches for r in b.rows)
+    assert fired == expected
+    checkpoint = os.path.join(env.config.checkpoint_dir, "timers-open")
+    assert not _keeps_timeout(env.spark, checkpoint, last_committed_batch(checkpoint), 0)
+
+
+@pytest.mark.parametrize("older", [False, True])
+def test_a_restart_keeps_the_checkpoint_s_group_timeouts(env, monkeypatch, older):
+    """A job stopped midway and restarted fires every timer as one uninterrupted run would.
+    ``older``: the checkpoint was written before steps ran without Spark's group timeout (its
+    state rows have the timeout column, its manifest no mark): the restarted step keeps the
+    timeout — Spark refuses state of another shape."""
+    import json
+
+    from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, CheckpointLayout, last_committed_batch
+    from ember.runner.spark.state_io import _keeps_timeout
+    from ember.runner.spark.translators import keyed
+
+    batches = model.random_batches(4)
+    expected = [f for f in model.timer_firings(batches, 1_000, 700, in_batch=True) if f[2] != model.END]
+    checkpoint = os.path.join(env.config.checkpoint_dir, "timers-restart")
+    sink = CollectSink()
+
+    def run(max_events):
+        fresh = StreamEnvironment(master="local[2]", checkpoint_dir=env.config.checkpoint_dir, parallelism=2,
+                                  spark=env.spark)
+        src = fresh.from_source(ScriptedSource(batches, SCHEMA, ends=False),
+                                WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
+        src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
+        fresh.execute("timers-restart", progress=False, max_events=max_events)
+
+    first = sum(len(b) for b in batches[:4])
+    if older:
+        with monkeypatch.context() as patch:
+            patch.setattr(keyed, "without_group_timeout", lambda comp, advance_ms: False)
+            run(first)
+        layout = CheckpointLayout(checkpoint)
+        with open(layout.pipeline) as f:
+            manifest = json.load(f)
+        del manifest[GROUP_TIMEOUTS]  # as an older Ember wrote it
+        with open(layout.pipeline, "w") as f:
+            json.dump(manifest, f)
+    else:
+        run(first)
+    run(sum(len(b) for b in batches) - sum(len(b) for b in batches[:last_committed_batch(checkpoint) + 1]))
+    fired = sorted((r["k"], r["at"], b.batch_id) for b in sink.batches for r in b.rows)
+    assert fired == expected
+    assert _keeps_timeout(env.spark, checkpoint, last_committed_batch(checkpoint), 0) == older
 
 
 # ---------------------------------------------------------------------------------------------

@@ -472,3 +472,40 @@ def _rows_of(state):
     """(key, n, total, 0) per key of a RunningTotal step's state read back."""
     values = {(k, s): v for k, s, v in state.itertuples(index=False, name=None)}
     return [(k, values[(k, "n")], values[(k, "total")], 0) for k in sorted({k for k, _ in values})]
+
+
+def test_written_state_of_a_step_without_group_timeout_restores(spark, tmp_path):
+    """An event-time step on a stream that does not end runs without Spark's group timeout
+    (translators/keyed.py), so its state rows have no timeout column: a savepoint's written
+    state has its shape, and the restored job goes on from it — key 'a' from the written
+    counter, every other key exactly as without the change."""
+    from datetime import timedelta
+
+    from ember import WatermarkStrategy
+    from ember.runner.spark.state_io import _keeps_timeout
+
+    root = tmp_path / "ckpt"
+    total = sum(len(b) for b in BATCHES)
+
+    def run(name, max_events, from_savepoint=None):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2, spark=spark)
+        sink = CollectSink()
+        (env.from_source(ScriptedSource(BATCHES, SCHEMA, ends=False),
+                         WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=5), "ts"), name="events")
+         .key_by("k").process(RunningTotal(), OUT, name="totals").sink_to(sink))
+        env.execute(name, progress=False, max_events=max_events, from_savepoint=from_savepoint)
+        return _rows(sink)
+
+    head = run("v1", 4 * 8)
+    point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
+    assert not _keeps_timeout(spark, point.path, point.batch_id, 0)
+    state = point.read_state("totals", spark)
+    fixed = pd.concat([state[state.k != "a"], pd.DataFrame({"k": ["a", "a"], "state": ["n", "total"], "value": [1000, 0]})])
+    written = point.write_state("totals", fixed, str(tmp_path / "sp" / "fixed"), spark)
+    plain = run("plain", total - len(head), from_savepoint=point.path)
+    after = run("after", total - len(head), from_savepoint=written.path)
+    assert len(plain) == len(after) == total - len(head)
+    base = {k: (n, t) for k, n, t, _ in sorted(head, key=lambda r: r[3])}
+    for (k, n, t, ts), (k2, n2, t2, ts2) in zip(sorted(plain, key=lambda r: r[3]), sorted(after, key=lambda r: r[3])):
+        assert (k, ts) == (k2, ts2)
+        assert (n2, t2) == ((n - base["a"][0] + 1000, t - base["a"][1]) if k == "a" else (n, t))

@@ -66,21 +66,26 @@ class ScriptedSource(Source):
     ``schema`` (Spark DDL). Micro-batch ``i`` of the job holds exactly
     ``batches[i]`` (an empty batch still makes a micro-batch, which lets Spark
     advance the watermark), so tests script batch boundaries and watermarks.
+    With ``ends=False`` the source stays open after its last batch (a stream that
+    may yet bring more, as a message queue's): the job has no end of input and
+    runs until another stop condition (``max_events``, ``duration``).
     """
 
     batches: tuple[tuple[Any, ...], ...] = field(default=())
     schema: str = ""
+    ends: bool = True
 
-    def __init__(self, batches: Sequence[Sequence[Any]], schema: str) -> None:
+    def __init__(self, batches: Sequence[Sequence[Any]], schema: str, *, ends: bool = True) -> None:
         if not schema:
             raise ConfigError("ScriptedSource: schema (Spark DDL string) is required")
         frozen = tuple(tuple(_row(r) for r in b) for b in batches)
         object.__setattr__(self, "batches", frozen)
         object.__setattr__(self, "schema", schema)
+        object.__setattr__(self, "ends", bool(ends))
 
     @property
     def bounded(self) -> bool:
-        return True
+        return self.ends
 
     @property
     def schema_ddl(self) -> str:

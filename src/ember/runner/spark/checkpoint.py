@@ -147,6 +147,25 @@ class CheckpointLayout:
         return last_batch(self.path, "offsets") >= 0
 
 
+# The pipeline manifest's mark of a checkpoint whose in-batch keyed step runs without Spark's
+# group timeout (translators/keyed.py: without_group_timeout). A checkpoint with progress and
+# no mark predates that rule: its step's state rows carry the timeout column, so it keeps one.
+GROUP_TIMEOUTS = "group timeouts"
+GROUP_TIMEOUTS_WHERE_NEEDED = "where needed"
+
+
+def group_timeouts_everywhere(checkpoint: str | None) -> bool:
+    """Whether ``checkpoint``'s event-time keyed step keeps Spark's group timeout even where it
+    fires in the batch: the checkpoint has progress and its manifest does not say otherwise."""
+    if not checkpoint:
+        return False
+    layout = CheckpointLayout(checkpoint)
+    if not layout.has_progress():
+        return False
+    manifest = read_json(layout.pipeline)
+    return not isinstance(manifest, dict) or manifest.get(GROUP_TIMEOUTS) != GROUP_TIMEOUTS_WHERE_NEEDED
+
+
 def last_batch(checkpoint: str, log: str) -> int:
     """The newest batch id in a checkpoint's ``offsets`` or ``commits`` log (-1 when none)."""
     folder = os.path.join(checkpoint, log)

@@ -164,10 +164,20 @@ def _encode_binary_row(payload: bytes) -> bytes:
     return struct.pack("<qq", 0, (16 << 32) | len(payload)) + payload + b"\0" * (_pad8(len(payload)) - len(payload))
 
 
-def _encode_value(payload: bytes, timeout: int) -> bytes:
-    """UnsafeRow of struct<groupState: struct<one binary>, timeoutTimestamp: bigint>."""
+def _encode_value(payload: bytes, timeout: int | None) -> bytes:
+    """UnsafeRow of struct<groupState: struct<one binary>, timeoutTimestamp: bigint>, or of
+    struct<groupState: struct<one binary>> (``timeout`` None: a step without Spark's group
+    timeout, translators/keyed.py)."""
     inner = _encode_binary_row(payload)
+    if timeout is None:
+        return struct.pack("<qq", 0, (16 << 32) | len(inner)) + inner
     return struct.pack("<qqq", 0, (24 << 32) | len(inner), timeout) + inner
+
+
+def _keeps_timeout(spark: Any, checkpoint: str, batch_id: int, op_id: int) -> bool:
+    """Whether an ``applyInPandasWithState`` operator's state rows carry the group timeout."""
+    value = _state_frame(spark, checkpoint, batch_id, op_id).schema["value"].dataType
+    return "timeoutTimestamp" in value.names
 
 
 def _place_new_keys(spark: Any, op: dict[str, Any], where: dict[Any, int], keys: list[Any]) -> None:
@@ -350,6 +360,7 @@ def write_operator_state(
     else:
         new = _new_keyed_blobs(spark, old, op, frame)
     payload = {b: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for b, v in new.items()}
+    timeouts = not tws and _keeps_timeout(spark, checkpoint, batch_id, op_id)
     calls: list[int] = []
     wrong: list[str] = []
 
@@ -377,7 +388,7 @@ def write_operator_state(
             rewritten = kept.unionByName(spark.createDataFrame(rows, df.schema)) if rows else kept
         else:
             rows = [
-                ({"__ember_bucket": b}, _encode_key(b), _encode_value(blob, _timeout(new[b])), "default")
+                ({"__ember_bucket": b}, _encode_key(b), _encode_value(blob, _timeout(new[b]) if timeouts else None), "default")
                 for b, blob in sorted(payload.items())
             ]
             rewritten = spark.createDataFrame(rows, df.schema) if rows else spark.createDataFrame([], df.schema or T.StructType())

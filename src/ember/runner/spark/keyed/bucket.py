@@ -84,6 +84,9 @@ class BucketFunction:
         # so what the batch's records make due fires in the same batch; None: Spark's watermark
         # only. Set only where no other watermark holds Spark's back (translators/keyed.py).
         self.advance_ms = advance_ms
+        # Whether Spark calls the bucket back at its earliest event-time timer (group timeout);
+        # off for a step that fires in the batch and needs none (translators/keyed.py).
+        self.group_timeout = True
         # An operator may take whole batches (contracts.BatchHandler); process_batch = None opts out.
         self.batches: BatchHandler | None = fn if callable(getattr(fn, "process_batch", None)) else None  # type: ignore[assignment]
         self.build_records = records_builder(fields)
@@ -165,7 +168,7 @@ class BucketFunction:
         # when Spark's passes it: the timeout is the timer itself. A processing-time timer is
         # due when the batch time reaches it: time out one ms before. Spark refuses a timeout
         # behind its watermark (equal is allowed) and one that is not positive.
-        if self.event_time and rt.blob[EVENT_TIMERS]:
+        if self.event_time and rt.blob[EVENT_TIMERS] and self.group_timeout:
             state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0], spark_watermark, 1))
         elif not self.event_time and rt.blob[PROCESSING_TIMERS]:
             state.setTimeoutDuration(max(1, rt.blob[PROCESSING_TIMERS][0][0] - 1 - rt.now))
