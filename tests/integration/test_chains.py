@@ -4,6 +4,7 @@ the independent model (tests/flink_model.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
@@ -14,6 +15,7 @@ from ember import (
     AggregateFunction,
     CollectSink,
     KeyedProcessFunction,
+    OutputTag,
     ScriptedSource,
     StreamEnvironment,
     TumblingEventTimeWindows,
@@ -247,6 +249,42 @@ def test_python_steps_between_two_windows_keep_each_records_event_time(env, betw
     fired = {w: (n, total // 10, label) for w, (n, total, label) in _fired(sink, batches).items()}
     assert fired == expected.fired
     assert result.late_dropped == expected.late
+
+
+@pytest.mark.parametrize("between", ["select", "join_lookup", "join_lookup_unmatched"])
+def test_sql_steps_between_two_windows_keep_each_records_event_time(env, between):
+    """A projection (``select``), and a lookup join followed by one, between two keyed steps:
+    each output row keeps its input row's event time, so the window of windows fires as the
+    model says. With ``unmatched=``, key 'c' has no match: its small windows are dead letters
+    (their records as the user sees them, no hidden column), the other keys' large windows
+    are the model's."""
+    batches = model.random_batches(8)
+    expected = model.window_of_windows(batches, 1_000, 2_000, 6_000)
+    sink, dead = CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    small = (src.key_by("k").window(TumblingEventTimeWindows.of(2_000))
+             .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small"))
+    if between == "select":
+        scaled = small.select("k", "window_start", "window_end", "n", "v * 10 AS v", name="scale")
+    else:
+        tag = OutputTag("unmatched") if between == "join_lookup_unmatched" else None
+        factors = [{"k": k, "factor": 10} for k in ("ab" if tag else "abc")]
+        joined = small.join_lookup(factors, on="k", unmatched=tag, name="factors")
+        if tag is not None:
+            joined.get_side_output(tag).sink_to(dead, name="dead")
+        scaled = joined.select("k", "window_start", "window_end", "n", "v * factor AS v", name="scale")
+    (scaled.key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(SumCounts(), output_schema="n bigint, total bigint", name="large").sink_to(sink, name="out"))
+    result = env.execute(f"window-{between}-window", progress=False)
+    fired = {w: (n, total // 10, label) for w, (n, total, label) in _fired(sink, batches).items()}
+    if between == "join_lookup_unmatched":
+        assert fired == {w: r for w, r in expected.fired.items() if w[0] != "c"}
+        letters = [json.loads(r["raw"]) for r in dead.rows()]
+        assert letters and all(set(r) == {"k", "window_start", "window_end", "n", "v"} and r["k"] == "c" for r in letters)
+        assert sum(r["n"] for r in letters) == sum(n for (k, *_), (n, *_) in expected.fired.items() if k == "c")
+    else:
+        assert fired == expected.fired
+        assert result.late_dropped == expected.late
 
 
 def test_explain_shows_each_keyed_step_on_transform_with_state(env):

@@ -141,7 +141,7 @@ class ScriptedReader(DataSourceStreamReader):
         self.batches = json.loads(options["batches"])
 
     def initialOffset(self) -> dict:
-        return {"batch": 0, "done": len(self.batches) == 0}
+        return {"batch": 0, "done": len(self.batches) == 0, "n": 0}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if admission_stopped(self.options):
@@ -149,7 +149,9 @@ class ScriptedReader(DataSourceStreamReader):
         b = min(int(start["batch"]) + 1, len(self.batches))
         if b >= len(self.batches):
             mark_source_done(self.options)
-        return {"batch": b, "done": b >= len(self.batches)}
+        # "n": the records read so far, so a batch's events can be counted from the offset log
+        # alone (progress.offsets_events: a batch committed as the query stopped, unreported)
+        return {"batch": b, "done": b >= len(self.batches), "n": sum(len(x) for x in self.batches[:b])}
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         s, e = int(start["batch"]), int(end["batch"])

@@ -133,6 +133,18 @@ def test_a_python_map_between_two_keyed_steps_is_chained(env, events):
     assert p.chained and p.upstream_step(next(n for n in p.graph.nodes if n.name == "second")).name == "first"
 
 
+@pytest.mark.parametrize("between", ["select", "join_lookup"])
+def test_a_projection_or_lookup_between_two_keyed_steps_is_chained(env, events, between):
+    first = events().key_by("k").process(_Count(), "ts bigint, k string", name="first")
+    if between == "select":
+        middle = first.select("ts", "upper(k) AS k", name="reshape")
+    else:
+        middle = first.join_lookup([{"k": "a", "x": 1}], on="k", name="reshape")
+    middle.key_by("k").process(_Count(), "ts bigint, k string", name="second").sink_to(CollectSink())
+    p = plan(env.graph())
+    assert p.chained and p.upstream_step(next(n for n in p.graph.nodes if n.name == "second")).name == "first"
+
+
 def test_a_vectorised_map_between_two_keyed_steps_is_refused_naming_it(env, events):
     first = events().key_by("k").process(_Count(), "ts bigint, k string", name="first")
     (first.map_batches(lambda pdf: pdf, name="reshape").key_by("k").process(_Count(), "ts bigint, k string", name="second")

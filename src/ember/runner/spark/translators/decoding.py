@@ -23,7 +23,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, LookupJoinNode, ParseJsonNode, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import combined_struct, dead_batch, main_batch, require_reader
-from ember.runner.spark.keyed.runtime import TAG, side_column
+from ember.runner.spark.keyed.runtime import HIDDEN, TAG, side_column
 from ember.runner.spark.translators.python_ops import arrow_schema
 
 __all__ = ["lookup_with_unmatched", "DecodePlan", "decode_batches"]
@@ -176,7 +176,7 @@ def lookup_with_unmatched(comp: Compilation, node: LookupJoinNode, stream: Any, 
     tagged = joined.select(
         *main,
         F.when(missing, F.lit(tag)).alias(TAG),
-        F.when(missing, F.to_json(F.struct(*[F.col(c) for c in stream.columns]))).alias(side_column(tag, "raw")),
+        F.when(missing, F.to_json(F.struct(*[F.col(c) for c in stream.columns if c not in HIDDEN]))).alias(side_column(tag, "raw")),
         F.when(missing, error).alias(side_column(tag, "error")),
     )
     if spool is None:

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode, UnionNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.keyed.runtime import ANCHOR, PRE, TIME_OUT, without_hidden
+from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, PRE, TIME_OUT, without_hidden
 from ember.runner.spark.translators.eventtime import own_watermark
 from ember.runner.spark.translators.python_ops import python_filter
 
@@ -56,8 +56,14 @@ def key_name(key: Any) -> str:
 
 @translates(SelectNode)
 def _select(comp: Compilation, node: SelectNode) -> Frame:
+    """A projection. On a keyed step's rows read by another keyed step, each output row keeps
+    its input row's hidden event-time columns (Flink's map keeps the record's timestamp)."""
     up = comp.frame(node.inputs[0])
-    return Frame(up.df.select(*[column(e) for e in node.exprs]), up.time)
+    df = up.df.select(*[column(e) for e in node.exprs])
+    carried = [c for c in up.df.columns if c in HIDDEN and c not in df.columns]
+    if carried:
+        df = up.df.select(*[column(e) for e in node.exprs], *carried)
+    return Frame(df, up.time)
 
 
 def lane_select(df: Any, node: SelectNode, lane: tuple[str, int, list[str]], prefix: str) -> tuple[Any, list[str]]:
