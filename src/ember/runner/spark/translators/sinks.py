@@ -12,6 +12,7 @@ they write to before the job starts.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -139,15 +140,22 @@ def _count(sink: CountSink, batch: Any, batch_id: int, target: SinkTarget) -> No
     if field is None and summed is None:
         sink.accept_batch(batch_id, batch.count(), [])
         return
+    row = batch.agg(*_count_columns(field, summed)).collect()[0]
+    now = _now_ms()
+    samples = [now - int(t) for t in row["samples"]] if field is not None else []
+    sink.accept_batch(batch_id, int(row["n"]), samples, int(row["total"]) if summed is not None else 0)
+
+
+@functools.lru_cache(maxsize=64)
+def _count_columns(field: str | None, summed: str | None) -> tuple[Any, ...]:
+    """The counting sink's aggregate columns, built once: each ``F`` call is a round trip to
+    the JVM (~4 ms per batch for these, against a ~100 ms batch at 5 k events)."""
     columns = [F.count(F.lit(1)).alias("n")]
     if field is not None:
         columns.append(F.collect_list(F.when(F.col(field) > 0, F.col(field))).alias("samples"))
     if summed is not None:
         columns.append(F.coalesce(F.sum(F.col(summed).cast("decimal(38,0)")), F.lit(0)).alias("total"))
-    row = batch.agg(*columns).collect()[0]
-    now = _now_ms()
-    samples = [now - int(t) for t in row["samples"]] if field is not None else []
-    sink.accept_batch(batch_id, int(row["n"]), samples, int(row["total"]) if summed is not None else 0)
+    return tuple(columns)
 
 
 # --------------------------------------------------------------------------- external systems
