@@ -9,6 +9,7 @@ import os
 from datetime import timedelta
 
 import flink_model as model
+import pyarrow.compute as pc
 import pytest
 
 from ember import (
@@ -21,7 +22,7 @@ from ember import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
-from ember.errors import RestartError
+from ember.errors import JobFailedError, PipelineError, RestartError
 from ember.savepoints import create_savepoint
 from ember.state.descriptors import ValueStateDescriptor
 
@@ -251,7 +252,8 @@ def test_python_steps_between_two_windows_keep_each_records_event_time(env, betw
     assert result.late_dropped == expected.late
 
 
-@pytest.mark.parametrize("between", ["select", "join_lookup", "join_lookup_unmatched"])
+@pytest.mark.parametrize("between", ["select", "join_lookup", "join_lookup_unmatched", "map_batches_arrow",
+                                     "map_batches_pandas"])
 def test_sql_steps_between_two_windows_keep_each_records_event_time(env, between):
     """A projection (``select``), and a lookup join followed by one, between two keyed steps:
     each output row keeps its input row's event time, so the window of windows fires as the
@@ -266,6 +268,18 @@ def test_sql_steps_between_two_windows_keep_each_records_event_time(env, between
              .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small"))
     if between == "select":
         scaled = small.select("k", "window_start", "window_end", "n", "v * 10 AS v", name="scale")
+    elif between == "map_batches_arrow":  # one row per input row: each keeps its record's event time
+        def scale(batch):
+            assert not any(name.startswith("__ember") for name in batch.schema.names), batch.schema
+            return batch.set_column(batch.schema.get_field_index("v"), "v", pc.multiply(batch.column("v"), 10))
+
+        scaled = small.map_batches(scale, name="scale")
+    elif between == "map_batches_pandas":
+        def scale_frame(pdf):
+            assert not any(name.startswith("__ember") for name in pdf.columns), pdf.columns
+            return pdf.assign(v=pdf["v"] * 10)
+
+        scaled = small.map_batches(scale_frame, batch_format="pandas", name="scale")
     else:
         tag = OutputTag("unmatched") if between == "join_lookup_unmatched" else None
         factors = [{"k": k, "factor": 10} for k in ("ab" if tag else "abc")]
@@ -285,6 +299,31 @@ def test_sql_steps_between_two_windows_keep_each_records_event_time(env, between
     else:
         assert fired == expected.fired
         assert result.late_dropped == expected.late
+
+
+def test_map_batches_between_keyed_steps_that_changes_the_row_count_fails_naming_the_step(env):
+    """Which output row came from which record could only be guessed: a function returning
+    another number of rows than it was given fails the job, naming the step and the rule."""
+    batches = model.random_batches(8)
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    small = (src.key_by("k").window(TumblingEventTimeWindows.of(2_000))
+             .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small"))
+    (small.map_batches(lambda batch: batch.slice(0, batch.num_rows // 2), name="halve")
+        .key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(SumCounts(), output_schema="n bigint, total bigint", name="large").sink_to(CollectSink()))
+    with pytest.raises(JobFailedError, match=r"step 'halve'.*must return one row per input row.*returned \d+ rows for \d+"):
+        env.execute("halving", progress=False)
+
+
+def test_map_batches_with_dead_letters_between_keyed_steps_is_refused_before_the_job_starts(env):
+    src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
+    bad = OutputTag("bad")
+    first = src.key_by("k").process(Dedupe(), SCHEMA, name="dedupe")
+    mapped = first.map_batches(lambda batch: batch, dead_letter=bad, name="reshape")
+    mapped.get_side_output(bad).sink_to(CollectSink(), name="bad-out")
+    mapped.key_by("k").process(Dedupe(), SCHEMA, name="again").sink_to(CollectSink(), name="out")
+    with pytest.raises(PipelineError, match="'reshape': map_batches with dead letters between two stateful steps"):
+        env.execute("refused", progress=False)
 
 
 def test_explain_shows_each_keyed_step_on_transform_with_state(env):

@@ -135,7 +135,11 @@ class DataStream:
         single records; the records ``fn`` fails on alone go to that side output (``raw``: the
         record as JSON, ``error``: why), the others' results go on. So ``fn`` must give each
         record the same result whichever records share its batch (Spark's batching is
-        arbitrary anyway). Without it, a failing batch fails the job."""
+        arbitrary anyway). Without it, a failing batch fails the job.
+
+        Between two keyed steps ``fn`` must return one row per input row, in order: row i
+        keeps record i's event time (a function returning another number of rows fails the
+        job, naming the step); ``dead_letter`` is not supported there yet."""
         _require_callable(fn, "map_batches", name)
         if batch_format not in _BATCH_FORMATS:
             raise PipelineError(

@@ -43,6 +43,7 @@ from ember.graph.nodes import (
     IntervalJoinNode,
     KeyByNode,
     LookupJoinNode,
+    MapBatchesNode,
     Node,
     SelectNode,
     SideOutputNode,
@@ -304,8 +305,8 @@ def _check_chains(graph: Graph) -> None:
     """A keyed-runtime step reads another (a chain), one per input (a two-input step), or
     several through a union (a one-input step: every path from them merges at a union
     before it); the steps between keep the rows' event time: key_by, filters, Python map /
-    flat_map, select and join_lookup, which pass each output row on with its input record's
-    hidden event-time columns (not yet map_batches), side outputs and unions."""
+    flat_map, map_batches (one row per input row), select and join_lookup, which pass each
+    output row on with its input record's hidden event-time columns, side outputs and unions."""
     for node in runtime_steps(graph):
         direct = upstream_steps(node, graph)
         if len(direct) > 1 and not _one_per_input(node, direct) and len(node.inputs) != 1:
@@ -324,11 +325,11 @@ def _check_chains(graph: Graph) -> None:
                         f"it and the stateful step '{upstream.name}'; a keyed step reads side outputs of keyed steps "
                         "only, yet", step.name,
                     )
-                if not isinstance(step, (*CARRIES_TIME, UnionNode, SelectNode, LookupJoinNode)):
+                if not isinstance(step, (*CARRIES_TIME, UnionNode, SelectNode, LookupJoinNode, MapBatchesNode)):
                     raise PipelineError(
                         f"'{step.name}' ({step.kind}) sits between the stateful steps '{upstream.name}' and "
-                        f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map, select, join_lookup, union and a side "
-                        "output are "
+                        f"'{node.name}'; between two stateful steps only key_by, filter, map, flat_map, map_batches, select, join_lookup, "
+                        "union and a side output are "
                         "supported yet (a step there must pass each record's event time on): move it before "
                         f"'{upstream.name}' or into its function",
                         step.name,

@@ -336,6 +336,11 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
 @translates(MapBatchesNode)
 def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
     up = comp.frame(node.inputs[0])
+    if any(f.name in HIDDEN for f in up.df.schema.fields):
+        if node.dead_letter is not None:
+            raise PipelineError(f"'{node.name}': map_batches with dead letters between two stateful steps is not "
+                                "supported yet", node.name)
+        return _map_batches_carrying_time(up, node)
     out = output_struct(node.output_schema, up.df.schema, node.name)
     fn, step = node.fn, node.name
     ship_by_value(fn)
@@ -376,14 +381,67 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
     return Frame(up.df.mapInArrow(run_arrow, out), up.time)
 
 
+def _map_batches_carrying_time(up: Frame, node: MapBatchesNode) -> Frame:
+    """``map_batches`` between two keyed steps: ``fn`` sees the records' fields only and must
+    return one row per input row, in order — row i keeps record i's event time (the hidden
+    columns: Flink's map keeps a record's timestamp). Another number of rows fails the job,
+    naming the step: which output row came from which record could only be guessed."""
+    from pyspark.sql import types as T
+
+    carried = [f for f in up.df.schema.fields if f.name in HIDDEN]
+    fields = without_hidden(up.df.schema)
+    visible, hidden = fields.names, [f.name for f in carried]
+    out = output_struct(node.output_schema, fields, node.name)
+    full = T.StructType(list(out.fields) + carried)
+    fn, step = node.fn, node.name
+    ship_by_value(fn)
+
+    def called(records: Any, rows: int, kind: type, what: str) -> Any:
+        try:
+            result = fn(records)
+        except Exception as exc:
+            raise UserFunctionError(f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(result, pa.RecordBatch):
+            result = pa.Table.from_batches([result])
+        if not isinstance(result, kind):
+            raise UserFunctionError(f"step '{step}': {_fn_name(fn)} must return a {what}, got {type(result).__name__}")
+        if len(result) != rows:
+            raise UserFunctionError(
+                f"step '{step}': between two stateful steps {_fn_name(fn)} must return one row per input row, in "
+                f"order (row i keeps record i's event time); it returned {len(result)} rows for {rows}")
+        return result
+
+    if node.batch_format == "pandas":
+        import pandas as pd
+
+        def run_pandas(frames: Iterator[Any]) -> Iterator[Any]:
+            for pdf in frames:
+                result = called(pdf[visible], len(pdf), pd.DataFrame, "pandas DataFrame").reset_index(drop=True)
+                yield result.assign(**{name: pdf[name].to_numpy() for name in hidden})
+
+        return Frame(up.df.mapInPandas(run_pandas, full), up.time)
+    schema = arrow_schema(out)
+
+    def run_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            result = called(batch.select(visible), batch.num_rows, pa.Table, "pyarrow RecordBatch or Table")
+            try:
+                result = result.select(out.names).cast(schema)
+            except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise UserFunctionError(f"step '{step}': {_fn_name(fn)}'s result does not fit the output schema: {exc}") from exc
+            for name in hidden:
+                result = result.append_column(name, pa.chunked_array([batch.column(name)]))
+            yield from result.to_batches()
+
+    return Frame(up.df.mapInArrow(run_arrow, full), up.time)
+
+
 def _map_batches_with_dead_letters(comp: Compilation, node: MapBatchesNode, up: Frame, out: Any,
                                    conformed: Callable[[Any], list[pa.RecordBatch]]) -> Frame:
     """``map_batches`` whose failing batches are narrowed down to their bad records
     (:func:`narrowed`): those become dead letters, in the step's output (tagged) or spooled
     beside the query when they detour (as ``map``'s)."""
     fn, step = node.fn, node.name
-    if any(f.name in HIDDEN for f in up.df.schema.fields):
-        raise PipelineError(f"'{step}': map_batches between two stateful steps is not supported yet", step)
     spool = comp.detoured.get(id(node))
     if spool is None:
         require_reader(comp, node, node.dead_letter)
