@@ -235,13 +235,13 @@ def test_a_restart_keeps_the_checkpoint_s_group_timeouts(env, monkeypatch, older
         src = fresh.from_source(ScriptedSource(batches, SCHEMA, ends=False),
                                 WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
         src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
-        fresh.execute("timers-restart", progress=False, max_events=max_events)
+        return fresh.execute("timers-restart", progress=False, max_events=max_events).events
 
     first = sum(len(b) for b in batches[:4])
     if older:
         with monkeypatch.context() as patch:
             patch.setattr(keyed, "without_group_timeout", lambda comp, advance_ms: False)
-            run(first)
+            read = run(first)
         layout = CheckpointLayout(checkpoint)
         with open(layout.pipeline) as f:
             manifest = json.load(f)
@@ -249,10 +249,12 @@ def test_a_restart_keeps_the_checkpoint_s_group_timeouts(env, monkeypatch, older
         with open(layout.pipeline, "w") as f:
             json.dump(manifest, f)
     else:
-        run(first)
-    run(sum(len(b) for b in batches) - sum(len(b) for b in batches[:last_committed_batch(checkpoint) + 1]))
-    fired = sorted((r["k"], r["at"], b.batch_id) for b in sink.batches for r in b.rows)
-    assert fired == expected
+        read = run(first)
+    run(sum(len(b) for b in batches) - read)
+    # every timer fires once, at its time (with a timeout, Spark may run a batch without data
+    # after the restart — the watermark moved — which shifts the later batches' ids)
+    fired = sorted((r["k"], r["at"]) for b in sink.batches for r in b.rows)
+    assert fired == sorted((k, at) for k, at, _ in expected)
     assert _keeps_timeout(env.spark, checkpoint, last_committed_batch(checkpoint), 0) == older
 
 

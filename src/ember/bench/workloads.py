@@ -366,7 +366,7 @@ def connect(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     (events.key_by("address").connect(rules.broadcast(RULES))
      .process(RuledStateMachine(), ALERT_SCHEMA, name="ruled-state-machine").sink_to(sink))
     result, events_in, seconds, eps = _execute(env, "bench-connect", cfg)  # (the rules among them: one per second of event time)
-    read = max(_per_source_events(result.progress), default=0)  # the events (the rules: one per second)
+    read = max(_read_per_source(result), default=0)  # the events (the rules: one per second)
     alerts = sorted((r["address"], r["state"], r["type"]) for r in sink.rows())
     injected = src.expected_alert_events(read, start_ms)
     seconds_k = np.array([ts // 1000 - start_ms // 1000 for _, _, ts in injected], dtype=np.int64)
@@ -407,8 +407,24 @@ def _per_source_events(reports: list[dict[str, Any]]) -> list[int]:
     return totals
 
 
-def _checked_pairs(src: AdClickSource, reports: list[dict[str, Any]], count: int, total: int) -> tuple[bool, dict[str, Any]]:
-    read = sorted(_per_source_events(reports), reverse=True)  # impressions outnumber clicks
+def _read_per_source(result: Any) -> list[int]:
+    """Events read per source: Spark's reports, plus the batches committed as the run stopped,
+    before Spark reported them (JobResult.unreported_batches; their sinks' rows are kept), from
+    the generators' offsets in the log."""
+    from ember.runner.spark.checkpoint import offset_log_entry
+    from ember.runner.spark.progress import generated_per_source
+
+    totals = _per_source_events(result.progress)
+    for bid in result.unreported_batches:
+        start = offset_log_entry(result.checkpoint_dir, bid - 1)[1] if bid > 0 else []
+        for i, n in enumerate(generated_per_source(start, offset_log_entry(result.checkpoint_dir, bid)[1])):
+            totals.extend([0] * (i + 1 - len(totals)))
+            totals[i] += n or 0
+    return totals
+
+
+def _checked_pairs(src: AdClickSource, read_per_source: list[int], count: int, total: int) -> tuple[bool, dict[str, Any]]:
+    read = sorted(read_per_source, reverse=True)  # impressions outnumber clicks
     impressions, clicks = (read + [0, 0])[:2]
     pairs, ids = src.expected_pairs(impressions, clicks)
     ok = pairs > 0 and count == pairs and total == ids
@@ -431,7 +447,7 @@ def _interval_join_baseline(spark: Any, cfg: BenchConfig) -> RunOutcome:
                                     checkpoint=tempfile.mkdtemp()).df)
     reports, count, total = baselines.interval_join_baseline(spark, frames[0], frames[1], CLICK_DELAY_MS, cfg.duration_s)
     events, seconds, eps = throughput(reports)
-    ok, detail = _checked_pairs(impressions, reports, count, total)
+    ok, detail = _checked_pairs(impressions, _per_source_events(reports), count, total)
     return RunOutcome(events, seconds, eps, verified=ok, detail=detail)
 
 
@@ -452,7 +468,7 @@ def interval_join(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
         .select("left.impression_id AS impression_id", "left.ad_id AS ad_id", "right.ts - left.ts AS delay_ms")
         .sink_to(sink))
     result, events, seconds, eps = _execute(env, "bench-interval-join", cfg)
-    ok, detail = _checked_pairs(impressions, result.progress, sink.count, sink.total)
+    ok, detail = _checked_pairs(impressions, _read_per_source(result), sink.count, sink.total)
     return RunOutcome(events, seconds, eps, progress=result.progress, verified=ok, detail=detail)
 
 

@@ -217,6 +217,16 @@ def all_done(offsets: list[Any], expected: int) -> bool:
     return len(done) >= expected and all(done)
 
 
+def generated_per_source(start: list[Any], end: list[Any]) -> list[int | None]:
+    """Per source (the offset log's order), the events an Ember generator read between two
+    offset-log entries (its offsets' running count ``n``); None for any other source."""
+    out: list[int | None] = []
+    for i, raw in enumerate(end):
+        to, since = _offset(raw), _offset(start[i]) if i < len(start) else {}
+        out.append(int(to["n"]) - int(since.get("n", 0)) if "n" in to else None)
+    return out
+
+
 def _offset(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw

@@ -113,3 +113,18 @@ def test_settling_keeps_a_committed_unreported_batch_and_drops_an_uncommitted_on
     settle_output(follower, [sink], str(tmp_path), -1)
     assert [r["batch"] for r in sink.rows()] == [0, 1, 2]
     assert follower.events == 30
+
+
+def test_a_benchmark_counts_each_sources_events_of_a_batch_spark_never_reported(tmp_path):
+    """A run stopped between a batch's commit and its report: the connect benchmark's oracle
+    reads the batch's events per source from the generators' offsets (else its alerts would
+    look false: the sink kept them)."""
+    from ember.bench.workloads import _read_per_source
+    from ember.job import JobResult
+
+    _log(tmp_path, 0, {"n": 100, "origin_ms": 0}, {"n": 2, "origin_ms": 0})
+    _log(tmp_path, 1, {"n": 250, "origin_ms": 0}, {"n": 3, "origin_ms": 0})
+    reported = [{"batchId": 0, "sources": [{"numInputRows": 100}, {"numInputRows": 2}]}]
+    result = JobResult(name="job", checkpoint_dir=str(tmp_path), batches=2, events=105, seconds=1.0,
+                       processing_seconds=1.0, progress=reported, stopped_because="duration", unreported_batches=[1])
+    assert _read_per_source(result) == [250, 3]
