@@ -410,14 +410,14 @@ def _per_source_events(reports: list[dict[str, Any]]) -> list[int]:
 def _read_per_source(result: Any) -> list[int]:
     """Events read per source: Spark's reports, plus the batches committed as the run stopped,
     before Spark reported them (JobResult.unreported_batches; their sinks' rows are kept), from
-    the generators' offsets in the log."""
+    the sources' offsets in the log."""
     from ember.runner.spark.checkpoint import offset_log_entry
-    from ember.runner.spark.progress import generated_per_source
+    from ember.runner.spark.progress import events_per_source
 
     totals = _per_source_events(result.progress)
     for bid in result.unreported_batches:
         start = offset_log_entry(result.checkpoint_dir, bid - 1)[1] if bid > 0 else []
-        for i, n in enumerate(generated_per_source(start, offset_log_entry(result.checkpoint_dir, bid)[1])):
+        for i, n in enumerate(events_per_source(start, offset_log_entry(result.checkpoint_dir, bid)[1])):
             totals.extend([0] * (i + 1 - len(totals)))
             totals[i] += n or 0
     return totals

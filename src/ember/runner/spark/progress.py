@@ -18,7 +18,7 @@ from ember.time.clock import Clock
 
 LATE_METRIC_PREFIX = "ember_late_records:"  # an observed metric: one native window step's late records
 
-__all__ = ["ProgressFollower", "PROGRESS_EVERY_S", "offsets_events", "all_done"]
+__all__ = ["ProgressFollower", "PROGRESS_EVERY_S", "offsets_events", "events_per_source", "all_done"]
 
 PROGRESS_EVERY_S = 5.0
 JOIN_OPERATOR = "symmetricHashJoin"  # Spark's name of a stream-stream join in stateOperators
@@ -173,25 +173,33 @@ def _events(report: dict[str, Any], sources: list[dict[str, Any]], offsets: list
 
 def offsets_events(start: list[Any], end: list[Any]) -> int | None:
     """The events read between two offset-log entries (one offset per source, in the same
-    order), where every source's offset carries a count: Ember's generators (``n``; on
-    Spark's ``rate-micro-batch``, ``offset``), Redis streams (``read`` per stream), the
-    end-of-input marker (no user events). None otherwise."""
-    total = 0
+    order), where every source's offset carries a count (:func:`events_per_source`). None
+    otherwise."""
+    counts = events_per_source(start, end)
+    return None if any(n is None for n in counts) else sum(n or 0 for n in counts)
+
+
+def events_per_source(start: list[Any], end: list[Any]) -> list[int | None]:
+    """Per source (the offset log's order), the events read between two offset-log entries,
+    where its offset carries a count: Ember's generators (``n``; on Spark's
+    ``rate-micro-batch``, ``offset``), Redis streams (``read`` per stream), the end-of-input
+    marker (0: no user events); None for any other source."""
+    out: list[int | None] = []
     for i, raw in enumerate(end):
         to, since = _offset(raw), _offset(start[i]) if i < len(start) else {}
         if "ended" in to:
-            continue
-        if "n" in to:
-            total += int(to["n"]) - int(since.get("n", 0))
+            out.append(0)
+        elif "n" in to:
+            out.append(int(to["n"]) - int(since.get("n", 0)))
         elif isinstance(to.get("offset"), int) and "timestamp" in to:  # Spark's rate-micro-batch: rows so far
-            total += int(to["offset"]) - int(since.get("offset", 0))
+            out.append(int(to["offset"]) - int(since.get("offset", 0)))
         elif isinstance(to.get("read"), dict):
             read = since.get("read")
             before: dict[str, Any] = read if isinstance(read, dict) else {}
-            total += sum(int(v) - int(before.get(k, 0)) for k, v in to["read"].items())
+            out.append(sum(int(v) - int(before.get(k, 0)) for k, v in to["read"].items()))
         else:
-            return None
-    return total
+            out.append(None)
+    return out
 
 
 def _lag(sources: list[dict[str, Any]]) -> int | None:
@@ -215,16 +223,6 @@ def all_done(offsets: list[Any], expected: int) -> bool:
     ``done`` flags (the bounded sources'), all true: every bounded source read to its end."""
     done = [o["done"] for o in map(_offset, offsets) if "done" in o]
     return len(done) >= expected and all(done)
-
-
-def generated_per_source(start: list[Any], end: list[Any]) -> list[int | None]:
-    """Per source (the offset log's order), the events an Ember generator read between two
-    offset-log entries (its offsets' running count ``n``); None for any other source."""
-    out: list[int | None] = []
-    for i, raw in enumerate(end):
-        to, since = _offset(raw), _offset(start[i]) if i < len(start) else {}
-        out.append(int(to["n"]) - int(since.get("n", 0)) if "n" in to else None)
-    return out
 
 
 def _offset(raw: Any) -> dict[str, Any]:

@@ -169,8 +169,8 @@ def _encode_value(payload: bytes, timeout: int | None) -> bytes:
     struct<groupState: struct<one binary>> (``timeout`` None: a step without Spark's group
     timeout, translators/keyed.py)."""
     inner = _encode_binary_row(payload)
-    if timeout is None:
-        return struct.pack("<qq", 0, (16 << 32) | len(inner)) + inner
+    if timeout is None:  # one variable-length field, as a binary row (inner is 8-byte aligned)
+        return _encode_binary_row(inner)
     return struct.pack("<qqq", 0, (24 << 32) | len(inner), timeout) + inner
 
 

@@ -59,11 +59,10 @@ def _select(comp: Compilation, node: SelectNode) -> Frame:
     """A projection. On a keyed step's rows read by another keyed step, each output row keeps
     its input row's hidden event-time columns (Flink's map keeps the record's timestamp)."""
     up = comp.frame(node.inputs[0])
-    df = up.df.select(*[column(e) for e in node.exprs])
-    carried = [c for c in up.df.columns if c in HIDDEN and c not in df.columns]
-    if carried:
-        df = up.df.select(*[column(e) for e in node.exprs], *carried)
-    return Frame(df, up.time)
+    exprs = [column(e) for e in node.exprs]
+    df = up.df.select(*exprs)
+    carried = [c for c in up.df.columns if c in HIDDEN and c not in df.columns]  # ("*" selects them itself)
+    return Frame(up.df.select(*exprs, *carried) if carried else df, up.time)
 
 
 def lane_select(df: Any, node: SelectNode, lane: tuple[str, int, list[str]], prefix: str) -> tuple[Any, list[str]]:
