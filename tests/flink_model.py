@@ -67,13 +67,19 @@ class Windowed:
 
 
 def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, slide: int | None = None, *,
-            in_batch: bool = False, keep: Callable[[tuple], bool] | None = None) -> Windowed:
+            in_batch: bool = False, keep: Callable[[tuple], bool] | None = None,
+            late_by_previous: bool = False) -> Windowed:
     """Count and sum per key and window. ``kind``: tumbling (``size``), sliding (``size``,
     ``slide``) or session (``size`` = the gap). ``keep``: the records the window reads (a
     filter or a split upstream of it), while the watermark follows every record of the
-    source, as the job's does."""
+    source, as the job's does. ``late_by_previous``: Spark's rule for an aggregation in a
+    query with several stateful operators, not Flink's — a record is late when the watermark
+    of the batch *before* its own closed all its windows (it may still join a window its own
+    batch's watermark closes)."""
     result = Windowed()
     firing = _firing_watermarks(batches, bound_ms, in_batch)
+    if late_by_previous:
+        firing = [((firing[k - 1][0] if k else None), fire) for k, (_, fire) in enumerate(firing)]
     if keep is not None:
         batches = [[r for r in b if keep(r)] for b in batches]
     open_: dict[tuple, list[int]] = {}  # (key, start, end) -> [count, sum]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import timedelta
 
 import flink_model as model
@@ -315,14 +316,55 @@ def test_map_batches_between_keyed_steps_that_changes_the_row_count_fails_naming
         env.execute("halving", progress=False)
 
 
-def test_map_batches_with_dead_letters_between_keyed_steps_is_refused_before_the_job_starts(env):
+@pytest.mark.parametrize("how", ["arrow-raises", "arrow-drops", "pandas-raises"])
+def test_map_batches_with_dead_letters_between_keyed_steps_keeps_the_others_event_time(env, how):
+    """A dedupe, then ``map_batches`` that fails on the records with v == 7 (it raises, or
+    leaves their rows out: another row count), then a window: the batch is narrowed down to
+    those records, which become dead letters with the reason; every other row keeps its
+    record's event time, so the window equals the model's over the distinct records but those."""
+    batches = model.random_batches(8)
+    given = [b + b[:1] for b in batches]
+    distinct = _distinct(given)
+    sevens = sorted(r for b in distinct for r in b if r[2] == 7)
+    expected = model.windows(distinct, 1_000, "tumbling", 4_000, keep=lambda r: r[2] != 7)
+    assert sevens and expected.late > 0
+    fmt, fails = how.split("-")
+
+    def arrow_fn(batch):
+        if fails == "raises" and 7 in batch.column("v").to_pylist():
+            raise ValueError("sevens are not allowed")
+        return batch.filter(pc.not_equal(batch.column("v"), 7)) if fails == "drops" else batch
+
+    def pandas_fn(pdf):
+        if (pdf["v"] == 7).any():
+            raise ValueError("sevens are not allowed")
+        return pdf
+
+    bad, sink, letters = OutputTag("bad"), CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(given, SCHEMA), BOUND, name="events")
+    mapped = (src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+              .map_batches(arrow_fn if fmt == "arrow" else pandas_fn, batch_format=fmt, dead_letter=bad, name="check"))
+    mapped.get_side_output(bad).sink_to(letters, name="bad-out")
+    (mapped.key_by("k").window(TumblingEventTimeWindows.of(4_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w").sink_to(sink, name="out"))
+    result = env.execute(f"map-batches-dead-{how}", progress=False)
+    assert _fired(sink, given, total="v") == expected.fired
+    assert result.late_dropped == expected.late
+    got = sorted(tuple(json.loads(r["raw"])[f] for f in ("ts", "k", "v")) for r in letters.rows())
+    assert got == sevens
+    reason = "sevens are not allowed" if fails == "raises" else "must return one row per input row.*returned 0 rows for 1"
+    assert all(re.search(f"step 'check'.*{reason}", r["error"]) for r in letters.rows())
+
+
+def test_map_batches_dead_letters_read_by_a_keyed_step_between_keyed_steps_are_refused(env):
     src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
     bad = OutputTag("bad")
     first = src.key_by("k").process(Dedupe(), SCHEMA, name="dedupe")
     mapped = first.map_batches(lambda batch: batch, dead_letter=bad, name="reshape")
-    mapped.get_side_output(bad).sink_to(CollectSink(), name="bad-out")
+    mapped.get_side_output(bad).key_by("raw").process(Dedupe(), "raw string, error string", name="letters").sink_to(
+        CollectSink(), name="bad-out")
     mapped.key_by("k").process(Dedupe(), SCHEMA, name="again").sink_to(CollectSink(), name="out")
-    with pytest.raises(PipelineError, match="'reshape': map_batches with dead letters between two stateful steps"):
+    with pytest.raises(PipelineError, match="reshape"):
         env.execute("refused", progress=False)
 
 

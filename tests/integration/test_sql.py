@@ -1,7 +1,9 @@
 """SQL on streams (issue 17): ``stream.create_view(name)`` and ``env.sql(query)`` compiled by
 Spark SQL, mixing with DataStream steps — a windowed aggregation checked against the model
-(tests/flink_model.py: ``windows``) on a stream within its bound, a stream-static mix, and
-the query's mistakes reported before the job starts, naming the step."""
+(tests/flink_model.py: ``windows``) on a stream within its bound, a stream-static mix, SQL
+windows over a keyed step's output (its records' timestamps, Flink's watermark: batch by
+batch against the model, late records counted), and the query's mistakes reported before
+the job starts, naming the step."""
 
 from __future__ import annotations
 
@@ -11,7 +13,16 @@ from datetime import timedelta
 import flink_model as model
 import pytest
 
-from ember import CollectSink, PipelineError, ScriptedSource, WatermarkStrategy
+from ember import (
+    AggregateFunction,
+    CollectSink,
+    KeyedProcessFunction,
+    PipelineError,
+    ScriptedSource,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
+from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
 
@@ -71,3 +82,104 @@ def test_an_aggregation_without_a_window_is_refused_naming_the_step(env):
     env.sql("SELECT k, count(*) AS n FROM events GROUP BY k", name="counts").sink_to(CollectSink())
     with pytest.raises(PipelineError, match="step 'counts': Spark refused the job: .*must group by a window"):
         env.execute("sql-no-window", progress=False)
+
+
+class Dedupe(KeyedProcessFunction):
+    """Forwards the first record of each key (the whole record is the key), with its timestamp."""
+
+    def open(self, ctx):
+        self.seen = ctx.get_state(ValueStateDescriptor("seen"))
+
+    def process_element(self, value, ctx):
+        if self.seen.value() is None:
+            self.seen.update(True)
+            yield value
+
+
+class CountSum(AggregateFunction):
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + 1, acc[1] + value["v"])
+
+    def merge(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def get_result(self, acc):
+        return {"n": acc[0], "total": acc[1]}
+
+
+def _distinct(batches):
+    seen: set = set()
+    return [[r for r in b if not (r in seen or seen.add(r))] for b in batches]
+
+
+def _windows(sink, batches, names=("n", "s")):
+    fired = {}
+    for b in sink.batches:
+        for r in b.rows:
+            window = (r["k"], r["ws"], r["we"])
+            assert window not in fired, f"window {window} emitted twice"
+            fired[window] = (*(r[n] for n in names), b.batch_id if b.batch_id < len(batches) else model.END)
+    return fired
+
+
+QUERY = """SELECT k, unix_millis(window.start) AS ws, unix_millis(window.end) AS we, {what}
+           FROM {view} GROUP BY k, window(rowtime, '{size} milliseconds')"""
+
+
+def test_sql_windows_over_a_process_functions_output_equal_the_model_batch_by_batch(env):
+    """A dedupe forwards each record once with its timestamp; the SQL window over its output
+    fires in the batches Flink's window over the distinct records fires. Its late records are
+    Spark's (judged by the previous batch's watermark in a query of several stateful
+    operators, docs/sql.md), dropped and counted."""
+    batches = model.random_batches(8)
+    with_duplicates = [b + b[:2] for b in batches]
+    expected = model.windows(_distinct(with_duplicates), BOUND, "tumbling", 4_000, late_by_previous=True)
+    assert expected.late > 0 and any(b != model.END for *_, b in expected.fired.values())
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    (env.from_source(ScriptedSource(with_duplicates, SCHEMA), strategy, name="events")
+        .key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe").create_view("distinct_events"))
+    sink = CollectSink()
+    env.sql(QUERY.format(what="count(*) AS n, sum(v) AS s", view="distinct_events", size=4_000),
+            name="per-window").sink_to(sink)
+    result = env.execute("sql-after-dedupe", progress=False)
+    assert _windows(sink, with_duplicates) == expected.fired
+    assert result.late_dropped == expected.late
+
+
+def test_sql_windows_over_a_windows_results_read_their_flink_timestamps(env):
+    """An Ember window's results carry ``window_end - 1`` as their timestamp (no field of theirs
+    holds it): a larger SQL window over them equals the model's window of windows, batch by
+    batch."""
+    batches = model.random_batches(3)
+    expected = model.window_of_windows(batches, BOUND, 2_000, 6_000)
+    assert any(b != model.END for *_, b in expected.fired.values())
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    (env.from_source(ScriptedSource(batches, SCHEMA), strategy, name="events")
+        .key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, total bigint", name="small")
+        .select("k", "n", "total").create_view("small_windows"))
+    sink = CollectSink()
+    env.sql(QUERY.format(what="sum(n) AS n, sum(total) AS s", view="small_windows", size=6_000),
+            name="large").sink_to(sink)
+    result = env.execute("sql-window-of-windows", progress=False)
+    assert _windows(sink, batches) == expected.fired
+    assert result.late_dropped == expected.late
+
+
+def test_a_stateful_step_after_a_sql_step_is_refused_naming_both(env):
+    env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA), None, name="events").create_view("events")
+    (env.sql("SELECT k, v FROM events", name="picked").key_by("k")
+        .process(Dedupe(), "k string, v int", name="dedupe").sink_to(CollectSink()))
+    with pytest.raises(PipelineError, match="step 'picked': the stateful step 'dedupe' comes after the SQL step 'picked'"):
+        env.execute("sql-then-keyed", progress=False)
+
+
+def test_the_sql_peaks_example_equals_its_plain_python_figures(load_example):
+    example = load_example("sql_peaks")
+    batches = example.clicks(seed=3, batches=5, per_batch=25)
+    got = example.run(batches)
+    assert [{k: r[k] for k in ("user", "start_ms", "peak", "total")} for r in got] == example.expected(batches)
+    assert len(got) >= 3

@@ -139,7 +139,11 @@ class DataStream:
 
         Between two keyed steps ``fn`` must return one row per input row, in order: row i
         keeps record i's event time (a function returning another number of rows fails the
-        job, naming the step); ``dead_letter`` is not supported there yet."""
+        job, naming the step). With ``dead_letter`` there, a batch that fails — also by
+        returning another number of rows, or (Arrow) rows that do not fit the schema — is
+        narrowed down alike, and the other records' rows keep their event time; the dead
+        letters must then be read by sinks, not by a stateful step (refused before the job
+        starts)."""
         _require_callable(fn, "map_batches", name)
         if batch_format not in _BATCH_FORMATS:
             raise PipelineError(

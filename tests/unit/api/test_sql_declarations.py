@@ -31,8 +31,18 @@ def test_bad_views_and_queries_are_refused(env, events):
         env.sql("  ")
 
 
-def test_a_stateful_step_before_a_sql_step_is_refused_by_the_planner(env, events):
+def test_a_keyed_step_before_a_sql_step_emits_its_rows_times_on_transform_with_state(env, events):
     events().key_by("k").process(Pass(), "ts bigint, k string", name="dedupe").create_view("deduped")
     env.sql("SELECT k FROM deduped", name="q").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'dedupe' comes before the SQL step 'q'"):
+    planned = plan(env.graph())
+    dedupe = next(n for n in env.graph().nodes if n.name == "dedupe")
+    # Spark passes its watermark on after transformWithStateInPandas, not after applyInPandasWithState
+    assert planned.steps_before_sql and planned.chained and planned.read_by_step(dedupe)
+
+
+def test_a_stateful_step_after_a_sql_step_is_refused_by_the_planner(env, events):
+    events().create_view("raw")
+    (env.sql("SELECT ts, k FROM raw", name="q").key_by("k")
+        .process(Pass(), "ts bigint, k string", name="dedupe").sink_to(CollectSink()))
+    with pytest.raises(PipelineError, match="'dedupe' comes after the SQL step 'q'"):
         plan(env.graph())

@@ -136,7 +136,8 @@ def run_job(
     write_json(layout.running, {"pid": os.getpid(), "host": socket.gethostname(), "job": name})
 
     def start_query() -> Any:
-        with lateness_setting(spark, job.compilation.plan.late_rows_against_current_watermark):
+        plan = job.compilation.plan
+        with lateness_setting(spark, plan.late_rows_against_current_watermark, plan.steps_before_sql):
             return writer.start()
 
     with session_settings(spark, query_settings(checkpoint, dict(config.spark_conf))):  # until the query stopped

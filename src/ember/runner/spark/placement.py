@@ -35,12 +35,13 @@ from ember.graph.nodes import (
     Node,
     ParseJsonNode,
     SideOutputNode,
+    SqlNode,
     VectorizedProcessNode,
     WindowNode,
 )
 
 __all__ = ["CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join", "spark_stateful_operators",
-           "runtime_steps", "upstream_steps"]
+           "runtime_steps", "upstream_steps", "read_by_sql"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
 DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
@@ -128,3 +129,11 @@ def upstream_steps(node: Node, graph: Graph) -> list[Node]:
     return [n for n in graph.nodes if any(n is a for a in direct)]
 
 
+
+
+def read_by_sql(graph: Graph) -> bool:
+    """Whether a SQL step reads a keyed-runtime step's output. That step then runs on Spark's
+    ``transformWithStateInPandas`` (keyed/tws.py), as when a job has several keyed steps:
+    Spark passes its watermark on to the operators after it (the SQL step's aggregations and
+    joins), which it does not do after ``applyInPandasWithState``."""
+    return any(upstream_steps(n, graph) for n in graph.nodes if isinstance(n, SqlNode))

@@ -59,6 +59,7 @@ from ember.runner.spark.placement import (
     detours,
     native_join,
     native_window,
+    read_by_sql,
     runtime_steps,
     spark_stateful_operators,
     upstream_steps,
@@ -115,8 +116,9 @@ class Plan:
     def chained(self) -> bool:
         """Whether the job has several steps on Ember's keyed runtime, or a fan-out: Spark runs one
         ``applyInPandasWithState`` per query but chains ``transformWithStateInPandas``,
-        so then every such step runs on the latter (keyed/tws.py)."""
-        return len(runtime_steps(self.graph)) > 1 or self.fan_out is not None
+        so then every such step runs on the latter (keyed/tws.py) — as does a step a SQL
+        step reads (placement.read_by_sql)."""
+        return len(runtime_steps(self.graph)) > 1 or self.fan_out is not None or read_by_sql(self.graph)
 
     def upstream_step(self, node: Node) -> Node | None:
         """The keyed-runtime step whose output ``node`` (a keyed-runtime step) reads, if any
@@ -130,8 +132,15 @@ class Plan:
         return upstream_steps(node, self.graph)
 
     def read_by_step(self, node: Node) -> bool:
-        """Whether another keyed-runtime step reads ``node``'s output (it then emits event time)."""
-        return any(any(u is node for u in self.upstream_steps(n)) for n in runtime_steps(self.graph) if n is not node)
+        """Whether another keyed-runtime step, or a SQL step, reads ``node``'s output (it then
+        emits each row's event time)."""
+        readers = [*runtime_steps(self.graph), *(n for n in self.graph.nodes if isinstance(n, SqlNode))]
+        return any(any(u is node for u in self.upstream_steps(n)) for n in readers if n is not node)
+
+    @property
+    def steps_before_sql(self) -> bool:
+        """Whether a SQL step reads a keyed-runtime step's output (placement.read_by_sql)."""
+        return read_by_sql(self.graph)
 
     def lane(self, node: Node) -> bool:
         """Whether ``node`` runs as a lane of a fan-out's shared operator (translators/fanout.py)."""
@@ -159,7 +168,7 @@ def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
     _check_chains(graph)
-    _check_alone(graph)
+    _check_sql(graph)
     fan = job_fan_out(graph)
     if fan is not None:
         return Plan(graph, None, (), tuple(graph.sinks), fan)
@@ -306,10 +315,13 @@ def _check_chains(graph: Graph) -> None:
     several through a union (a one-input step: every path from them merges at a union
     before it); the steps between keep the rows' event time: key_by, filters, Python map /
     flat_map, map_batches (one row per input row), select and join_lookup, which pass each
-    output row on with its input record's hidden event-time columns, side outputs and unions."""
-    for node in runtime_steps(graph):
+    output row on with its input record's hidden event-time columns, side outputs and unions.
+    A SQL step reading keyed-runtime steps is held to the same rule (each view's rows carry
+    their time: translators/sql.py)."""
+    for node in [*runtime_steps(graph), *(n for n in graph.nodes if isinstance(n, SqlNode))]:
         direct = upstream_steps(node, graph)
-        if len(direct) > 1 and not _one_per_input(node, direct) and len(node.inputs) != 1:
+        if len(direct) > 1 and not isinstance(node, SqlNode) and not _one_per_input(node, direct) \
+                and len(node.inputs) != 1:
             raise PipelineError(
                 f"'{node.name}' reads the outputs of several stateful steps ({', '.join(a.name for a in direct)}) "
                 "and one of them on both its inputs; a two-input step may read stateful steps (one, or several "
@@ -346,29 +358,19 @@ def _one_per_input(node: Node, direct: list[Node]) -> bool:
     return not per_input[0] & per_input[1] and len(per_input[0] | per_input[1]) == len(direct)
 
 
-# Steps that must be a job's only stateful step on their path (before / after them), yet:
-# Spark plans a SQL step on records with their own event time, which Ember's steps carry in
-# hidden columns. (A co-process step, and an interval join beside other stateful steps, run
-# on Ember's keyed runtime and chain like any keyed step: _check_chains.)
-_ALONE: tuple[tuple[type[Node], str, bool, str], ...] = (
-    (SqlNode, "the SQL step", True,
-     "a SQL step with other stateful steps in one job is not supported yet: do that part in the query, or run "
-     "it as its own job"),
-)
-
-
-def _check_alone(graph: Graph) -> None:
-    """The steps of ``_ALONE`` with another stateful step before them (or after them) are refused."""
+def _check_sql(graph: Graph) -> None:
+    """A SQL step reads stateless streams and keyed-runtime steps' outputs (each row carrying
+    its event time: translators/sql.py); nothing stateful comes after it, yet: Spark plans the
+    query's rows without Ember's event time, which a keyed step downstream would need, and a
+    second SQL step would read rows without a watermarked time column."""
     for node in graph.nodes:
-        for kind, what, nothing_after, advice in _ALONE:
-            if not isinstance(node, kind):
-                continue
-            before = [a for a in ancestors(node) if isinstance(a, STATEFUL)]
-            after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
-            for other, where in ((before, "before"), (after if nothing_after else [], "after")):
-                if other:
-                    raise PipelineError(
-                        f"the stateful step '{other[0].name}' comes {where} {what} '{node.name}'; {advice}", node.name
-                    )
-            break
+        if not isinstance(node, SqlNode):
+            continue
+        after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
+        if after:
+            raise PipelineError(
+                f"the stateful step '{after[0].name}' comes after the SQL step '{node.name}'; a stateful step "
+                "after a SQL step is not supported yet: do that part in the query, or run it as its own job",
+                node.name,
+            )
 

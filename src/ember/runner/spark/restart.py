@@ -31,7 +31,7 @@ from ember.graph.graph import Graph, from_the_sinks
 from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, GROUP_TIMEOUTS_WHERE_NEEDED, CheckpointLayout, write_json
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.placement import native_join, native_window, runtime_steps, upstream_steps
+from ember.runner.spark.placement import native_join, native_window, read_by_sql, runtime_steps, upstream_steps
 from ember.runner.spark.planner import job_fan_out
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
@@ -102,7 +102,7 @@ def _holder(op: dict[str, Any]) -> str:
 def spark_keyed_operator(graph: Any, keyed_operator: str = "auto", fanned_out: bool = False) -> str:
     """The Spark operator the graph's keyed steps run on (planner: ``Plan.chained``);
     ``fanned_out``: the job has a fan-out (planner.job_fan_out), whose lanes share one."""
-    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and not fanned_out:
+    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and not fanned_out and not read_by_sql(graph):
         return APWS
     return TWS
 

@@ -23,10 +23,10 @@ from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, TIME_OUT
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["TIME", "ANCHOR", "HIDDEN", "with_event_time", "own_watermark", "with_processing_time", "keep_late_rows",
-           "restore_anchor"]
+           "restore_anchor", "DELAY_KEY"]
 
 TIME = TIME_OUT
-_DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time column
+DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time column
 
 
 def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str, *,
@@ -120,4 +120,4 @@ def keep_late_rows(df: Any) -> Any:
 def restore_anchor(df: Any) -> Any:
     """(Re)mark the query's event time on the null anchor column (a Python step
     between :func:`keep_late_rows` and the stateful operator drops the marker)."""
-    return df.withColumn(ANCHOR, F.lit(None).cast("timestamp").alias(ANCHOR, metadata={_DELAY_KEY: 0}))
+    return df.withColumn(ANCHOR, F.lit(None).cast("timestamp").alias(ANCHOR, metadata={DELAY_KEY: 0}))

@@ -337,10 +337,7 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
 def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
     up = comp.frame(node.inputs[0])
     if any(f.name in HIDDEN for f in up.df.schema.fields):
-        if node.dead_letter is not None:
-            raise PipelineError(f"'{node.name}': map_batches with dead letters between two stateful steps is not "
-                                "supported yet", node.name)
-        return _map_batches_carrying_time(up, node)
+        return _map_batches_carrying_time(comp, up, node)
     out = output_struct(node.output_schema, up.df.schema, node.name)
     fn, step = node.fn, node.name
     ship_by_value(fn)
@@ -381,11 +378,17 @@ def _map_batches(comp: Compilation, node: MapBatchesNode) -> Frame:
     return Frame(up.df.mapInArrow(run_arrow, out), up.time)
 
 
-def _map_batches_carrying_time(up: Frame, node: MapBatchesNode) -> Frame:
+def _map_batches_carrying_time(comp: Compilation, up: Frame, node: MapBatchesNode) -> Frame:
     """``map_batches`` between two keyed steps: ``fn`` sees the records' fields only and must
     return one row per input row, in order — row i keeps record i's event time (the hidden
     columns: Flink's map keeps a record's timestamp). Another number of rows fails the job,
-    naming the step: which output row came from which record could only be guessed."""
+    naming the step: which output row came from which record could only be guessed.
+
+    With dead letters, a batch whose call fails (it raised, returned another number of rows,
+    or rows that do not fit the schema) is narrowed down to the records that fail alone
+    (:func:`narrowed`); the others' rows go on, each with its record's event time. The dead
+    letters leave the query beside it (spooled, as a ``map``'s there): read beside a keyed
+    step after this one they would need event time of their own — refused."""
     from pyspark.sql import types as T
 
     carried = [f for f in up.df.schema.fields if f.name in HIDDEN]
@@ -394,6 +397,14 @@ def _map_batches_carrying_time(up: Frame, node: MapBatchesNode) -> Frame:
     out = output_struct(node.output_schema, fields, node.name)
     full = T.StructType(list(out.fields) + carried)
     fn, step = node.fn, node.name
+    spool = None
+    if node.dead_letter is not None:
+        spool = comp.detoured.get(id(node))
+        if spool is None:
+            raise PipelineError(
+                f"'{step}': map_batches with dead letters between two stateful steps, its dead letters read beside a "
+                "stateful step after it, is not supported yet: read them with a sink of their own "
+                "(get_side_output(tag).sink_to(...)), or move the step before the first stateful step", step)
     ship_by_value(fn)
 
     def called(records: Any, rows: int, kind: type, what: str) -> Any:
@@ -411,27 +422,57 @@ def _map_batches_carrying_time(up: Frame, node: MapBatchesNode) -> Frame:
                 f"order (row i keeps record i's event time); it returned {len(result)} rows for {rows}")
         return result
 
+    def each(call: Callable[[Any], Any], part: Any, size: Callable[[Any], int], cut: Callable[[Any, int, int], Any],
+             record: Callable[[Any], dict[str, Any]], letters: list[list[str]]) -> list[Any]:
+        """``[call(part)]``, or with dead letters the results of the parts that do not fail
+        (``letters``: the task's dead letters so far, raw records and reasons)."""
+        if spool is None:
+            return [call(part)]
+
+        def failed(one: Any, exc: Exception) -> None:
+            letters[0].append(record_text(record(one)))
+            letters[1].append(_reason(step, fn, exc))
+
+        return narrowed(call, part, size, cut, failed)
+
+    def spill(letters: list[list[str]]) -> None:
+        if spool is not None and letters[1]:
+            write_dead_letters(spool, letters[0], letters[1])
+
     if node.batch_format == "pandas":
         import pandas as pd
 
+        def one_frame(pdf: Any) -> Any:
+            result = called(pdf[visible], len(pdf), pd.DataFrame, "pandas DataFrame").reset_index(drop=True)
+            return result.assign(**{name: pdf[name].to_numpy() for name in hidden})
+
         def run_pandas(frames: Iterator[Any]) -> Iterator[Any]:
+            letters: list[list[str]] = [[], []]
             for pdf in frames:
-                result = called(pdf[visible], len(pdf), pd.DataFrame, "pandas DataFrame").reset_index(drop=True)
-                yield result.assign(**{name: pdf[name].to_numpy() for name in hidden})
+                yield from each(one_frame, pdf, len, lambda p, a, b: p.iloc[a:b].reset_index(drop=True),
+                                lambda p: p[visible].to_dict("records")[0], letters)
+            spill(letters)
 
         return Frame(up.df.mapInPandas(run_pandas, full), up.time)
     schema = arrow_schema(out)
 
+    def one_batch(batch: pa.RecordBatch) -> pa.Table:
+        result = called(batch.select(visible), batch.num_rows, pa.Table, "pyarrow RecordBatch or Table")
+        try:
+            result = result.select(out.names).cast(schema)
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise UserFunctionError(f"step '{step}': {_fn_name(fn)}'s result does not fit the output schema: {exc}") from exc
+        for name in hidden:
+            result = result.append_column(name, pa.chunked_array([batch.column(name)]))
+        return result
+
     def run_arrow(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        letters: list[list[str]] = [[], []]
         for batch in batches:
-            result = called(batch.select(visible), batch.num_rows, pa.Table, "pyarrow RecordBatch or Table")
-            try:
-                result = result.select(out.names).cast(schema)
-            except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise UserFunctionError(f"step '{step}': {_fn_name(fn)}'s result does not fit the output schema: {exc}") from exc
-            for name in hidden:
-                result = result.append_column(name, pa.chunked_array([batch.column(name)]))
-            yield from result.to_batches()
+            for result in each(one_batch, batch, lambda b: b.num_rows, lambda b, a, z: b.slice(a, z - a),
+                               lambda b: b.select(visible).to_pylist()[0], letters):
+                yield from result.to_batches()
+        spill(letters)
 
     return Frame(up.df.mapInArrow(run_arrow, full), up.time)
 

@@ -2,7 +2,13 @@
 
 Each view is the stream's DataFrame as a Spark temporary view, with the stream's event time
 (when it has one) as a ``timestamp`` column watermarked with the stream's bound — what Spark
-SQL's ``window(...)``, stream-stream joins and aggregations need. The query is analysed
+SQL's ``window(...)``, stream-stream joins and aggregations need. A view of a keyed step's
+output (its rows carry their event time in ms: the step emits it because a SQL step reads it,
+``Plan.read_by_step``) takes ``rowtime`` from that time — a window's results their window's
+end - 1, a process function's output its input's timestamp, as in Flink — and no watermark of
+its own: Spark's watermark is the query's one, set on its sources before the keyed step; the
+column only carries Spark's marker of an event-time column, as the keyed steps' anchor does.
+The query is analysed
 right here, so a mistake in it fails before the job starts, naming the step. Spark's own
 streaming rules apply inside the query (docs/sql.md).
 """
@@ -11,10 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from ember.errors import PipelineError
 from ember.graph.nodes import SqlNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
-from ember.runner.spark.translators.eventtime import HIDDEN, with_event_time
+from ember.runner.spark.translators.eventtime import DELAY_KEY, HIDDEN, TIME, with_event_time
 from ember.time.watermarks import TimeCharacteristic
 
 __all__: list[str] = []
@@ -30,7 +38,10 @@ def _sql(comp: Compilation, node: SqlNode) -> Frame:
                 f"the view '{view}' has a field '{node.rowtime}' already; pass env.sql(..., rowtime='another_name')",
                 node.name,
             )
-        if up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME:
+        if TIME in up.df.columns:  # a keyed step's rows, each with its event time
+            stamp = F.timestamp_millis(F.col(TIME)).alias(node.rowtime, metadata={DELAY_KEY: 0})
+            df = up.df.select(*df.columns, stamp)
+        elif up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME:
             df = with_event_time(comp, df, up.time, node.name, column=node.rowtime)
         df.createOrReplaceTempView(view)
     try:
