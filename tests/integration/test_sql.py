@@ -7,6 +7,7 @@ the job starts, naming the step."""
 
 from __future__ import annotations
 
+import os
 import random
 from datetime import timedelta
 
@@ -22,6 +23,8 @@ from ember import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
+from ember.errors import SavepointError
+from ember.savepoints import create_savepoint
 from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -167,6 +170,34 @@ def test_sql_windows_over_a_windows_results_read_their_flink_timestamps(env):
     result = env.execute("sql-window-of-windows", progress=False)
     assert _windows(sink, batches) == expected.fired
     assert result.late_dropped == expected.late
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT k, v FROM distinct_events WHERE v > 3",  # no stateful operator of Spark's
+    QUERY.format(what="count(*) AS n, sum(v) AS s", view="distinct_events", size=4_000),  # one
+    """SELECT k, count(*) AS m FROM (
+           SELECT k, window AS w FROM distinct_events GROUP BY k, window(rowtime, '2 seconds'))
+       GROUP BY k, window(w, '4 seconds')""",  # two
+], ids=["stateless", "window", "window-of-windows"])
+def test_a_savepoint_reads_the_keyed_steps_state_whatever_the_sql_step_after_it_plans(env, tmp_path, query):
+    """Spark numbers stateful operators from the sink back, so the keyed step's operator id
+    depends on how many the query after it plans (none, one, two): recorded when the job
+    compiles, the savepoint reads the dedupe's own state."""
+    batches = model.random_batches(2, batches=4)
+    with_duplicates = [b + b[:1] for b in batches]
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    (env.from_source(ScriptedSource(with_duplicates, SCHEMA), strategy, name="events")
+        .key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe").create_view("distinct_events"))
+    env.sql(query, name="q").sink_to(CollectSink())
+    env.execute("sql-savepoint", progress=False)
+    point = create_savepoint(os.path.join(env.config.checkpoint_dir, "sql-savepoint"), root=str(tmp_path / "sp"))
+    seen = point.read_state("dedupe", env.spark)
+    assert sorted(seen[["ts", "k", "v"]].itertuples(index=False, name=None)) == sorted(r for b in _distinct(batches) for r in b)
+    text = point.describe(env.spark)
+    if "GROUP BY" not in query:
+        assert "no state" in text
+        with pytest.raises(SavepointError, match="'q' holds no state"):
+            point.read_state("q", env.spark)
 
 
 def test_a_stateful_step_after_a_sql_step_is_refused_naming_both(env):

@@ -99,10 +99,13 @@ def _describe_job(checkpoint: str, job: str | None) -> dict[str, Any]:
     pipeline = read_json(layout.pipeline)
     if pipeline is None:
         raise SavepointError(f"{checkpoint} is not an Ember job's checkpoint (no ember/pipeline.json)")
-    types = (read_json(layout.operators) or {}).get("key_types", {})
+    compiled = read_json(layout.operators) or {}
+    types, counts = compiled.get("key_types", {}), compiled.get("spark_operators", {})
     for op in pipeline.get("operators", []):
         if op["name"] in types:
             op["key_types"] = types[op["name"]]
+        if op["name"] in counts:  # a SQL step: how many stateful operators Spark plans for its query
+            op["spark operators"] = counts[op["name"]]
     return {
         "job": job or os.path.basename(os.path.normpath(checkpoint)),
         "checkpoint": os.path.abspath(checkpoint),
@@ -277,6 +280,9 @@ class Savepoint:
         for i, source in enumerate(m.get("sources", [])):
             lines.append(f"  source {i}: offset {json.dumps(source, sort_keys=True)}")
         for i, op in zip(spark_operator_ids(self.operators), self.operators):
+            if op.get("spark operators") == 0:
+                lines.append(f"  '{op['name']}': {op['kind']}, no state (Spark plans no stateful operator for its query)")
+                continue
             keys = ", ".join(op.get("keys", [])) or "-"
             line = f"  operator {i} '{op['name']}': {op['kind']}, key ({keys}), {self.state_bytes(i):,} bytes of state files"
             if "lane" in op:

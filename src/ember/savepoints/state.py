@@ -40,6 +40,8 @@ def _operator(manifest: dict[str, Any], name: str) -> tuple[int, dict[str, Any]]
     ops = manifest["pipeline"]["operators"]
     for i, op in zip(spark_operator_ids(ops), ops):
         if op["name"] == name:
+            if op.get("spark operators") == 0:
+                raise SavepointError(f"the SQL step '{name}' holds no state: Spark plans no stateful operator for its query")
             return i, op
     known = ", ".join(f"'{o['name']}'" for o in ops) or "none"
     raise SavepointError(f"the savepoint has no stateful operator '{name}' (it has: {known})")

@@ -100,7 +100,7 @@ def run_job(
     )
     if listener is not None:
         job.on_branch_counts = listener.branch_counts
-    write_json(layout.operators, {"key_types": job.compilation.key_types})
+    write_json(layout.operators, {"key_types": job.compilation.key_types, "spark_operators": job.compilation.sql_operators})
     job.prepare_sinks()
     writer = (
         job.writer()

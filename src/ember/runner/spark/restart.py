@@ -88,7 +88,14 @@ def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
         return [int(op["spark operator id"]) for op in operators]
     owners = [("level", int(op.get("level", 0))) if "lane" in op else ("step", i) for i, op in enumerate(operators)]
     groups = sorted(set(owners), key=lambda g: (g[0] == "level", g[1]))  # Spark's operators from the sources on
-    order = {g: len(groups) - 1 - n for n, g in enumerate(groups)}
+    # A SQL step's query may plan none or several (``"spark operators"``, recorded when the job
+    # compiled it; a SQL step comes after every other stateful step of its job): its first id
+    # is given, the steps before it numbered after all of its operators.
+    width = {("step", i): int(op.get("spark operators", 1)) for i, op in enumerate(operators)}
+    order, next_id = {}, 0
+    for group in reversed(groups):
+        order[group] = next_id
+        next_id += width.get(group, 1)
     return [order[owner] for owner in owners]
 
 

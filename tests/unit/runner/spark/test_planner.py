@@ -379,6 +379,10 @@ def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, 
     assert spark_operator_ids([{}, {}, {}]) == [2, 1, 0]
     # levels share an operator each, whatever the graph order of their lanes
     assert spark_operator_ids([{}, {"lane": 0}, {"lane": 0, "level": 1}, {"lane": 1}]) == [2, 1, 0, 1]
+    # a SQL step last: its query's operators (none, one, two) come first from the sink
+    assert spark_operator_ids([{}, {}, {"spark operators": 0}]) == [1, 0, 0]
+    assert spark_operator_ids([{}, {}, {"spark operators": 1}]) == [2, 1, 0]
+    assert spark_operator_ids([{}, {}, {"spark operators": 2}]) == [3, 2, 0]
     swapped = dict(manifest, operators=[ops[0], dict(ops[2], name="a", lane=1), dict(ops[1], name="b", lane=0)])
     problems = compare(manifest, swapped)
     assert any("'a'" in p and "lane 0 of a fan-out" in p and "lane 1" in p for p in problems), problems

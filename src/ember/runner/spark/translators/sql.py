@@ -51,4 +51,30 @@ def _sql(comp: Compilation, node: SqlNode) -> Frame:
         raise PipelineError(f"Spark SQL refused the query: {message}", node.name) from None
     if not result.isStreaming:
         raise PipelineError("the query reads no stream (a SQL step must read at least one view)", node.name)
+    comp.sql_operators[node.name] = stateful_operators(result._jdf.queryExecution().analyzed())
     return Frame(result)
+
+
+# Logical operators Spark runs as stateful operators on a stream (each one operator id).
+_STATEFUL_NODES = ("Aggregate", "Distinct", "Deduplicate", "DeduplicateWithinWatermark", "GlobalLimit")
+
+
+def stateful_operators(plan: Any) -> int:
+    """How many stateful operators Spark plans for the query's analysed ``plan`` (a JVM
+    ``LogicalPlan``): streaming aggregations, distincts, deduplications, limits and
+    stream-stream joins — not what the views it reads hold (Ember's steps before it, each
+    numbered apart: restart.spark_operator_ids)."""
+    name = plan.nodeName()
+    if name == "View":
+        return 0
+    children = []
+    it = plan.children().iterator()
+    while it.hasNext():
+        children.append(it.next())
+    own = 0
+    if plan.isStreaming():
+        if name in _STATEFUL_NODES:
+            own = 1
+        elif name == "Join" and len(children) == 2 and all(c.isStreaming() for c in children):
+            own = 1
+    return own + sum(stateful_operators(c) for c in children)
