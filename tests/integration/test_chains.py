@@ -316,7 +316,7 @@ def test_map_batches_between_keyed_steps_that_changes_the_row_count_fails_naming
         env.execute("halving", progress=False)
 
 
-@pytest.mark.parametrize("how", ["arrow-raises", "arrow-drops", "pandas-raises"])
+@pytest.mark.parametrize("how", ["arrow-raises", "arrow-drops", pytest.param("pandas-raises", marks=pytest.mark.slow)])
 def test_map_batches_with_dead_letters_between_keyed_steps_keeps_the_others_event_time(env, how):
     """A dedupe, then ``map_batches`` that fails on the records with v == 7 (it raises, or
     leaves their rows out: another row count), then a window: the batch is narrowed down to

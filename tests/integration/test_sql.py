@@ -174,7 +174,8 @@ def test_sql_windows_over_a_windows_results_read_their_flink_timestamps(env):
 
 @pytest.mark.parametrize("query", [
     "SELECT k, v FROM distinct_events WHERE v > 3",  # no stateful operator of Spark's
-    QUERY.format(what="count(*) AS n, sum(v) AS s", view="distinct_events", size=4_000),  # one
+    pytest.param(QUERY.format(what="count(*) AS n, sum(v) AS s", view="distinct_events", size=4_000),
+                 marks=pytest.mark.slow),  # one
     """SELECT k, count(*) AS m FROM (
            SELECT k, window AS w FROM distinct_events GROUP BY k, window(rowtime, '2 seconds'))
        GROUP BY k, window(w, '4 seconds')""",  # two
