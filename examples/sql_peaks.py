@@ -1,7 +1,9 @@
-"""SQL over keyed steps' results: clicks deduplicated by a process function, counted per user
-and second by an Ember window, then each user's busiest second per 5 s found by Spark SQL over
-the window's results — whose ``rowtime`` is their Flink timestamp (``window_end - 1``), no
-field of theirs. The result is checked against the same figures computed in plain Python.
+"""SQL between keyed steps: clicks deduplicated by a process function, counted per user and
+second by an Ember window, then each user's busiest second per 5 s found by Spark SQL over the
+window's results — whose ``rowtime`` is their Flink timestamp (``window_end - 1``), no field of
+theirs — and last a process function marking each user's new records, reading the query's
+rows by the ``rowtime`` it selects. The result is checked against the same figures computed in
+plain Python.
 
     python examples/sql_peaks.py
 """
@@ -77,14 +79,32 @@ class Count(AggregateFunction):
 
 
 PEAKS = """
-    SELECT user, unix_millis(window.start) AS start_ms, max(n) AS peak, sum(n) AS total
+    SELECT user, unix_millis(window.start) AS start_ms, max(n) AS peak, sum(n) AS total,
+           window.end - INTERVAL 1 MILLISECOND AS rowtime
     FROM per_second
     GROUP BY user, window(rowtime, '5 seconds')
 """
+OUT = "user string, start_ms bigint, peak bigint, total bigint, record boolean"
+
+
+class NewRecord(KeyedProcessFunction):
+    """Each 5 s window's figures, marked ``record`` when its peak beats the user's best so far
+    (windows reach it in event-time order)."""
+
+    def open(self, ctx):
+        self.best = ctx.get_state(ValueStateDescriptor("best", default=0))
+
+    def process_element(self, row, ctx):
+        record = row["peak"] > self.best.value()
+        if record:
+            self.best.update(row["peak"])
+        yield {"user": row["user"], "start_ms": row["start_ms"], "peak": row["peak"], "total": row["total"],
+               "record": record}
 
 
 def run(batches: list[list[tuple]] | None = None) -> list[dict]:
-    """The job's rows: per user and 5 s window, the busiest second's count and the total."""
+    """The job's rows: per user and 5 s window, the busiest second's count, the total and
+    whether the peak is the user's record so far."""
     batches = batches if batches is not None else clicks()
     root = tempfile.mkdtemp(prefix="ember-sql-peaks-")
     try:
@@ -95,7 +115,7 @@ def run(batches: list[list[tuple]] | None = None) -> list[dict]:
          .key_by("user").window(TumblingEventTimeWindows.of(1_000)).aggregate(Count(), output_schema="n bigint", name="per-second")
          .select("user", "n").create_view("per_second"))
         sink = CollectSink()
-        env.sql(PEAKS, name="peaks").sink_to(sink)
+        env.sql(PEAKS, name="peaks").key_by("user").process(NewRecord(), OUT, name="new-record").sink_to(sink)
         env.execute("sql-peaks", progress=False)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -104,7 +124,8 @@ def run(batches: list[list[tuple]] | None = None) -> list[dict]:
 
 def expected(batches: list[list[tuple]]) -> list[dict]:
     """The same figures in plain Python: distinct click ids, counted per user and second,
-    then per user and 5 s the largest count and the sum."""
+    then per user and 5 s the largest count, the sum, and whether it beats the user's earlier
+    windows' peaks."""
     first: dict[int, tuple] = {}
     for batch in batches:
         for click in batch:
@@ -114,17 +135,22 @@ def expected(batches: list[list[tuple]]) -> list[dict]:
     for (user, second), n in per_second.items():
         acc = peaks[(user, second // 5 * 5_000)]
         acc[0], acc[1] = max(acc[0], n), acc[1] + n
-    return [{"user": u, "start_ms": s, "peak": p, "total": t} for (u, s), (p, t) in sorted(peaks.items())]
+    out, best = [], defaultdict(int)
+    for (u, s), (p, t) in sorted(peaks.items()):
+        out.append({"user": u, "start_ms": s, "peak": p, "total": t, "record": p > best[u]})
+        best[u] = max(best[u], p)
+    return out
 
 
 def main() -> int:
     batches = clicks()
     got = run(batches)
     want = expected(batches)
-    print("busiest second per user and 5 s (Spark SQL over an Ember window over a dedupe):")
+    print("busiest second per user and 5 s (dedupe -> Ember window -> Spark SQL -> process function):")
     for r in got:
-        print(f"  {r['user']}  [{r['start_ms'] / 1000:>4.0f} s, +5 s)  peak {r['peak']:>2} clicks/s  total {r['total']:>3}")
-    same = [{k: r[k] for k in ("user", "start_ms", "peak", "total")} for r in got] == want
+        print(f"  {r['user']}  [{r['start_ms'] / 1000:>4.0f} s, +5 s)  peak {r['peak']:>2} clicks/s  total {r['total']:>3}"
+              + ("  new record" if r["record"] else ""))
+    same = [{k: r[k] for k in ("user", "start_ms", "peak", "total", "record")} for r in got] == want
     print(f"{sum(len(b) for b in batches)} deliveries, {sum(r['total'] for r in want)} distinct clicks; "
           f"matches the plain-Python computation: {same}")
     return 0 if same else 1

@@ -201,17 +201,67 @@ def test_a_savepoint_reads_the_keyed_steps_state_whatever_the_sql_step_after_it_
             point.read_state("q", env.spark)
 
 
-def test_a_stateful_step_after_a_sql_step_is_refused_naming_both(env):
-    env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA), None, name="events").create_view("events")
+class SumCounts(AggregateFunction):
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + value["n"], acc[1] + value["s"])
+
+    def merge(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+    def get_result(self, acc):
+        return {"n": acc[0], "s": acc[1]}
+
+
+def test_an_ember_window_over_a_sql_windows_results_equals_the_window_of_windows(env):
+    """A SQL window's results, stamped by the query's ``rowtime`` (Flink's ``window_end - 1``),
+    feed an Ember window: batch by batch the model's window of windows (each result judged by
+    the watermark before its batch, as a window's results are along a chain of keyed steps)."""
+    batches = model.random_batches(3)
+    expected = model.window_of_windows(batches, BOUND, 2_000, 6_000)
+    assert expected.late > 0 and any(b != model.END for *_, b in expected.fired.values())
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    env.from_source(ScriptedSource(batches, SCHEMA), strategy, name="events").create_view("events")
+    sink = CollectSink()
+    (env.sql("""SELECT k, window.end - INTERVAL 1 MILLISECOND AS rowtime, count(*) AS n, sum(v) AS s
+                FROM events GROUP BY k, window(rowtime, '2 seconds')""", name="small")
+        .key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(SumCounts(), output_schema="n bigint, s bigint", name="large").sink_to(sink))
+    result = env.execute("sql-then-window", progress=False)
+    got = {}
+    for b in sink.batches:
+        for r in b.rows:
+            window = (r["k"], r["window_start"], r["window_end"])
+            assert window not in got, f"window {window} emitted twice"
+            got[window] = (r["n"], r["s"], b.batch_id if b.batch_id < len(batches) else model.END)
+    assert got == expected.fired
+    assert result.late_dropped == expected.late
+
+
+def test_a_keyed_step_after_a_sql_step_needs_the_querys_rowtime(env):
+    env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA),
+                    WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts"),
+                    name="events").create_view("events")
     (env.sql("SELECT k, v FROM events", name="picked").key_by("k")
         .process(Dedupe(), "k string, v int", name="dedupe").sink_to(CollectSink()))
-    with pytest.raises(PipelineError, match="step 'picked': the stateful step 'dedupe' comes after the SQL step 'picked'"):
+    with pytest.raises(PipelineError, match="step 'picked': a keyed step reads this SQL step's rows, so the query must "
+                                            "select each row's event time as a timestamp column 'rowtime' \\(found none"):
         env.execute("sql-then-keyed", progress=False)
+
+
+def test_a_sql_step_after_a_sql_step_is_refused_naming_both(env):
+    env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA), None, name="events").create_view("events")
+    env.sql("SELECT k, v FROM events", name="picked").create_view("picked")
+    env.sql("SELECT k FROM picked", name="again").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'picked': the stateful step 'again' comes after the SQL step 'picked'"):
+        env.execute("sql-then-sql", progress=False)
 
 
 def test_the_sql_peaks_example_equals_its_plain_python_figures(load_example):
     example = load_example("sql_peaks")
     batches = example.clicks(seed=3, batches=5, per_batch=25)
     got = example.run(batches)
-    assert [{k: r[k] for k in ("user", "start_ms", "peak", "total")} for r in got] == example.expected(batches)
+    assert [{k: r[k] for k in ("user", "start_ms", "peak", "total", "record")} for r in got] == example.expected(batches)
     assert len(got) >= 3

@@ -37,12 +37,32 @@ def test_a_keyed_step_before_a_sql_step_emits_its_rows_times_on_transform_with_s
     planned = plan(env.graph())
     dedupe = next(n for n in env.graph().nodes if n.name == "dedupe")
     # Spark passes its watermark on after transformWithStateInPandas, not after applyInPandasWithState
-    assert planned.steps_before_sql and planned.chained and planned.read_by_step(dedupe)
+    assert planned.sql_beside_steps and planned.chained and planned.read_by_step(dedupe)
 
 
-def test_a_stateful_step_after_a_sql_step_is_refused_by_the_planner(env, events):
+def test_a_keyed_step_after_a_sql_step_reads_its_rows_on_transform_with_state(env, events):
     events().create_view("raw")
     (env.sql("SELECT ts, k FROM raw", name="q").key_by("k")
         .process(Pass(), "ts bigint, k string", name="dedupe").sink_to(CollectSink()))
-    with pytest.raises(PipelineError, match="'dedupe' comes after the SQL step 'q'"):
+    planned = plan(env.graph())
+    q, dedupe = (next(n for n in env.graph().nodes if n.name == name) for name in ("q", "dedupe"))
+    assert planned.chained and planned.upstream_sql(dedupe) is q and planned.read_by_step_after_sql(q)
+
+
+def test_what_may_not_read_a_sql_step_is_refused_by_the_planner(env, events):
+    events().create_view("raw")
+    q = env.sql("SELECT ts, k FROM raw", name="q")
+    q.create_view("q_rows")
+    env.sql("SELECT k FROM q_rows", name="again").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'again' comes after the SQL step 'q'; a SQL step reading another"):
+        plan(env.graph())
+
+
+def test_a_keyed_step_reading_a_sql_step_and_a_keyed_step_is_refused(env, events):
+    stream = events()
+    stream.create_view("raw")
+    q = env.sql("SELECT ts, k FROM raw", name="q")
+    d = stream.key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
+    q.union(d).key_by("k").process(Pass(), "ts bigint, k string", name="both").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'both' comes after the SQL step 'q'; a keyed step reading a SQL step and other"):
         plan(env.graph())

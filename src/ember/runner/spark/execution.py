@@ -137,7 +137,7 @@ def run_job(
 
     def start_query() -> Any:
         plan = job.compilation.plan
-        with lateness_setting(spark, plan.late_rows_against_current_watermark, plan.steps_before_sql):
+        with lateness_setting(spark, plan.late_rows_against_current_watermark, plan.sql_beside_steps):
             return writer.start()
 
     with session_settings(spark, query_settings(checkpoint, dict(config.spark_conf))):  # until the query stopped

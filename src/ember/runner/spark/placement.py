@@ -41,7 +41,7 @@ from ember.graph.nodes import (
 )
 
 __all__ = ["CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join", "spark_stateful_operators",
-           "runtime_steps", "upstream_steps", "read_by_sql"]
+           "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
 DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
@@ -122,18 +122,34 @@ def _keyed_state(node: Node, graph: Graph) -> bool:
 
 
 def upstream_steps(node: Node, graph: Graph) -> list[Node]:
-    """The keyed-runtime steps whose outputs ``node`` reads with no other such step in between,
-    in graph order: none, one, one per input of a two-input step, or several merged by a union."""
-    upstream = [a for a in ancestors(node) if _keyed_state(a, graph)]
+    """The keyed-runtime steps whose outputs ``node`` reads with no other such step (nor a SQL
+    step) in between, in graph order: none, one, one per input of a two-input step, or several
+    merged by a union."""
+    before = list(ancestors(node))
+    behind_sql = [s for s in before if isinstance(s, SqlNode)]
+    upstream = [a for a in before if _keyed_state(a, graph) and not any(any(a is b for b in ancestors(s)) for s in behind_sql)]
     direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
     return [n for n in graph.nodes if any(n is a for a in direct)]
 
 
 
 
-def read_by_sql(graph: Graph) -> bool:
-    """Whether a SQL step reads a keyed-runtime step's output. That step then runs on Spark's
-    ``transformWithStateInPandas`` (keyed/tws.py), as when a job has several keyed steps:
-    Spark passes its watermark on to the operators after it (the SQL step's aggregations and
-    joins), which it does not do after ``applyInPandasWithState``."""
-    return any(upstream_steps(n, graph) for n in graph.nodes if isinstance(n, SqlNode))
+def upstream_sql(node: Node, graph: Graph) -> Node | None:
+    """The SQL step whose rows the keyed-runtime step ``node`` reads with no other stateful
+    step in between, if any."""
+    for a in ancestors(node):
+        if isinstance(a, SqlNode) and not any(
+            any(b is a for b in ancestors(s)) for s in ancestors(node) if _keyed_state(s, graph)
+        ):
+            return a
+    return None
+
+
+def sql_beside_steps(graph: Graph) -> bool:
+    """Whether a SQL step reads a keyed-runtime step's output, or a keyed-runtime step a SQL
+    step's. Those steps then run on Spark's ``transformWithStateInPandas`` (keyed/tws.py), as
+    when a job has several keyed steps: Spark passes its watermark on to the operators after
+    it (the SQL step's aggregations and joins), which it does not do after
+    ``applyInPandasWithState``, and runs it after a SQL step's aggregation."""
+    return any(upstream_steps(n, graph) for n in graph.nodes if isinstance(n, SqlNode)) or any(
+        upstream_sql(n, graph) is not None for n in runtime_steps(graph))

@@ -59,9 +59,10 @@ from ember.runner.spark.placement import (
     detours,
     native_join,
     native_window,
-    read_by_sql,
     runtime_steps,
     spark_stateful_operators,
+    sql_beside_steps,
+    upstream_sql,
     upstream_steps,
 )
 
@@ -117,8 +118,8 @@ class Plan:
         """Whether the job has several steps on Ember's keyed runtime, or a fan-out: Spark runs one
         ``applyInPandasWithState`` per query but chains ``transformWithStateInPandas``,
         so then every such step runs on the latter (keyed/tws.py) — as does a step a SQL
-        step reads (placement.read_by_sql)."""
-        return len(runtime_steps(self.graph)) > 1 or self.fan_out is not None or read_by_sql(self.graph)
+        step reads, or that reads a SQL step (placement.sql_beside_steps)."""
+        return len(runtime_steps(self.graph)) > 1 or self.fan_out is not None or sql_beside_steps(self.graph)
 
     def upstream_step(self, node: Node) -> Node | None:
         """The keyed-runtime step whose output ``node`` (a keyed-runtime step) reads, if any
@@ -138,9 +139,19 @@ class Plan:
         return any(any(u is node for u in self.upstream_steps(n)) for n in readers if n is not node)
 
     @property
-    def steps_before_sql(self) -> bool:
-        """Whether a SQL step reads a keyed-runtime step's output (placement.read_by_sql)."""
-        return read_by_sql(self.graph)
+    def sql_beside_steps(self) -> bool:
+        """Whether a SQL step reads a keyed-runtime step's output or one reads a SQL step's
+        (placement.sql_beside_steps)."""
+        return sql_beside_steps(self.graph)
+
+    def upstream_sql(self, node: Node) -> Node | None:
+        """The SQL step whose rows the keyed-runtime step ``node`` reads (placement.upstream_sql)."""
+        return upstream_sql(node, self.graph)
+
+    def read_by_step_after_sql(self, node: Node) -> bool:
+        """Whether a keyed-runtime step reads the SQL step ``node``'s rows (each then carries
+        its event time from the query's ``rowtime``: translators/sql.py)."""
+        return any(upstream_sql(n, self.graph) is node for n in runtime_steps(self.graph))
 
     def lane(self, node: Node) -> bool:
         """Whether ``node`` runs as a lane of a fan-out's shared operator (translators/fanout.py)."""
@@ -316,10 +327,13 @@ def _check_chains(graph: Graph) -> None:
     before it); the steps between keep the rows' event time: key_by, filters, Python map /
     flat_map, map_batches (one row per input row), select and join_lookup, which pass each
     output row on with its input record's hidden event-time columns, side outputs and unions.
-    A SQL step reading keyed-runtime steps is held to the same rule (each view's rows carry
-    their time: translators/sql.py)."""
+    A SQL step reading keyed-runtime steps, and a keyed-runtime step reading a SQL step, are
+    held to the same rule (each view's rows carry their time: translators/sql.py)."""
     for node in [*runtime_steps(graph), *(n for n in graph.nodes if isinstance(n, SqlNode))]:
         direct = upstream_steps(node, graph)
+        sql = upstream_sql(node, graph) if not isinstance(node, SqlNode) else None
+        if sql is not None:
+            direct = [*direct, sql]
         if len(direct) > 1 and not isinstance(node, SqlNode) and not _one_per_input(node, direct) \
                 and len(node.inputs) != 1:
             raise PipelineError(
@@ -359,18 +373,27 @@ def _one_per_input(node: Node, direct: list[Node]) -> bool:
 
 
 def _check_sql(graph: Graph) -> None:
-    """A SQL step reads stateless streams and keyed-runtime steps' outputs (each row carrying
-    its event time: translators/sql.py); nothing stateful comes after it, yet: Spark plans the
-    query's rows without Ember's event time, which a keyed step downstream would need, and a
-    second SQL step would read rows without a watermarked time column."""
+    """A SQL step reads stateless streams and keyed-runtime steps' outputs, and one-input
+    keyed-runtime steps may read its rows (each with its event time, from the query's
+    ``rowtime``: translators/sql.py); not yet: a SQL step reading another's rows (its view
+    would need an event-time column Spark's rows lack), a two-input step reading a SQL step,
+    or a keyed step reading a SQL step and other stateful steps."""
+    keyed = runtime_steps(graph)
     for node in graph.nodes:
         if not isinstance(node, SqlNode):
             continue
-        after = [n for n in graph.nodes if isinstance(n, STATEFUL) and any(a is node for a in ancestors(n))]
-        if after:
-            raise PipelineError(
-                f"the stateful step '{after[0].name}' comes after the SQL step '{node.name}'; a stateful step "
-                "after a SQL step is not supported yet: do that part in the query, or run it as its own job",
-                node.name,
-            )
-
+        for later in graph.nodes:
+            if later is node or not isinstance(later, STATEFUL) or not any(a is node for a in ancestors(later)):
+                continue
+            problem = None
+            if isinstance(later, SqlNode):
+                problem = "a SQL step reading another SQL step's rows is not supported yet: do both in one query"
+            elif not any(later is k for k in keyed) or len(later.inputs) != 1:
+                problem = f"a {later.kind} step after a SQL step is not supported yet"
+            elif upstream_steps(later, graph) and upstream_sql(later, graph) is not None:
+                problem = "a keyed step reading a SQL step and other stateful steps is not supported yet"
+            if problem is not None:
+                raise PipelineError(
+                    f"the stateful step '{later.name}' comes after the SQL step '{node.name}'; {problem}: run that "
+                    "part as its own job", node.name,
+                )

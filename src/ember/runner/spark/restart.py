@@ -31,7 +31,7 @@ from ember.graph.graph import Graph, from_the_sinks
 from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, GROUP_TIMEOUTS_WHERE_NEEDED, CheckpointLayout, write_json
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.placement import native_join, native_window, read_by_sql, runtime_steps, upstream_steps
+from ember.runner.spark.placement import native_join, native_window, runtime_steps, sql_beside_steps, upstream_steps
 from ember.runner.spark.planner import job_fan_out
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
@@ -89,8 +89,7 @@ def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
     owners = [("level", int(op.get("level", 0))) if "lane" in op else ("step", i) for i, op in enumerate(operators)]
     groups = sorted(set(owners), key=lambda g: (g[0] == "level", g[1]))  # Spark's operators from the sources on
     # A SQL step's query may plan none or several (``"spark operators"``, recorded when the job
-    # compiled it; a SQL step comes after every other stateful step of its job): its first id
-    # is given, the steps before it numbered after all of its operators.
+    # compiled it): its first id is given, the steps before it numbered after all of them.
     width = {("step", i): int(op.get("spark operators", 1)) for i, op in enumerate(operators)}
     order, next_id = {}, 0
     for group in reversed(groups):
@@ -109,7 +108,7 @@ def _holder(op: dict[str, Any]) -> str:
 def spark_keyed_operator(graph: Any, keyed_operator: str = "auto", fanned_out: bool = False) -> str:
     """The Spark operator the graph's keyed steps run on (planner: ``Plan.chained``);
     ``fanned_out``: the job has a fan-out (planner.job_fan_out), whose lanes share one."""
-    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and not fanned_out and not read_by_sql(graph):
+    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and not fanned_out and not sql_beside_steps(graph):
         return APWS
     return TWS
 

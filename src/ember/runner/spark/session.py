@@ -72,7 +72,7 @@ CHECK_CORRECTNESS = "spark.sql.streaming.statefulOperator.checkCorrectness.enabl
 
 
 @contextmanager
-def lateness_setting(spark: Any, current_watermark: bool, steps_before_sql: bool = False) -> Iterator[None]:
+def lateness_setting(spark: Any, current_watermark: bool, sql_beside_steps: bool = False) -> Iterator[None]:
     """While a query starts: which watermark Spark's late-row filter compares with — the
     current batch's (one stateful operator only; Spark before 3.4) or the previous batch's
     (the default, which lets a query chain stateful operators). A query reads the setting
@@ -80,12 +80,13 @@ def lateness_setting(spark: Any, current_watermark: bool, steps_before_sql: bool
     again, from the same plan); the session's own value is restored after, so queries that
     are not Ember's do not inherit it.
 
-    ``steps_before_sql``: a SQL step reads a keyed step's rows. Spark refuses, by default, a
-    stateful operator after one that may emit rows behind the watermark (a process function
-    may, as in Flink); the SQL step's aggregation drops and counts those rows as late, Flink's
-    rule for a window (docs/sql.md), so the check is turned off for that query."""
+    ``sql_beside_steps``: a SQL step reads a keyed step's rows, or a keyed step a SQL step's.
+    Spark refuses, by default, a stateful operator after one that may emit rows behind the
+    watermark (a process function may, as in Flink; a window's results are behind it); the
+    operator after it judges those rows (a SQL aggregation drops and counts them as late, a
+    keyed step by Flink's rule: docs/sql.md), so the check is turned off for that query."""
     settings = {ALLOW_MULTIPLE: "false" if current_watermark else "true"}
-    if steps_before_sql:
+    if sql_beside_steps:
         settings[CHECK_CORRECTNESS] = "false"
     with session_settings(spark, settings):
         yield

@@ -88,8 +88,9 @@ def _fields(up: Frame) -> list[str]:
 
 
 def _chained(comp: Compilation, node: Node, event_time: bool) -> bool:
-    """Whether ``node`` reads another keyed step's rows with their event time (TIME, PRE)."""
-    return event_time and comp.plan.upstream_step(node) is not None
+    """Whether ``node`` reads another keyed step's rows — or a SQL step's — with their event
+    time (TIME, PRE)."""
+    return event_time and (comp.plan.upstream_step(node) is not None or comp.plan.upstream_sql(node) is not None)
 
 
 def _side_outputs(comp: Compilation, node: Node, late: tuple[Any, T.StructType] | None) -> dict[str, T.StructType]:

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from ember.errors import PipelineError
 from ember.graph.nodes import SqlNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
+from ember.runner.spark.keyed.runtime import PRE
 from ember.runner.spark.translators.eventtime import DELAY_KEY, HIDDEN, TIME, with_event_time
 from ember.time.watermarks import TimeCharacteristic
 
@@ -52,7 +53,29 @@ def _sql(comp: Compilation, node: SqlNode) -> Frame:
     if not result.isStreaming:
         raise PipelineError("the query reads no stream (a SQL step must read at least one view)", node.name)
     comp.sql_operators[node.name] = stateful_operators(result._jdf.queryExecution().analyzed())
-    return Frame(result)
+    times = [comp.frame(p).time for p in node.inputs]
+    time = next((t for t in times if t is not None and t.characteristic is TimeCharacteristic.EVENT_TIME), None)
+    if time is None or not comp.plan.read_by_step_after_sql(node):
+        return Frame(result)
+    return Frame(_timed_rows(result, node, comp.sql_operators[node.name] > 0), time)
+
+
+def _timed_rows(result: Any, node: SqlNode, stateful: bool) -> Any:
+    """The query's rows for a keyed step after it: each with its event time in ms (TIME) from
+    the query's ``rowtime`` column, as a keyed step's rows carry theirs. A query with stateful
+    operators emits rows once Spark's watermark lets it (a window's results, a join's pairs):
+    they count as emitted ahead of the watermark (PRE), so the keyed step judges them by the
+    previous batch's, as it does a keyed step's timer output; a stateless query's rows are the
+    records of the batch, judged by its own."""
+    field = next((f for f in result.schema.fields if f.name == node.rowtime), None)
+    if field is None or field.dataType.simpleString() not in ("timestamp", "timestamp_ntz"):
+        found = f"a {field.dataType.simpleString()}" if field is not None else "none"
+        raise PipelineError(
+            f"a keyed step reads this SQL step's rows, so the query must select each row's event time as a timestamp "
+            f"column '{node.rowtime}' (found {found}; e.g. window.end - INTERVAL 1 MILLISECOND AS {node.rowtime} for a "
+            "window's results, Flink's timestamp for them)", node.name,
+        )
+    return result.select("*", F.unix_millis(F.col(node.rowtime)).alias(TIME), F.lit(stateful).alias(PRE))
 
 
 # Logical operators Spark runs as stateful operators on a stream (each one operator id).
