@@ -251,12 +251,21 @@ def test_a_keyed_step_after_a_sql_step_needs_the_querys_rowtime(env):
         env.execute("sql-then-keyed", progress=False)
 
 
-def test_a_sql_step_after_a_sql_step_is_refused_naming_both(env):
-    env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA), None, name="events").create_view("events")
-    env.sql("SELECT k, v FROM events", name="picked").create_view("picked")
-    env.sql("SELECT k FROM picked", name="again").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'picked': the stateful step 'again' comes after the SQL step 'picked'"):
-        env.execute("sql-then-sql", progress=False)
+def test_a_sql_window_over_a_sql_windows_results_equals_the_window_of_windows(env):
+    """A second SQL step reads the first's rows by the ``rowtime`` the first selects: a 6 s
+    window summing a 2 s window's results fires as the model's window of windows, batch by
+    batch."""
+    batches = model.random_batches(3)
+    expected = model.window_of_windows(batches, BOUND, 2_000, 6_000)
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
+    env.from_source(ScriptedSource(batches, SCHEMA), strategy, name="events").create_view("events")
+    (env.sql("""SELECT k, window.end - INTERVAL 1 MILLISECOND AS rowtime, count(*) AS n, sum(v) AS s
+                FROM events GROUP BY k, window(rowtime, '2 seconds')""", name="small").create_view("small"))
+    sink = CollectSink()
+    env.sql(QUERY.format(what="sum(n) AS n, sum(s) AS s", view="small", size=6_000), name="large").sink_to(sink)
+    result = env.execute("sql-then-sql", progress=False)
+    assert _windows(sink, batches) == expected.fired
+    assert result.late_dropped == expected.late
 
 
 def test_the_sql_peaks_example_equals_its_plain_python_figures(load_example):

@@ -49,12 +49,21 @@ def test_a_keyed_step_after_a_sql_step_reads_its_rows_on_transform_with_state(en
     assert planned.chained and planned.upstream_sql(dedupe) is q and planned.read_by_step_after_sql(q)
 
 
-def test_what_may_not_read_a_sql_step_is_refused_by_the_planner(env, events):
-    events().create_view("raw")
+def test_a_two_input_step_reading_a_sql_step_is_refused_by_the_planner(env, events):
+    from ember import KeyedCoProcessFunction
+
+    class Both(KeyedCoProcessFunction):
+        def process_element1(self, value, ctx):
+            yield value
+
+        def process_element2(self, value, ctx):
+            yield value
+
+    stream = events()
+    stream.create_view("raw")
     q = env.sql("SELECT ts, k FROM raw", name="q")
-    q.create_view("q_rows")
-    env.sql("SELECT k FROM q_rows", name="again").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'again' comes after the SQL step 'q'; a SQL step reading another"):
+    q.connect(stream).key_by("k", "k").process(Both(), "ts bigint, k string", name="co").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'co' comes after the SQL step 'q'; a .* step after a SQL step is not supported"):
         plan(env.graph())
 
 

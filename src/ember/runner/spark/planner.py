@@ -375,9 +375,8 @@ def _one_per_input(node: Node, direct: list[Node]) -> bool:
 def _check_sql(graph: Graph) -> None:
     """A SQL step reads stateless streams and keyed-runtime steps' outputs, and one-input
     keyed-runtime steps may read its rows (each with its event time, from the query's
-    ``rowtime``: translators/sql.py); not yet: a SQL step reading another's rows (its view
-    would need an event-time column Spark's rows lack), a two-input step reading a SQL step,
-    or a keyed step reading a SQL step and other stateful steps."""
+    ``rowtime``: translators/sql.py), and so may another SQL step; not yet: a two-input step
+    reading a SQL step, or a keyed step reading a SQL step and other stateful steps."""
     keyed = runtime_steps(graph)
     for node in graph.nodes:
         if not isinstance(node, SqlNode):
@@ -387,8 +386,8 @@ def _check_sql(graph: Graph) -> None:
                 continue
             problem = None
             if isinstance(later, SqlNode):
-                problem = "a SQL step reading another SQL step's rows is not supported yet: do both in one query"
-            elif not any(later is k for k in keyed) or len(later.inputs) != 1:
+                continue  # its view's rowtime: the earlier query's (translators/sql.py)
+            if not any(later is k for k in keyed) or len(later.inputs) != 1:
                 problem = f"a {later.kind} step after a SQL step is not supported yet"
             elif upstream_steps(later, graph) and upstream_sql(later, graph) is not None:
                 problem = "a keyed step reading a SQL step and other stateful steps is not supported yet"

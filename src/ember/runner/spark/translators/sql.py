@@ -20,7 +20,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from ember.errors import PipelineError
-from ember.graph.nodes import SqlNode
+from ember.graph.graph import STATEFUL
+from ember.graph.nodes import Node, SqlNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import PRE
 from ember.runner.spark.translators.eventtime import DELAY_KEY, HIDDEN, TIME, with_event_time
@@ -34,6 +35,12 @@ def _sql(comp: Compilation, node: SqlNode) -> Frame:
     for view, parent in zip(node.views, node.inputs):
         up = comp.frame(parent)
         df = up.df.drop(*[c for c in up.df.columns if c in HIDDEN])
+        earlier = _sql_rows(parent)
+        if earlier is not None:  # another SQL step's rows: its rowtime column, if it selects one
+            if earlier.rowtime in df.columns:
+                df = _rowtime_of_sql_rows(df, earlier, node)
+            df.createOrReplaceTempView(view)
+            continue
         if node.rowtime in df.columns:
             raise PipelineError(
                 f"the view '{view}' has a field '{node.rowtime}' already; pass env.sql(..., rowtime='another_name')",
@@ -58,6 +65,36 @@ def _sql(comp: Compilation, node: SqlNode) -> Frame:
     if time is None or not comp.plan.read_by_step_after_sql(node):
         return Frame(result)
     return Frame(_timed_rows(result, node, comp.sql_operators[node.name] > 0), time)
+
+
+def _sql_rows(node: Node) -> SqlNode | None:
+    """The SQL step whose rows ``node`` passes on unchanged in their time (itself, or through
+    one-input stateless steps), if any."""
+    while not isinstance(node, SqlNode):
+        if isinstance(node, STATEFUL) or len(node.inputs) != 1:
+            return None
+        node = node.inputs[0]
+    return node
+
+
+def _rowtime_of_sql_rows(df: Any, earlier: SqlNode, node: SqlNode) -> Any:
+    """A view of the SQL step ``earlier``'s rows for the SQL step ``node``: the column
+    ``earlier`` selected as its rows' event time becomes ``node``'s rowtime, marked as an
+    event-time column (the query's watermark is Spark's, passed on by ``earlier``'s
+    operators: Spark chains its own window aggregations so)."""
+    field = df.schema[earlier.rowtime]
+    if field.dataType.simpleString() not in ("timestamp", "timestamp_ntz"):
+        raise PipelineError(
+            f"the rows of the SQL step '{earlier.name}' have a column '{earlier.rowtime}' that is a "
+            f"{field.dataType.simpleString()}, not a timestamp: it cannot be their event time", node.name,
+        )
+    others = [c for c in df.columns if c != earlier.rowtime]
+    if node.rowtime in others:
+        raise PipelineError(
+            f"the rows of the SQL step '{earlier.name}' have a field '{node.rowtime}' besides their event time "
+            f"'{earlier.rowtime}'; pass env.sql(..., rowtime='another_name')", node.name,
+        )
+    return df.select(*others, F.col(earlier.rowtime).alias(node.rowtime, metadata={DELAY_KEY: 0}))
 
 
 def _timed_rows(result: Any, node: SqlNode, stateful: bool) -> Any:
