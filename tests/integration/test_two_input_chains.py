@@ -82,6 +82,28 @@ def test_a_co_process_step_after_a_window_sees_its_results_ahead_of_the_watermar
     assert got == expected
 
 
+def test_a_co_process_step_after_a_sql_window_sees_its_results_ahead_of_the_watermark(env):
+    """As above, the window a SQL step's (its rows' event time the query's rowtime, Flink's
+    ``window_end - 1``): alerts and expiries in the batches the model says."""
+    events, rules = connect_streams(3, batches=10)
+    size = 1_000
+    env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events").create_view("events")
+    b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
+    sink = CollectSink()
+    results = env.sql(f"""SELECT unix_millis(window.end) - 1 AS ts, k, CAST(sum(v) AS INT) AS v,
+                                 window.end - INTERVAL 1 MILLISECOND AS rowtime
+                          FROM events GROUP BY k, window(rowtime, '{size} milliseconds')""", name="sums")
+    results.select("ts", "k", "v").connect(b).key_by("k", "k").process(
+        Thresholds(), "what string, k string, ts bigint", name="thresholds").sink_to(sink)
+    env.execute("sql-window-thresholds", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
+                 key=repr)
+    ahead = model.tumbling_sums(events, BOUND_MS, size, model.two_input_watermarks(events, rules, BOUND_MS, after_last=True))
+    expected = sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS, ahead=ahead), key=repr)
+    assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
+    assert got == expected
+
+
 class LastLimit(KeyedProcessFunction):
     """Forwards every rule, keeping its key's latest limit."""
 

@@ -372,11 +372,17 @@ def _one_per_input(node: Node, direct: list[Node]) -> bool:
     return not per_input[0] & per_input[1] and len(per_input[0] | per_input[1]) == len(direct)
 
 
+def _reads_sql(node: Node) -> bool:
+    """Whether ``node`` is a SQL step or reads one."""
+    return isinstance(node, SqlNode) or any(isinstance(a, SqlNode) for a in ancestors(node))
+
+
 def _check_sql(graph: Graph) -> None:
     """A SQL step reads stateless streams and keyed-runtime steps' outputs, and one-input
     keyed-runtime steps may read its rows (each with its event time, from the query's
-    ``rowtime``: translators/sql.py), and so may another SQL step; not yet: a two-input step
-    reading a SQL step, or a keyed step reading a SQL step and other stateful steps."""
+    ``rowtime``: translators/sql.py), and so may another SQL step and a two-input step (on one
+    input); not yet: a two-input step reading SQL steps on both inputs, or a keyed step reading
+    a SQL step and other stateful steps."""
     keyed = runtime_steps(graph)
     for node in graph.nodes:
         if not isinstance(node, SqlNode):
@@ -387,8 +393,10 @@ def _check_sql(graph: Graph) -> None:
             problem = None
             if isinstance(later, SqlNode):
                 continue  # its view's rowtime: the earlier query's (translators/sql.py)
-            if not any(later is k for k in keyed) or len(later.inputs) != 1:
+            if not any(later is k for k in keyed):
                 problem = f"a {later.kind} step after a SQL step is not supported yet"
+            elif len(later.inputs) != 1 and sum(_reads_sql(i) for i in later.inputs) != 1:
+                problem = "a two-input step reading SQL steps on both inputs is not supported yet"
             elif upstream_steps(later, graph) and upstream_sql(later, graph) is not None:
                 problem = "a keyed step reading a SQL step and other stateful steps is not supported yet"
             if problem is not None:

@@ -65,8 +65,8 @@ def _rows(comp: Compilation, node: Any, up: Frame, stream: int, keys: tuple[str,
     before that step: Spark's watermark is the least of the two either way."""
     df = up.df
     mark = f"__ember_watermark_of_{stream}"
-    chained = event_time and comp.plan.upstream_step(node) is not None
-    from_step = chained and TIME in df.columns
+    chained = event_time and (comp.plan.upstream_step(node) is not None or comp.plan.upstream_sql(node) is not None)
+    from_step = chained and TIME in df.columns  # (a keyed step's rows, or a SQL step's: translators/sql.py)
     if event_time and not from_step:
         assert up.time is not None
         df, own_time = own_watermark(comp, df, up.time, node.name, mark, keys)
