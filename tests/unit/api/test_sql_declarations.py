@@ -49,7 +49,7 @@ def test_a_keyed_step_after_a_sql_step_reads_its_rows_on_transform_with_state(en
     assert planned.chained and planned.upstream_sql(dedupe) is q and planned.read_by_step_after_sql(q)
 
 
-def test_a_two_input_step_reading_a_sql_step_is_refused_by_the_planner(env, events):
+def test_a_two_input_step_reading_sql_steps_on_both_inputs_is_refused_by_the_planner(env, events):
     from ember import KeyedCoProcessFunction
 
     class Both(KeyedCoProcessFunction):
@@ -61,9 +61,10 @@ def test_a_two_input_step_reading_a_sql_step_is_refused_by_the_planner(env, even
 
     stream = events()
     stream.create_view("raw")
-    q = env.sql("SELECT ts, k FROM raw", name="q")
-    q.connect(stream).key_by("k", "k").process(Both(), "ts bigint, k string", name="co").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'co' comes after the SQL step 'q'; a .* step after a SQL step is not supported"):
+    q = env.sql("SELECT ts, k, rowtime FROM raw", name="q")
+    r = env.sql("SELECT ts, k, rowtime FROM raw WHERE k <> 'x'", name="r")
+    q.connect(r).key_by("k", "k").process(Both(), "ts bigint, k string", name="co").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="'co' comes after the SQL step 'q'; a two-input step reading SQL steps on both"):
         plan(env.graph())
 
 
@@ -74,4 +75,13 @@ def test_a_keyed_step_reading_a_sql_step_and_a_keyed_step_is_refused(env, events
     d = stream.key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
     q.union(d).key_by("k").process(Pass(), "ts bigint, k string", name="both").sink_to(CollectSink())
     with pytest.raises(PipelineError, match="'both' comes after the SQL step 'q'; a keyed step reading a SQL step and other"):
+        plan(env.graph())
+
+
+def test_a_sql_step_beside_keyed_steps_in_a_fan_out_is_refused_by_the_planner(env, events):
+    events().create_view("raw")
+    q = env.sql("SELECT ts, k, rowtime FROM raw", name="q")
+    q.sink_to(CollectSink(), name="all")
+    q.key_by("k").process(Pass(), "ts bigint, k string", name="dedupe").sink_to(CollectSink(), name="out")
+    with pytest.raises(PipelineError, match="step 'q': the job's rows part into several readers .* SQL step in a fan-out"):
         plan(env.graph())

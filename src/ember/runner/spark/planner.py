@@ -182,6 +182,13 @@ def plan(graph: Graph) -> Plan:
     _check_sql(graph)
     fan = job_fan_out(graph)
     if fan is not None:
+        sql = next((n for n in graph.nodes if isinstance(n, SqlNode)), None)
+        if sql is not None and sql_beside_steps(graph):
+            raise PipelineError(
+                f"the job's rows part into several readers (a fan-out: docs/design/dataflow.md) and the SQL step "
+                f"'{sql.name}' reads keyed steps or is read by one; a SQL step in a fan-out is not supported yet: give "
+                "it (and the steps it reads) one reader, or run that part as its own job", sql.name,
+            )
         return Plan(graph, None, (), tuple(graph.sinks), fan)
     fork, detours, streamed = _split(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
