@@ -183,7 +183,7 @@ def test_sql_windows_over_a_windows_results_read_their_flink_timestamps(env):
 def test_a_savepoint_reads_the_keyed_steps_state_whatever_the_sql_step_after_it_plans(env, tmp_path, query):
     """Spark numbers stateful operators from the sink back, so the keyed step's operator id
     depends on how many the query after it plans (none, one, two): recorded when the job
-    compiles, the savepoint reads the dedupe's own state."""
+    compiles, the savepoint reads and writes the dedupe's own state."""
     batches = model.random_batches(2, batches=4)
     with_duplicates = [b + b[:1] for b in batches]
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
@@ -194,6 +194,11 @@ def test_a_savepoint_reads_the_keyed_steps_state_whatever_the_sql_step_after_it_
     point = create_savepoint(os.path.join(env.config.checkpoint_dir, "sql-savepoint"), root=str(tmp_path / "sp"))
     seen = point.read_state("dedupe", env.spark)
     assert sorted(seen[["ts", "k", "v"]].itertuples(index=False, name=None)) == sorted(r for b in _distinct(batches) for r in b)
+    # writing it: Spark's rewriter visits every operator the query plans, the dedupe's changed
+    written = point.write_state("dedupe", lambda f: f[f["k"] != "a"], str(tmp_path / "sp" / "w"), env.spark)
+    kept = written.read_state("dedupe", env.spark)
+    assert sorted(kept[["ts", "k", "v"]].itertuples(index=False, name=None)) == sorted(
+        r for b in _distinct(batches) for r in b if r[1] != "a")
     text = point.describe(env.spark)
     if "GROUP BY" not in query:
         assert "no state" in text

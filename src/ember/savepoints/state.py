@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ember.errors import SavepointError
-from ember.runner.spark.restart import spark_operator_ids
+from ember.runner.spark.restart import spark_operator_count, spark_operator_ids
 from ember.runner.spark.state_io import (
     STATE_KINDS_WRITABLE,
     check_writable,
@@ -85,7 +85,7 @@ def write_state(
     frame = state(read_operator_state(spark, path, batch, op_id, op)) if callable(state) else state
     if not isinstance(frame, pd.DataFrame):
         raise SavepointError(f"the new state must be a pandas DataFrame, got {type(frame).__name__}")
-    operators = len(set(spark_operator_ids(manifest["pipeline"]["operators"])))
+    operators = spark_operator_count(manifest["pipeline"]["operators"])
     partitions = int(manifest.get("partitions") or spark.sparkContext.defaultParallelism)
     with tempfile.TemporaryDirectory(prefix="ember-state-write-") as tmp:
         staging = os.path.join(tmp, "checkpoint")

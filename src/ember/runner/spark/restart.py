@@ -34,7 +34,7 @@ from ember.runner.spark.keyed.runtime import KeyedRuntime
 from ember.runner.spark.placement import native_join, native_window, runtime_steps, sql_beside_steps, upstream_steps
 from ember.runner.spark.planner import job_fan_out
 
-__all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids"]
+__all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids", "spark_operator_count"]
 
 MANIFEST_VERSION = 1
 APWS, TWS = "applyInPandasWithState", "transformWithStateInPandas"
@@ -84,18 +84,29 @@ def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:
     ``"level"``) share one operator, the levels following the steps before the fan-out. A job
     whose two-input step reads a stateful step on each input records each operator's id
     (``"spark operator id"``: Spark walks the branches depth first, pipeline_manifest)."""
+    return _numbering(operators)[0]
+
+
+def spark_operator_count(operators: list[dict[str, Any]]) -> int:
+    """How many stateful operators Spark runs for the manifest's ``operators``: one per step
+    or fan-out level, a SQL step's as many as its query plans (``"spark operators"``)."""
+    return _numbering(operators)[1]
+
+
+def _numbering(operators: list[dict[str, Any]]) -> tuple[list[int], int]:
+    width = {("step", i): int(op.get("spark operators", 1)) for i, op in enumerate(operators)}
     if operators and all("spark operator id" in op for op in operators):
-        return [int(op["spark operator id"]) for op in operators]
+        ids = [int(op["spark operator id"]) for op in operators]
+        return ids, len(set(ids))
     owners = [("level", int(op.get("level", 0))) if "lane" in op else ("step", i) for i, op in enumerate(operators)]
     groups = sorted(set(owners), key=lambda g: (g[0] == "level", g[1]))  # Spark's operators from the sources on
     # A SQL step's query may plan none or several (``"spark operators"``, recorded when the job
     # compiled it): its first id is given, the steps before it numbered after all of them.
-    width = {("step", i): int(op.get("spark operators", 1)) for i, op in enumerate(operators)}
     order, next_id = {}, 0
     for group in reversed(groups):
         order[group] = next_id
         next_id += width.get(group, 1)
-    return [order[owner] for owner in owners]
+    return [order[owner] for owner in owners], next_id
 
 
 def _holder(op: dict[str, Any]) -> str:

@@ -367,7 +367,7 @@ def test_a_two_input_step_reading_a_source_read_by_a_keyed_step_is_refused_namin
 
 
 def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, events):
-    from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids
+    from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_count, spark_operator_ids
 
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     for name in ("a", "b"):
@@ -383,6 +383,9 @@ def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, 
     assert spark_operator_ids([{}, {}, {"spark operators": 0}]) == [1, 0, 0]
     assert spark_operator_ids([{}, {}, {"spark operators": 1}]) == [2, 1, 0]
     assert spark_operator_ids([{}, {}, {"spark operators": 2}]) == [3, 2, 0]
+    assert spark_operator_count([{}, {}, {"spark operators": 2}]) == 4
+    assert spark_operator_count([{}, {}, {"spark operators": 0}]) == 2
+    assert spark_operator_count([{}, {"lane": 0}, {"lane": 0, "level": 1}, {"lane": 1}]) == 3
     swapped = dict(manifest, operators=[ops[0], dict(ops[2], name="a", lane=1), dict(ops[1], name="b", lane=0)])
     problems = compare(manifest, swapped)
     assert any("'a'" in p and "lane 0 of a fan-out" in p and "lane 1" in p for p in problems), problems
