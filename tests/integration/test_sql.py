@@ -2,8 +2,9 @@
 Spark SQL, mixing with DataStream steps — a windowed aggregation checked against the model
 (tests/flink_model.py: ``windows``) on a stream within its bound, a stream-static mix, SQL
 windows over a keyed step's output (its records' timestamps, Flink's watermark: batch by
-batch against the model, late records counted), and the query's mistakes reported before
-the job starts, naming the step."""
+batch against the model, late records counted), an Ember window and a second SQL step over
+a SQL window's results (the query's ``rowtime``), savepoints of such jobs (Spark's operator
+numbering), and the query's mistakes reported before the job starts, naming the step."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from datetime import timedelta
 
 import flink_model as model
 import pytest
+from test_chains import CountSum, Dedupe, _distinct
 
 from ember import (
     AggregateFunction,
     CollectSink,
-    KeyedProcessFunction,
     PipelineError,
     ScriptedSource,
     TumblingEventTimeWindows,
@@ -25,7 +26,6 @@ from ember import (
 )
 from ember.errors import SavepointError
 from ember.savepoints import create_savepoint
-from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
 
@@ -87,37 +87,6 @@ def test_an_aggregation_without_a_window_is_refused_naming_the_step(env):
         env.execute("sql-no-window", progress=False)
 
 
-class Dedupe(KeyedProcessFunction):
-    """Forwards the first record of each key (the whole record is the key), with its timestamp."""
-
-    def open(self, ctx):
-        self.seen = ctx.get_state(ValueStateDescriptor("seen"))
-
-    def process_element(self, value, ctx):
-        if self.seen.value() is None:
-            self.seen.update(True)
-            yield value
-
-
-class CountSum(AggregateFunction):
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + 1, acc[1] + value["v"])
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
-
-    def get_result(self, acc):
-        return {"n": acc[0], "total": acc[1]}
-
-
-def _distinct(batches):
-    seen: set = set()
-    return [[r for r in b if not (r in seen or seen.add(r))] for b in batches]
-
-
 def _windows(sink, batches, names=("n", "s")):
     fired = {}
     for b in sink.batches:
@@ -162,10 +131,10 @@ def test_sql_windows_over_a_windows_results_read_their_flink_timestamps(env):
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
     (env.from_source(ScriptedSource(batches, SCHEMA), strategy, name="events")
         .key_by("k").window(TumblingEventTimeWindows.of(2_000))
-        .aggregate(CountSum(), output_schema="n bigint, total bigint", name="small")
-        .select("k", "n", "total").create_view("small_windows"))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small")
+        .select("k", "n", "v").create_view("small_windows"))
     sink = CollectSink()
-    env.sql(QUERY.format(what="sum(n) AS n, sum(total) AS s", view="small_windows", size=6_000),
+    env.sql(QUERY.format(what="sum(n) AS n, sum(v) AS s", view="small_windows", size=6_000),
             name="large").sink_to(sink)
     result = env.execute("sql-window-of-windows", progress=False)
     assert _windows(sink, batches) == expected.fired
