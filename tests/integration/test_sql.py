@@ -14,10 +14,9 @@ from datetime import timedelta
 
 import flink_model as model
 import pytest
-from test_chains import CountSum, Dedupe, _distinct
+from test_chains import CountSum, Dedupe, SumCounts, _distinct, _fired
 
 from ember import (
-    AggregateFunction,
     CollectSink,
     PipelineError,
     ScriptedSource,
@@ -31,6 +30,7 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "ts bigint, k string, v int"
 BOUND, SIZE = 1_000, 2_000
+STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
 
 
 def _in_bound(seed: int, batches: int = 8) -> list[list[tuple]]:
@@ -48,8 +48,7 @@ def _in_bound(seed: int, batches: int = 8) -> list[list[tuple]]:
 
 def test_a_windowed_sql_aggregation_equals_the_model_batch_by_batch(env):
     data = _in_bound(5)
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
-    env.from_source(ScriptedSource(data, SCHEMA), strategy, name="events").filter("v > 0").create_view("events")
+    env.from_source(ScriptedSource(data, SCHEMA), STRATEGY, name="events").filter("v > 0").create_view("events")
     sink = CollectSink()
     env.sql(f"""
         SELECT k, unix_millis(window.start) AS ws, unix_millis(window.end) AS we, count(*) AS n, sum(v) AS s
@@ -110,8 +109,7 @@ def test_sql_windows_over_a_process_functions_output_equal_the_model_batch_by_ba
     with_duplicates = [b + b[:2] for b in batches]
     expected = model.windows(_distinct(with_duplicates), BOUND, "tumbling", 4_000, late_by_previous=True)
     assert expected.late > 0 and any(b != model.END for *_, b in expected.fired.values())
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
-    (env.from_source(ScriptedSource(with_duplicates, SCHEMA), strategy, name="events")
+    (env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
         .key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe").create_view("distinct_events"))
     sink = CollectSink()
     env.sql(QUERY.format(what="count(*) AS n, sum(v) AS s", view="distinct_events", size=4_000),
@@ -128,8 +126,7 @@ def test_sql_windows_over_a_windows_results_read_their_flink_timestamps(env):
     batches = model.random_batches(3)
     expected = model.window_of_windows(batches, BOUND, 2_000, 6_000)
     assert any(b != model.END for *_, b in expected.fired.values())
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
-    (env.from_source(ScriptedSource(batches, SCHEMA), strategy, name="events")
+    (env.from_source(ScriptedSource(batches, SCHEMA), STRATEGY, name="events")
         .key_by("k").window(TumblingEventTimeWindows.of(2_000))
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small")
         .select("k", "n", "v").create_view("small_windows"))
@@ -155,8 +152,7 @@ def test_a_savepoint_reads_the_keyed_steps_state_whatever_the_sql_step_after_it_
     compiles, the savepoint reads and writes the dedupe's own state."""
     batches = model.random_batches(2, batches=4)
     with_duplicates = [b + b[:1] for b in batches]
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
-    (env.from_source(ScriptedSource(with_duplicates, SCHEMA), strategy, name="events")
+    (env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
         .key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe").create_view("distinct_events"))
     env.sql(query, name="q").sink_to(CollectSink())
     env.execute("sql-savepoint", progress=False)
@@ -175,20 +171,6 @@ def test_a_savepoint_reads_the_keyed_steps_state_whatever_the_sql_step_after_it_
             point.read_state("q", env.spark)
 
 
-class SumCounts(AggregateFunction):
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + value["n"], acc[1] + value["s"])
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
-
-    def get_result(self, acc):
-        return {"n": acc[0], "s": acc[1]}
-
-
 def test_an_ember_window_over_a_sql_windows_results_equals_the_window_of_windows(env):
     """A SQL window's results, stamped by the query's ``rowtime`` (Flink's ``window_end - 1``),
     feed an Ember window: batch by batch the model's window of windows (each result judged by
@@ -196,28 +178,19 @@ def test_an_ember_window_over_a_sql_windows_results_equals_the_window_of_windows
     batches = model.random_batches(3)
     expected = model.window_of_windows(batches, BOUND, 2_000, 6_000)
     assert expected.late > 0 and any(b != model.END for *_, b in expected.fired.values())
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
-    env.from_source(ScriptedSource(batches, SCHEMA), strategy, name="events").create_view("events")
+    env.from_source(ScriptedSource(batches, SCHEMA), STRATEGY, name="events").create_view("events")
     sink = CollectSink()
-    (env.sql("""SELECT k, window.end - INTERVAL 1 MILLISECOND AS rowtime, count(*) AS n, sum(v) AS s
+    (env.sql("""SELECT k, window.end - INTERVAL 1 MILLISECOND AS rowtime, count(*) AS n, sum(v) AS v
                 FROM events GROUP BY k, window(rowtime, '2 seconds')""", name="small")
         .key_by("k").window(TumblingEventTimeWindows.of(6_000))
-        .aggregate(SumCounts(), output_schema="n bigint, s bigint", name="large").sink_to(sink))
+        .aggregate(SumCounts(), output_schema="n bigint, total bigint", name="large").sink_to(sink))
     result = env.execute("sql-then-window", progress=False)
-    got = {}
-    for b in sink.batches:
-        for r in b.rows:
-            window = (r["k"], r["window_start"], r["window_end"])
-            assert window not in got, f"window {window} emitted twice"
-            got[window] = (r["n"], r["s"], b.batch_id if b.batch_id < len(batches) else model.END)
-    assert got == expected.fired
+    assert _fired(sink, batches) == expected.fired
     assert result.late_dropped == expected.late
 
 
 def test_a_keyed_step_after_a_sql_step_needs_the_querys_rowtime(env):
-    env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA),
-                    WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts"),
-                    name="events").create_view("events")
+    env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA), STRATEGY, name="events").create_view("events")
     (env.sql("SELECT k, v FROM events", name="picked").key_by("k")
         .process(Dedupe(), "k string, v int", name="dedupe").sink_to(CollectSink()))
     with pytest.raises(PipelineError, match="step 'picked': a keyed step reads this SQL step's rows, so the query must "
@@ -231,8 +204,7 @@ def test_a_sql_window_over_a_sql_windows_results_equals_the_window_of_windows(en
     batch."""
     batches = model.random_batches(3)
     expected = model.window_of_windows(batches, BOUND, 2_000, 6_000)
-    strategy = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND), "ts")
-    env.from_source(ScriptedSource(batches, SCHEMA), strategy, name="events").create_view("events")
+    env.from_source(ScriptedSource(batches, SCHEMA), STRATEGY, name="events").create_view("events")
     (env.sql("""SELECT k, window.end - INTERVAL 1 MILLISECOND AS rowtime, count(*) AS n, sum(v) AS s
                 FROM events GROUP BY k, window(rowtime, '2 seconds')""", name="small").create_view("small"))
     sink = CollectSink()

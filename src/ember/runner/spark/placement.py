@@ -126,8 +126,8 @@ def upstream_steps(node: Node, graph: Graph) -> list[Node]:
     step) in between, in graph order: none, one, one per input of a two-input step, or several
     merged by a union."""
     before = list(ancestors(node))
-    behind_sql = [s for s in before if isinstance(s, SqlNode)]
-    upstream = [a for a in before if _keyed_state(a, graph) and not any(any(a is b for b in ancestors(s)) for s in behind_sql)]
+    behind_sql = {id(b) for s in before if isinstance(s, SqlNode) for b in ancestors(s)}
+    upstream = [a for a in before if _keyed_state(a, graph) and id(a) not in behind_sql]
     direct = [a for a in upstream if not any(b is a for u in upstream for b in ancestors(u))]
     return [n for n in graph.nodes if any(n is a for a in direct)]
 
@@ -137,12 +137,9 @@ def upstream_steps(node: Node, graph: Graph) -> list[Node]:
 def upstream_sql(node: Node, graph: Graph) -> Node | None:
     """The SQL step whose rows the keyed-runtime step ``node`` reads with no other stateful
     step in between, if any."""
-    for a in ancestors(node):
-        if isinstance(a, SqlNode) and not any(
-            any(b is a for b in ancestors(s)) for s in ancestors(node) if _keyed_state(s, graph)
-        ):
-            return a
-    return None
+    before = list(ancestors(node))
+    behind_steps = {id(b) for s in before if _keyed_state(s, graph) for b in ancestors(s)}
+    return next((a for a in before if isinstance(a, SqlNode) and id(a) not in behind_steps), None)
 
 
 def sql_beside_steps(graph: Graph) -> bool:

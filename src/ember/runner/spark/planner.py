@@ -397,9 +397,9 @@ def _check_sql(graph: Graph) -> None:
         for later in graph.nodes:
             if later is node or not isinstance(later, STATEFUL) or not any(a is node for a in ancestors(later)):
                 continue
-            problem = None
             if isinstance(later, SqlNode):
                 continue  # its view's rowtime: the earlier query's (translators/sql.py)
+            problem = None
             if not any(later is k for k in keyed):
                 problem = f"a {later.kind} step after a SQL step is not supported yet"
             elif len(later.inputs) != 1 and sum(_reads_sql(i) for i in later.inputs) != 1:

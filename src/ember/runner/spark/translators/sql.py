@@ -83,7 +83,7 @@ def _rowtime_of_sql_rows(df: Any, earlier: SqlNode, node: SqlNode) -> Any:
     event-time column (the query's watermark is Spark's, passed on by ``earlier``'s
     operators: Spark chains its own window aggregations so)."""
     field = df.schema[earlier.rowtime]
-    if field.dataType.simpleString() not in ("timestamp", "timestamp_ntz"):
+    if not _is_timestamp(field):
         raise PipelineError(
             f"the rows of the SQL step '{earlier.name}' have a column '{earlier.rowtime}' that is a "
             f"{field.dataType.simpleString()}, not a timestamp: it cannot be their event time", node.name,
@@ -97,6 +97,10 @@ def _rowtime_of_sql_rows(df: Any, earlier: SqlNode, node: SqlNode) -> Any:
     return df.select(*others, F.col(earlier.rowtime).alias(node.rowtime, metadata={DELAY_KEY: 0}))
 
 
+def _is_timestamp(field: Any) -> bool:
+    return field.dataType.simpleString() in ("timestamp", "timestamp_ntz")
+
+
 def _timed_rows(result: Any, node: SqlNode, stateful: bool) -> Any:
     """The query's rows for a keyed step after it: each with its event time in ms (TIME) from
     the query's ``rowtime`` column, as a keyed step's rows carry theirs. A query with stateful
@@ -105,7 +109,7 @@ def _timed_rows(result: Any, node: SqlNode, stateful: bool) -> Any:
     previous batch's, as it does a keyed step's timer output; a stateless query's rows are the
     records of the batch, judged by its own."""
     field = next((f for f in result.schema.fields if f.name == node.rowtime), None)
-    if field is None or field.dataType.simpleString() not in ("timestamp", "timestamp_ntz"):
+    if field is None or not _is_timestamp(field):
         found = f"a {field.dataType.simpleString()}" if field is not None else "none"
         raise PipelineError(
             f"a keyed step reads this SQL step's rows, so the query must select each row's event time as a timestamp "
