@@ -46,7 +46,8 @@ class ProgressFollower:
         self.processing_ms = 0
         self.last_batch = -1
         self.unreported: dict[int, int | None] = {}  # committed batches Spark never reported: their events (None: unknown)
-        self.eos_batch: int | None = None
+        self.eos_batch: int | None = None  # the batch that read the end-of-input row
+        self.ended_earlier = False  # the end-of-input row was read by an earlier run
         self.last_print = clock.monotonic()
         self.events_at_print = 0
 
@@ -96,8 +97,15 @@ class ProgressFollower:
                 f"[ember] {self.name}: batch {bid} dropped {dropped} late record(s) behind the watermark",
                 file=sys.stderr, flush=True,
             )
-        if self.eos_batch is None and any(o.get("ended") == 1 for o in offsets):
-            self.eos_batch = bid
+        for source, end in zip(sources, offsets):
+            if end.get("ended") != 1 or self.eos_batch is not None:
+                continue
+            if _offset(source.get("startOffset")).get("ended") == 1:
+                # A restart of a job whose input ended in an earlier run: the end-of-input row
+                # will not come again, and the watermark is at the end of time already.
+                self.ended_earlier = True
+            else:
+                self.eos_batch = bid  # this batch read the end-of-input row
         if self.callback:
             self.callback(report)
         if self.listener is not None:

@@ -120,6 +120,10 @@ class EndOfInput(StopCondition):
         self.checkpoint = checkpoint  # where Spark logs each batch's offsets as it plans it
 
     def check(self, run: RunView) -> str | None:
+        # Input added after a job ended once (``follower.ended_earlier``) has nothing to flush:
+        # the watermark has been at the end of time since, so what a batch makes due fires in
+        # that batch; waiting for an end-of-input row that does not come again would stop the
+        # job one batch early (the row's batch would be taken for the first of this run).
         follower = run.follower
         if run.new_batch:
             self.report_since = run.now
@@ -128,12 +132,14 @@ class EndOfInput(StopCondition):
             open(self.marker, "a").close()
             self.flushing = True
         elif not self.flushing and fresh and follower.sources_done(self.sources):
-            if not self.needs_flush:
+            if not self.needs_flush or follower.ended_earlier:
                 return "sources ended"
             open(self.marker, "a").close()
             self.flushing = True
         elif self.flushing and follower.end_of_input_seen_before(follower.last_batch):
             return "sources ended, windows flushed"
+        elif self.flushing and follower.ended_earlier and fresh and follower.sources_done(self.sources):
+            return "sources ended"
         if run.now - self.report_since > self.idle_limit_s:
             status = run.query.status
             # Only a query that is waiting for input is idle: one still initialising its sources

@@ -25,23 +25,24 @@ class _Query:
         self.status = {"isDataAvailable": False, "isTriggerActive": False, "message": "Waiting for data to arrive"}
 
 
-def _report(batch: int, rows: int, **offset: object) -> dict:
+def _report(batch: int, rows: int, start: dict | None = None, **offset: object) -> dict:
     end = {"n": rows, **offset}
     return {"batchId": batch, "numInputRows": rows, "durationMs": {"triggerExecution": 5},
-            "sources": [{"endOffset": end, "numInputRows": rows}]}
+            "sources": [{"startOffset": start, "endOffset": end, "numInputRows": rows}]}
 
 
 class _Run:
     """A scripted run: batches recorded through the real follower, time on a manual clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_batch: int = 0) -> None:
+        self.first_batch = first_batch
         self.clock = ManualClock()
         self.follower = ProgressFollower(False, "job", self.clock)
         self.query = _Query()
         self.start = self.clock.monotonic()
 
-    def batch(self, rows: int, **offset: object) -> bool:
-        return self.follower._record(_report(len(self.follower.progress), rows, **offset))
+    def batch(self, rows: int, start: dict | None = None, **offset: object) -> bool:
+        return self.follower._record(_report(self.first_batch + len(self.follower.progress), rows, start, **offset))
 
     def view(self, new: bool = False) -> RunView:
         return RunView(self.clock.monotonic(), self.start, self.follower, self.query, new)
@@ -166,3 +167,23 @@ def test_a_batch_an_earlier_run_planned_does_not_mark_the_end(tmp_path):
     assert cond.check(run.view()) is None and not marker.exists()
     _plan(checkpoint, 4, {"batch": 3, "done": True}, {"ended": 0})
     assert cond.check(run.view()) is None and marker.exists()
+
+
+def test_a_restart_after_the_end_of_input_reads_all_new_input_before_it_stops(tmp_path):
+    """A job whose input ended in an earlier run, restarted with more input: the end-of-input
+    source starts (and stays) ended, so no batch of this run carries its row. Stopping one
+    report after the first batch — as if that batch had carried it — would drop the last
+    batches' input (seen in CI: the third run of test_delta_state lost its last batch)."""
+    marker, checkpoint = tmp_path / "end-of-input", tmp_path / "ckpt"
+    _plan(checkpoint, 5, {"batch": 6, "done": True}, {"ended": 1})  # the earlier run's last batch
+    run = _Run(first_batch=6)
+    cond = EndOfInput(1, str(marker), True, idle_limit_s=10, now=run.clock.monotonic(), replayed=5,
+                      checkpoint=str(checkpoint))
+    _plan(checkpoint, 6, {"batch": 7, "done": False}, {"ended": 1})
+    assert cond.check(run.view(run.batch(4, start={"ended": 1}, done=False, ended=1))) is None
+    _plan(checkpoint, 7, {"batch": 8, "done": False}, {"ended": 1})
+    _plan(checkpoint, 8, {"batch": 9, "done": True}, {"ended": 1})  # planned while batch 7's report comes
+    assert cond.check(run.view()) is None
+    assert cond.check(run.view(run.batch(36, start={"ended": 1}, done=False, ended=1))) is None  # input waits
+    assert cond.check(run.view(run.batch(19, start={"ended": 1}, done=True, ended=1))) == "sources ended"
+    assert run.follower.eos_batch is None and run.follower.ended_earlier
