@@ -272,6 +272,46 @@ def test_a_restart_keeps_the_checkpoint_s_group_timeouts(env, monkeypatch, older
     assert _keeps_timeout(env.spark, checkpoint, last_committed_batch(checkpoint), 0) == older
 
 
+def test_a_bounded_job_keeps_the_timeout_of_a_checkpoint_from_the_rule_before(env, monkeypatch):
+    """A checkpoint marked "where needed" (the rule before bounded jobs' steps ran without
+    Spark's group timeout) was written with the timeout by a bounded job: restarted with more
+    input, the step keeps it (Spark refuses state of another shape). The first run's end moved
+    the watermark to the end of time, so each later record's timer fires in its own batch."""
+    import json
+
+    from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, GROUP_TIMEOUTS_WHERE_NEEDED, CheckpointLayout, last_committed_batch
+    from ember.runner.spark.state_io import _keeps_timeout
+    from ember.runner.spark.translators import keyed
+
+    batches = model.random_batches(4)
+    checkpoint = os.path.join(env.config.checkpoint_dir, "timers-bounded")
+
+    def run(upto):
+        fresh = StreamEnvironment(master="local[2]", checkpoint_dir=env.config.checkpoint_dir, parallelism=2,
+                                  spark=env.spark)
+        src = fresh.from_source(ScriptedSource(batches[:upto], SCHEMA),
+                                WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
+        sink = CollectSink()
+        src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
+        result = fresh.execute("timers-bounded", progress=False)
+        return sorted((r["k"], r["at"]) for r in sink.rows()), result
+
+    with monkeypatch.context() as patch:  # state rows with the timeout, as the rule before wrote a bounded job's
+        patch.setattr(keyed, "without_group_timeout", lambda comp, advance_ms: False)
+        first, _ = run(4)
+    assert first == sorted((k, at) for k, at, _ in model.timer_firings(batches[:4], 1_000, 700, in_batch=True))
+    layout = CheckpointLayout(checkpoint)
+    with open(layout.pipeline) as f:
+        manifest = json.load(f)
+    manifest[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
+    with open(layout.pipeline, "w") as f:
+        json.dump(manifest, f)
+    second, result = run(len(batches))
+    assert result.stopped_because == "sources ended"  # (its input ended in the first run)
+    assert second == sorted(t for b in batches[4:] for t in {(k, ts + 700) for ts, k, _ in b})
+    assert _keeps_timeout(env.spark, checkpoint, last_committed_batch(checkpoint), 0)
+
+
 # ---------------------------------------------------------------------------------------------
 # Issue 16's reproductions (ScriptedSource batches of (ts, key, value); the expected results are
 # the model's, spelled out).
