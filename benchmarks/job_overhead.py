@@ -7,8 +7,7 @@ few records), in a fresh process per variant, the variants alternating over ``--
   end-of-input row);
 - ``stateless``: a Python filter (one Python source);
 - ``operator``: the same window with a Python aggregate, on Ember's window operator (the
-  job's one keyed step: it fires in the batch, and flushes in the batch of the end-of-input
-  row, without Spark's group timeout);
+  job's one keyed step: it fires in the batch its records close);
 
 each once with Spark's Python processes importing pyspark from its ``pyspark.zip``
 (``EMBER_SPARK_ZIP_IMPORTS=1``, as before ember.runner.spark.worker_imports) and once from

@@ -20,8 +20,7 @@ Plain Python, no Ember code: the reference Ember's windows and timers are checke
   fired may be registered again and fires again; a pending one is registered once).
 - **Count windows** count a key's records (in timestamp order within a batch) and fire in
   the batch of the record that completes them; they do not fire at the end of input.
-- At the end of input the watermark moves to the end of time: everything still open fires
-  (labelled END; :func:`end_in_last_batch` for an in-batch step of a bounded job).
+- At the end of input the watermark moves to the end of time: everything still open fires.
 - **In-batch watermark** (``in_batch=True``; Ember's keyed runtime when its step's watermark
   is the query's only one): after a batch's records the step advances to the watermark those
   records make (Flink's periodic watermark) and fires what that makes due in the *same*
@@ -50,22 +49,6 @@ def flink_watermarks(batches: list[list[tuple]], bound_ms: int, *, after_last: b
             if candidate >= 0 and (wm is None or candidate > wm):  # Spark's never goes below 0 (Flink's -1)
                 wm = candidate
     return out + [wm] if after_last else out
-
-
-def end_in_last_batch(fired, batches: list[list[tuple]]):
-    """``fired`` (a model's result: a dict of tuples or a list of tuples, each labelled last with
-    its batch) as an in-batch step of a bounded job fires it: the end-of-input row comes with
-    the last batch (Ember's bounded sources mark themselves done as they read their last input)
-    and the step fires what the end of time makes due in that batch, after the batch's own
-    firings — so END becomes the last batch's label."""
-    last = len(batches) - 1
-
-    def relabel(row: tuple) -> tuple:
-        return (*row[:-1], last) if row[-1] == END else row
-
-    if isinstance(fired, dict):
-        return {k: relabel(v) for k, v in fired.items()}
-    return [relabel(r) for r in fired]  # (in the given order)
 
 
 def _firing_watermarks(batches: list[list[tuple]], bound_ms: int, in_batch: bool) -> list[tuple[int | None, int | None]]:

@@ -24,7 +24,6 @@ from ember import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
-from ember.runner.spark.keyed.runtime import END_OF_TIME_MS
 
 pytestmark = pytest.mark.spark
 
@@ -79,13 +78,6 @@ def _windowed(env, batches, bound_ms, assigner, path, *, declare=None):
     return fired, result
 
 
-def _at_end(fired, batches, in_batch):
-    """The model's firings labelled as the job fires them: Ember's operator, the job's one keyed
-    step, fires what the end of input makes due in the last batch (translators/keyed.py:
-    _end_in_batch); Spark's native windows in a batch after it (END)."""
-    return model.end_in_last_batch(fired, batches) if in_batch else fired
-
-
 def _explain(env, batches, bound_ms, assigner, path):
     env = StreamEnvironment(master="local[2]", parallelism=2, spark=env.spark)
     src = env.from_source(ScriptedSource(batches, SCHEMA),
@@ -113,7 +105,7 @@ def test_windows_equal_the_model_batch_by_batch_on_a_random_stream(env, kind, si
     expected = model.windows(batches, 1_000, kind, size, slide, in_batch=_on_operator(path, kind))
     assert expected.late > 0 and any(b != model.END for *_, b in expected.fired.values())  # the stream exercises both
     fired, result = _windowed(env, batches, 1_000, _assigner(kind, size, slide), path)
-    assert fired == _at_end(expected.fired, batches, _on_operator(path, kind))
+    assert fired == expected.fired
     assert result.late_dropped == expected.late
 
 
@@ -125,7 +117,7 @@ def test_windows_equal_the_model_on_more_random_streams(env, kind, size, slide, 
     batches = model.random_batches(100 + seed, batches=12)
     expected = model.windows(batches, 1_000, kind, size, slide, in_batch=_on_operator(path, kind))
     fired, result = _windowed(env, batches, 1_000, _assigner(kind, size, slide), path)
-    assert (fired, result.late_dropped) == (_at_end(expected.fired, batches, _on_operator(path, kind)), expected.late)
+    assert (fired, result.late_dropped) == (expected.fired, expected.late)
 
 
 @pytest.mark.parametrize("seed", [8, pytest.param(21, marks=pytest.mark.slow), pytest.param(22, marks=pytest.mark.slow)])
@@ -142,7 +134,7 @@ def test_allowed_lateness_refires_as_the_model_says(env, kind, size, slide, seed
     result = env.execute("lateness", progress=False)
     got = sorted(((r["k"], r["window_start"], r["window_end"], r["n"], r["total"],
                    b.batch_id if b.batch_id < len(batches) else model.END) for b in sink.batches for r in b.rows), key=str)
-    assert got == sorted(model.end_in_last_batch(rows, batches), key=str)
+    assert got == rows
     assert result.late_dropped == late
 
 
@@ -188,20 +180,14 @@ def test_timers_fire_as_the_model_says_on_a_random_stream(env, seed):
                           WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
     sink = CollectSink()
     src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
-    result = env.execute("timers", progress=False)
-    # The end of input fires in the last batch, which read the end-of-input row (the job's one
-    # keyed step, without Spark's group timeout: translators/keyed.py, _end_in_batch) — and the
-    # job stops after it, no batch run for the new watermark.
-    fired = sorted((r["k"], r["at"], b.batch_id) for b in sink.batches for r in b.rows)
-    assert fired == sorted(model.end_in_last_batch(expected, batches))
-    assert result.batches == len(batches) and result.stopped_because == "sources ended, windows flushed"
+    env.execute("timers", progress=False)
+    fired = sorted((r["k"], r["at"], b.batch_id if b.batch_id < len(batches) else model.END)
+                   for b in sink.batches for r in b.rows)
+    assert fired == expected
     watermarks = model.flink_watermarks(batches, 1_000, after_last=True)
-    end = END_OF_TIME_MS - 1_000 - 1  # Flink's watermark once the end-of-input row moved it (bound 1 s)
-    for b in sink.batches:  # fired after the batch's records, under the watermark they make (Flink's)
-        if b.batch_id < len(batches) - 1:
-            assert {r["wm"] for r in b.rows} <= {watermarks[b.batch_id + 1]}
-        else:  # the last batch moves it to the end at once (as Flink does when no periodic watermark came in between)
-            assert {r["wm"] for r in b.rows} == {end}
+    for b in sink.batches:
+        if b.batch_id < len(batches):  # fired after the batch's records, under the watermark they make
+            assert {r["wm"] for r in b.rows} <= {watermarks[b.batch_id + 1]}  # ctx.current_watermark is Flink's
 
 
 @pytest.mark.parametrize("seed", [3, 5])
@@ -272,46 +258,6 @@ def test_a_restart_keeps_the_checkpoint_s_group_timeouts(env, monkeypatch, older
     assert _keeps_timeout(env.spark, checkpoint, last_committed_batch(checkpoint), 0) == older
 
 
-def test_a_bounded_job_keeps_the_timeout_of_a_checkpoint_from_the_rule_before(env, monkeypatch):
-    """A checkpoint marked "where needed" (the rule before bounded jobs' steps ran without
-    Spark's group timeout) was written with the timeout by a bounded job: restarted with more
-    input, the step keeps it (Spark refuses state of another shape). The first run's end moved
-    the watermark to the end of time, so each later record's timer fires in its own batch."""
-    import json
-
-    from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, GROUP_TIMEOUTS_WHERE_NEEDED, CheckpointLayout, last_committed_batch
-    from ember.runner.spark.state_io import _keeps_timeout
-    from ember.runner.spark.translators import keyed
-
-    batches = model.random_batches(4)
-    checkpoint = os.path.join(env.config.checkpoint_dir, "timers-bounded")
-
-    def run(upto):
-        fresh = StreamEnvironment(master="local[2]", checkpoint_dir=env.config.checkpoint_dir, parallelism=2,
-                                  spark=env.spark)
-        src = fresh.from_source(ScriptedSource(batches[:upto], SCHEMA),
-                                WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
-        sink = CollectSink()
-        src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
-        result = fresh.execute("timers-bounded", progress=False)
-        return sorted((r["k"], r["at"]) for r in sink.rows()), result
-
-    with monkeypatch.context() as patch:  # state rows with the timeout, as the rule before wrote a bounded job's
-        patch.setattr(keyed, "without_group_timeout", lambda comp, advance_ms: False)
-        first, _ = run(4)
-    assert first == sorted((k, at) for k, at, _ in model.timer_firings(batches[:4], 1_000, 700, in_batch=True))
-    layout = CheckpointLayout(checkpoint)
-    with open(layout.pipeline) as f:
-        manifest = json.load(f)
-    manifest[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
-    with open(layout.pipeline, "w") as f:
-        json.dump(manifest, f)
-    second, result = run(len(batches))
-    assert result.stopped_because == "sources ended"  # (its input ended in the first run)
-    assert second == sorted(t for b in batches[4:] for t in {(k, ts + 700) for ts, k, _ in b})
-    assert _keeps_timeout(env.spark, checkpoint, last_committed_batch(checkpoint), 0)
-
-
 # ---------------------------------------------------------------------------------------------
 # Issue 16's reproductions (ScriptedSource batches of (ts, key, value); the expected results are
 # the model's, spelled out).
@@ -336,8 +282,7 @@ def test_finding_2_a_record_behind_the_watermark_joins_a_session_still_open(env,
     fired, result = _windowed(env, batches, 0, EventTimeSessionWindows.with_gap(3_000), path)
     assert fired[("a", 7_000, 15_000)][:2] == (3, 7)
     assert result.late_dropped == 0
-    expected = model.windows(batches, 0, "session", 3_000, in_batch=_on_operator(path, "session")).fired
-    assert fired == _at_end(expected, batches, _on_operator(path, "session"))
+    assert fired == model.windows(batches, 0, "session", 3_000, in_batch=_on_operator(path, "session")).fired
 
 
 @pytest.mark.parametrize("declare", [
@@ -389,8 +334,7 @@ def test_finding_5_a_window_fires_when_the_watermark_reaches_it_whatever_other_k
     batches = [[(1_000, "a", 1)], [(1_999, "b", 1)], [(2_500, "b", 1)], [(5_000, "b", 1)]]
     fired, _ = _windowed(env, batches, 0, TumblingEventTimeWindows.of(2_000), path)
     assert fired[("a", 0, 2_000)][2] == fired[("b", 0, 2_000)][2] == (3 if path == "native" else 2)
-    expected = model.windows(batches, 0, "tumbling", 2_000, in_batch=path == "operator").fired
-    assert fired == _at_end(expected, batches, path == "operator")
+    assert fired == model.windows(batches, 0, "tumbling", 2_000, in_batch=path == "operator").fired
 
 
 def test_current_watermark_is_none_before_the_first_watermark(env):
@@ -430,8 +374,7 @@ def test_a_record_late_for_some_sliding_windows_reaches_only_the_others(env, pat
     fired, result = _windowed(env, batches, 0, SlidingEventTimeWindows.of(10_000, 5_000), path)
     assert {w: v[:2] for w, v in fired.items()} == {("a", 5_000, 15_000): (2, 3), ("a", 10_000, 20_000): (1, 1)}
     assert result.late_dropped == 0
-    expected = model.windows(batches, 0, "sliding", 10_000, 5_000, in_batch=path == "operator").fired
-    assert fired == _at_end(expected, batches, path == "operator")
+    assert fired == model.windows(batches, 0, "sliding", 10_000, 5_000, in_batch=path == "operator").fired
     # (on the native path the closed window would get the record had the query run Spark's
     # default filter, against the previous batch's watermark; the session keeps its own setting)
     assert env.spark.conf.get("spark.sql.streaming.statefulOperator.allowMultiple", "true") == "true"

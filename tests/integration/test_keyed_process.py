@@ -365,9 +365,8 @@ def test_a_timer_fires_when_the_watermark_reaches_it_whatever_other_keys_do(env)
     max - bound - 1) is 1500, i.e. after the records of the batch of (1600, b). Its bucket has
     no record then; the batch's packing tells every bucket the batch's latest time, so it fires
     in that batch (issue 19: the step advances its watermark after the batch's records), not
-    later, and not earlier. (An empty batch last: the end of input comes with it, not with
-    (3_000, c)'s batch, where the step would move on to the end of time at once.)"""
-    batches = [[(1_000, "a")], [(1_500, "b")], [(1_600, "b")], [(3_000, "c")], []]
+    later, and not earlier."""
+    batches = [[(1_000, "a")], [(1_500, "b")], [(1_600, "b")], [(3_000, "c")]]
     src = env.from_source(ScriptedSource(batches, SCHEMA), MONOTONOUS, name="events")
     sink = CollectSink()
     src.key_by("k").process(FireAfter500(), "k string, ts bigint, wm bigint", name="timers").sink_to(sink)

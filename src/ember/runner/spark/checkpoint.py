@@ -147,26 +147,23 @@ class CheckpointLayout:
         return last_batch(self.path, "offsets") >= 0
 
 
-# The pipeline manifest's mark of the rule by which a checkpoint's in-batch keyed step runs
-# without Spark's group timeout (translators/keyed.py: without_group_timeout); the step's state
-# rows carry the timeout's column or not by it, so a checkpoint keeps the rule it started with.
-# No mark (a checkpoint with progress from before these rules): the timeout everywhere.
+# The pipeline manifest's mark of a checkpoint whose in-batch keyed step runs without Spark's
+# group timeout (translators/keyed.py: without_group_timeout). A checkpoint with progress and
+# no mark predates that rule: its step's state rows carry the timeout column, so it keeps one.
 GROUP_TIMEOUTS = "group timeouts"
-GROUP_TIMEOUTS_WHERE_NEEDED = "where needed"  # none for an in-batch step of a job whose sources do not all end
-GROUP_TIMEOUTS_IN_BATCH_STEPS = "none for in-batch steps"  # none for an in-batch step, bounded jobs' too
+GROUP_TIMEOUTS_WHERE_NEEDED = "where needed"
 
 
-def group_timeout_rule(checkpoint: str | None) -> str | None:
-    """The group-timeout rule of ``checkpoint`` (one of the marks above; None: the timeout
-    everywhere). A checkpoint without progress takes today's: GROUP_TIMEOUTS_IN_BATCH_STEPS."""
+def group_timeouts_everywhere(checkpoint: str | None) -> bool:
+    """Whether ``checkpoint``'s event-time keyed step keeps Spark's group timeout even where it
+    fires in the batch: the checkpoint has progress and its manifest does not say otherwise."""
     if not checkpoint:
-        return GROUP_TIMEOUTS_IN_BATCH_STEPS
+        return False
     layout = CheckpointLayout(checkpoint)
     if not layout.has_progress():
-        return GROUP_TIMEOUTS_IN_BATCH_STEPS
+        return False
     manifest = read_json(layout.pipeline)
-    rule = manifest.get(GROUP_TIMEOUTS) if isinstance(manifest, dict) else None
-    return rule if rule in (GROUP_TIMEOUTS_WHERE_NEEDED, GROUP_TIMEOUTS_IN_BATCH_STEPS) else None
+    return not isinstance(manifest, dict) or manifest.get(GROUP_TIMEOUTS) != GROUP_TIMEOUTS_WHERE_NEEDED
 
 
 def last_batch(checkpoint: str, log: str) -> int:

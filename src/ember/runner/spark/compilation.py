@@ -69,9 +69,6 @@ class Compilation:
     end_of_input_marker: str | None = None
     stop_marker: str | None = None
     uses_end_of_input: bool = False  # an end-of-input row was compiled in: flush it when sources end
-    # the job's one keyed step fires what the end-of-input row makes due in the batch that reads
-    # it (translators/keyed.py: _end_in_batch): no batch after that one is waited for
-    flushes_in_batch: bool = False
     frames: dict[int, Frame] = field(default_factory=dict)
     tagged: dict[int, Frame] = field(default_factory=dict)  # combined main + side outputs of a step
     side_types: dict[int, Any] = field(default_factory=dict)  # step -> {side output: StructType}

@@ -41,10 +41,10 @@ from ember.runner.spark.checkpoint import (
     offset_log_entry,
     sources_done,
 )
-from ember.runner.spark.keyed.runtime import END_OF_TIME_MS
 
 __all__ = ["register_sources", "END_OF_TIME_MS"]
 
+END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
 
 

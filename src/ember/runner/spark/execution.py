@@ -131,7 +131,7 @@ def run_job(
         idle_limit = max(10.0, 10 * config.trigger_interval_ms / 1000)
         conditions.append(EndOfInput(len(bounded_sources), layout.end_of_input,
                                      job.compilation.uses_end_of_input, idle_limit, start, replayed=planned_batch(checkpoint),
-                                     checkpoint=checkpoint, flushed_in_batch=job.compilation.flushes_in_batch))
+                                     checkpoint=checkpoint))
     committed_before = last_committed_batch(checkpoint)
     write_json(layout.running, {"pid": os.getpid(), "host": socket.gethostname(), "job": name})
 

@@ -28,7 +28,7 @@ from typing import Any
 from ember.errors import RestartError
 from ember.graph import nodes as n
 from ember.graph.graph import Graph, from_the_sinks
-from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, GROUP_TIMEOUTS_IN_BATCH_STEPS, CheckpointLayout, write_json
+from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, GROUP_TIMEOUTS_WHERE_NEEDED, CheckpointLayout, write_json
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
 from ember.runner.spark.placement import native_join, native_window, runtime_steps, sql_beside_steps, upstream_steps
@@ -145,7 +145,7 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
             )
         return
     if not layout.has_progress():  # (a checkpoint with progress and no manifest keeps its timeouts)
-        current[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_IN_BATCH_STEPS
+        current[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
     write_json(path, current, indent=1)
 
 

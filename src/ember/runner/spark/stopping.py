@@ -110,11 +110,8 @@ class EndOfInput(StopCondition):
     or when the sources have been idle for ``idle_limit_s`` with nothing waiting."""
 
     def __init__(self, sources: int, marker: str, needs_flush: bool, idle_limit_s: float, now: float,
-                 replayed: int | None = None, checkpoint: str | None = None, flushed_in_batch: bool = False) -> None:
+                 replayed: int | None = None, checkpoint: str | None = None) -> None:
         self.sources, self.marker, self.needs_flush = sources, marker, needs_flush
-        # The flush happens in the batch that reads the end-of-input row (its output is complete
-        # once that batch is reported), not in one Spark runs after it for the new watermark.
-        self.flushed_in_batch = flushed_in_batch
         self.idle_limit_s, self.report_since = idle_limit_s, now
         self.flushing = False  # end of input marked; waiting for the batch after the end-of-input row
         # A batch planned by an earlier run and replayed now carries that run's offsets: its
@@ -139,8 +136,7 @@ class EndOfInput(StopCondition):
                 return "sources ended"
             open(self.marker, "a").close()
             self.flushing = True
-        elif self.flushing and (follower.end_of_input_seen_before(follower.last_batch)
-                                or (self.flushed_in_batch and follower.eos_batch == follower.last_batch)):
+        elif self.flushing and follower.end_of_input_seen_before(follower.last_batch):
             return "sources ended, windows flushed"
         elif self.flushing and follower.ended_earlier and fresh and follower.sources_done(self.sources):
             return "sources ended"

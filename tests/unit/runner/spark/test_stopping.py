@@ -187,15 +187,3 @@ def test_a_restart_after_the_end_of_input_reads_all_new_input_before_it_stops(tm
     assert cond.check(run.view(run.batch(36, start={"ended": 1}, done=False, ended=1))) is None  # input waits
     assert cond.check(run.view(run.batch(19, start={"ended": 1}, done=True, ended=1))) == "sources ended"
     assert run.follower.eos_batch is None and run.follower.ended_earlier
-
-
-def test_a_flush_in_the_batch_of_the_end_of_input_row_stops_after_that_batch(tmp_path):
-    """The job's one keyed step fires what the final watermark makes due in the batch that
-    reads the end-of-input row (translators/keyed.py: _end_in_batch): Spark runs no batch
-    after it (no group timeout asks for one), so waiting for one would idle out instead."""
-    marker = tmp_path / "end-of-input"
-    run = _Run()
-    cond = EndOfInput(1, str(marker), True, idle_limit_s=10, now=run.clock.monotonic(), flushed_in_batch=True)
-    assert cond.check(run.view(run.batch(10, done=False))) is None
-    assert cond.check(run.view(run.batch(5, done=True))) is None and marker.exists()
-    assert cond.check(run.view(run.batch(1, done=True, ended=1))) == "sources ended, windows flushed"

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from ember.connectors.hashing import spark_xxhash64
 
-__all__ = ["PACKED_ROWS", "LATEST", "PackSpec", "packer", "pack_at_source", "unpacking", "without_end_row"]
+__all__ = ["PACKED_ROWS", "LATEST", "PackSpec", "packer", "pack_at_source", "unpacking"]
 
 PACKED_ROWS = "__ember_rows"
 LATEST = "__ember_latest"  # on a packed row: the latest event time (ms) among its partition's records
@@ -56,8 +56,7 @@ class PackSpec:
 
 
 def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, time_field: str | None = None,
-            latest: str | None = None, every_bucket: int | None = None,
-            ended: list[int] | None = None) -> Iterator[pa.RecordBatch]:
+            latest: str | None = None, every_bucket: int | None = None) -> Iterator[pa.RecordBatch]:
     """One ``(bucket, Arrow IPC stream)`` row per bucket of the ``(records, their buckets)``
     in ``batches``; row order within a bucket is kept.
 
@@ -65,9 +64,7 @@ def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, t
     ``latest``, the latest event time of the partition's records (for Spark's watermark and
     the step's in-batch watermark, bucket.py). ``every_bucket``: the number of state
     buckets, when every one of them must hear of that time — buckets without records then
-    get a row with an empty stream, so each bucket's call sees the batch's latest time.
-    ``ended``: filled while ``batches`` are read with the end-of-input row's time when the
-    partition held it (the row itself is no record): the partition's latest time then."""
+    get a row with an empty stream, so each bucket's call sees the batch's latest time."""
     parts: dict[int, list[pa.RecordBatch]] = {}
     newest: int | None = None
     schema = None
@@ -86,9 +83,7 @@ def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, t
                 newest = top
         for key, start, end in zip(sorted_b[starts].tolist(), starts.tolist(), ends.tolist()):
             parts.setdefault(key, []).append(data.slice(start, end - start))
-    if ended:
-        newest = max(ended)
-    if not parts and (newest is None or every_bucket is None):
+    if not parts:
         return
     blobs = []
     for slices in parts.values():
@@ -110,37 +105,20 @@ def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, t
 
 
 def packer(bucket: str, drop: tuple[str, ...], time_column: str | None = None,
-           every_bucket: int | None = None, end_ms: int | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+           every_bucket: int | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: a partition's rows -> ``(bucket, Arrow IPC stream)``
     per bucket, without the ``bucket`` and ``drop`` columns. With ``time_column`` (event
     time in ms) each row also carries the partition's latest as ``LATEST``, and with
-    ``every_bucket`` every bucket gets a row (see :func:`_packed`). With ``end_ms`` a row
-    at that time is the end-of-input row: not packed, it makes ``end_ms`` the partition's
-    latest time, so every bucket hears of the end of input (translators/keyed.py)."""
+    ``every_bucket`` every bucket gets a row (see :func:`_packed`)."""
+
+    def split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
+        records = batch.drop_columns([bucket, *[c for c in drop if c in batch.schema.names]])
+        return records, batch.column(bucket).to_numpy(zero_copy_only=False)
 
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ended: list[int] = []
-
-        def split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
-            if end_ms is not None and time_column is not None:
-                batch = without_end_row(batch, time_column, end_ms, ended)
-            records = batch.drop_columns([bucket, *[c for c in drop if c in batch.schema.names]])
-            return records, batch.column(bucket).to_numpy(zero_copy_only=False)
-
-        yield from _packed((split(b) for b in batches), bucket, time_column, LATEST if time_column else None, every_bucket,
-                           ended)
+        yield from _packed((split(b) for b in batches), bucket, time_column, LATEST if time_column else None, every_bucket)
 
     return pack
-
-
-def without_end_row(batch: pa.RecordBatch, time_column: str, end_ms: int, ended: list[int]) -> pa.RecordBatch:
-    """``batch`` without its end-of-input row (``time_column`` at ``end_ms`` or later), whose
-    time is appended to ``ended`` when there is one."""
-    at_end = pc.fill_null(pc.greater_equal(batch.column(time_column), pa.scalar(end_ms, pa.int64())), False)
-    if not pc.any(at_end).as_py():
-        return batch
-    ended.append(end_ms)
-    return batch.filter(pc.invert(at_end))
 
 
 def pack_at_source(batches: Iterator[pa.RecordBatch], spec: PackSpec) -> Iterator[pa.RecordBatch]:

@@ -24,17 +24,12 @@ _INDEX = "__ember_row"
 
 
 def rolling_combiner(kind: str, field: str, keys: tuple[str, ...], fields: list[str], schema: pa.Schema,
-                     time_column: str | None, end_ms: int | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+                     time_column: str | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: a partition's records -> one partial row per key, with
-    ``fields`` (and ``time_column``, the first record's event time, when given) in ``schema``.
-    ``end_ms``: a row at that time is the end-of-input row, no record (packing.without_end_row)."""
-    from ember.runner.spark.keyed.packing import without_end_row
-
+    ``fields`` (and ``time_column``, the first record's event time, when given) in ``schema``."""
     columns = [*fields, *([time_column] if time_column else [])]
 
     def combine(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        if end_ms is not None and time_column is not None:
-            batches = (without_end_row(b, time_column, end_ms, []) for b in batches)
         chunks = [b.select(columns) for b in batches if b.num_rows]
         if not chunks:
             return

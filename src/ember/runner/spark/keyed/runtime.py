@@ -45,9 +45,6 @@ ANCHOR = "__ember_watermark_anchor"  # a null timestamp column Spark's watermark
 HIDDEN = (TIME_OUT, PRE, ANCHOR)
 EVENT_TIMERS, PROCESSING_TIMERS = "\x00event_timers", "\x00processing_timers"  # reserved slot names: a key's timers
 BROADCAST = "broadcast"  # a bucket's copy of a broadcast step's broadcast state: {state name: dict}
-# The end-of-input row's event time (9999-01-01T00:00:00Z): once the bounded sources ended, it
-# moves the watermark to the end of time (Flink's final watermark; datasources.EndOfInputReader).
-END_OF_TIME_MS = 253_370_764_800_000
 
 
 def without_hidden(struct: Any) -> Any:

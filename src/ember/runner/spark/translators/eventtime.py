@@ -18,7 +18,8 @@ from pyspark.sql import types as T
 
 from ember.errors import PipelineError
 from ember.runner.spark.compilation import Compilation
-from ember.runner.spark.keyed.runtime import ANCHOR, END_OF_TIME_MS, HIDDEN, TIME_OUT
+from ember.runner.spark.datasources import END_OF_TIME_MS
+from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, TIME_OUT
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["TIME", "ANCHOR", "HIDDEN", "with_event_time", "own_watermark", "with_processing_time", "keep_late_rows",
@@ -29,15 +30,13 @@ DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time c
 
 
 def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str, *,
-                    column: str = TIME, shift_ms: int = 0, keys: tuple[str, ...] = (), keep_end: bool = False) -> Any:
+                    column: str = TIME, shift_ms: int = 0, keys: tuple[str, ...] = ()) -> Any:
     """``df`` with ``column`` (default ``__ember_time``) from the strategy's field and the
     watermark set on it. ``shift_ms`` moves the column and the delay alike (the watermark's
     value stays), which moves Spark's late-row rule: Spark drops ``column <= watermark``, so
     a shift of 2 ms drops exactly Flink's late records (``ts < max - bound - 1``). ``keys``:
     fields the end-of-input row fills (a join's keys: Spark filters rows with a null join
-    key before the watermark sees them). ``keep_end``: the end-of-input row stays in the
-    stream (its ``column`` at END_OF_TIME_MS, the other fields null) for a keyed step that
-    flushes in the batch that reads it (translators/keyed.py: ``_end_in_batch``)."""
+    key before the watermark sees them)."""
     assert time.timestamp_field is not None  # an event-time strategy names its field
     stamp = _timestamp(df, time.timestamp_field, step)
     if shift_ms:
@@ -48,7 +47,7 @@ def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: s
         df = _with_end_of_input(comp, df, column, keys)
         comp.uses_end_of_input = True
     df = df.withWatermark(column, f"{time.max_out_of_orderness_ms + shift_ms} milliseconds")
-    if flush and not keep_end:
+    if flush:
         df = df.filter(F.col(column) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
     return df
 

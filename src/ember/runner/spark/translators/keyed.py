@@ -25,14 +25,14 @@ from ember.errors import PipelineError
 from ember.graph.graph import ancestors
 from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.rolling import RollingField
-from ember.runner.spark.checkpoint import GROUP_TIMEOUTS_IN_BATCH_STEPS, GROUP_TIMEOUTS_WHERE_NEEDED, group_timeout_rule
+from ember.runner.spark.checkpoint import group_timeouts_everywhere
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, dead_letter_tags, read_dead_letters
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
-from ember.runner.spark.keyed.runtime import END_OF_TIME_MS, PRE, STATE_BUCKETS, TAG, side_column, without_hidden
+from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor, DeltaBucketProcessor, DeltaSlotProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
@@ -137,13 +137,10 @@ def keyed_operator(
     fields = _fields(up)
     emit_time = event_time and comp.plan.read_by_step(node)
     advance_ms = _advance_ms(comp, node, up, event_time)
-    delta = uses_delta(node, comp.config.state_layout, comp.graph)  # keyed/delta.py, any key type
-    no_timeout = not delta and without_group_timeout(comp, advance_ms)
-    end_ms = END_OF_TIME_MS if no_timeout and _end_in_batch(comp) else None
     partials = None
     if combiner is not None and not comp.plan.lane(node):
-        combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None, end_ms)
-        partials = _timed(comp, node, up, event_time, timed, end_ms is not None).mapInArrow(combine, partial_type)
+        combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None)
+        partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
         fields = [f.name for f in partial_type.fields if f.name not in (TIME, MARKER)]
     sides = _side_outputs(comp, node, late)
@@ -166,21 +163,20 @@ def keyed_operator(
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     processor = None
-    if delta:
+    if uses_delta(node, comp.config.state_layout, comp.graph):  # keyed/delta.py, any key type
         processor = DeltaSlotProcessor(bucket_fn, [], ANCHOR if event_time else None,
                                        step_directory(comp.checkpoint, node.name), _delta_counters(comp))
-    elif no_timeout:
+    elif without_group_timeout(comp, advance_ms):
         timeout = GroupStateTimeout.NoTimeout
         bucket_fn.group_timeout = False
-        comp.flushes_in_batch = end_ms is not None
     result = _run_keyed(comp, node, up, keys, event_time, bucket_fn, schema, "blob binary", timeout, processor,
-                        partials, timed, end_ms)
+                        partials, timed)
     return Frame(result if emit_time else _visible(result), up.time)
 
 
 def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool, bucket_fn: Any,
                schema: T.StructType, state_type: str, timeout: Any, processor: Any, partials: Any = None,
-               timed: bool = False, end_ms: int | None = None) -> Any:
+               timed: bool = False) -> Any:
     """The keyed step's output rows: its input grouped by state bucket into its Spark operator —
     or, for a lane of a fan-out (fan_out_plan.FanOut), its parts kept for the one operator all
     lanes share (translators/fanout.py), and an empty frame of its output's shape."""
@@ -190,7 +186,7 @@ def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], 
             raise PipelineError("a pre-aggregating or two-input step cannot be a lane of a fan-out yet", node.name)
         comp.lanes[id(node)] = Lane(node, keys, bucket_fn, schema, event_time, timeout, processor)
         return comp.spark.createDataFrame([], schema)
-    grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed, end_ms)
+    grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
     return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor)
 
 
@@ -223,23 +219,12 @@ def without_group_timeout(comp: Compilation, advance_ms: int | None) -> bool:
     E4 job's batch of 5 k events takes ~15 % less: docs/design/latency.md). A step
     that advances its watermark within the batch (``advance_ms``) needs none: every bucket
     hears of each batch's records and fires there what a timeout would fire first thing in
-    the next batch, and Spark's watermark moves only with records the step sees — the
-    end-of-input row of a job whose sources all end included: it reaches the step's packing
-    as a mark (``_end_in_batch``). A checkpoint keeps the rule it started with, since its
-    state rows carry the timeout's column or not (checkpoint.group_timeout_rule: one older
-    than these rules keeps the timeout everywhere, one from the rule before this one keeps
-    it in bounded jobs, whose end-of-input row then moves the watermark alone)."""
-    rule = group_timeout_rule(comp.checkpoint)
-    return (advance_ms is not None and not comp.plan.chained and comp.config.keyed_operator == "auto"
-            and (rule == GROUP_TIMEOUTS_IN_BATCH_STEPS or (rule == GROUP_TIMEOUTS_WHERE_NEEDED and not comp.bounded)))
-
-
-def _end_in_batch(comp: Compilation) -> bool:
-    """Whether the end-of-input row reaches the job's one keyed step, which then fires what
-    the final watermark makes due in the batch that reads the row (no group timeout calls its
-    buckets in a batch after it): its packing (or combining) step takes the row for a mark
-    telling every bucket the batch's latest time is the end of time (keyed/packing.py)."""
-    return comp.bounded and bool(comp.end_of_input_marker)
+    the next batch, and Spark's watermark moves only with records the step sees — except for
+    the end-of-input row of a job whose sources all end, which moves it alone (the flush
+    goes through the timeout), and a checkpoint older than this rule, whose state rows keep
+    the timeout's column (checkpoint.group_timeouts_everywhere)."""
+    return (advance_ms is not None and not comp.bounded and not comp.plan.chained
+            and comp.config.keyed_operator == "auto" and not group_timeouts_everywhere(comp.checkpoint))
 
 
 def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> PreviousWatermark | None:
@@ -270,25 +255,23 @@ def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType
     return grouped.transformWithStateInPandas(processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else "")
 
 
-def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool, timed: bool = False, keep_end: bool = False) -> Any:
+def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool, timed: bool = False) -> Any:
     """``up``'s rows with the event-time column and watermark a keyed step needs (after
-    another keyed step, its rows carry their event time and Spark its watermark);
-    ``keep_end``: with the end-of-input row (eventtime.with_event_time)."""
+    another keyed step, its rows carry their event time and Spark its watermark)."""
     if not event_time:
         return up.df
     if timed or _chained(comp, node, event_time):
         return restore_anchor(up.df)
-    return keep_late_rows(with_event_time(comp, up.df, up.time, node.name, keep_end=keep_end))
+    return keep_late_rows(with_event_time(comp, up.df, up.time, node.name))
 
 
 def _buckets(
     comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool, bucket_fn: Any, partials: Any = None,
-    timed: bool = False, end_ms: int | None = None,
+    timed: bool = False,
 ) -> tuple[Any, Any]:
     """``up``'s rows grouped by state bucket and packed per bucket (keyed/packing.py) —
     by the source itself where it can, else by a ``mapInArrow`` step — or, when a
-    window pre-aggregated them, its ``partials`` (few already), grouped unpacked.
-    ``end_ms``: the end-of-input row comes along (``_end_in_batch``) and tells every bucket."""
+    window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
     if partials is not None:
         if MARKER in partials.columns:  # the combiner's rows telling each bucket the batch's latest time
             return partials.withColumn(BUCKET, F.coalesce(F.col(MARKER), bucket_of(keys))).drop(MARKER).groupBy(BUCKET), bucket_fn
@@ -296,16 +279,16 @@ def _buckets(
     # A step advancing its watermark within the batch hears the batch's latest event time
     # in every bucket: every partition's packing tells every bucket (keyed/packing.py).
     advancing = getattr(bucket_fn, "advance_ms", None) is not None
-    fused = None if timed else _fused_source(comp, node, up, keys, event_time, advancing, end_ms)
+    fused = None if timed else _fused_source(comp, node, up, keys, event_time, advancing)
     if fused is not None:
         return fused.groupBy(BUCKET), unpacking(bucket_fn, up.time.timestamp_field if advancing else None)
-    bucketed = _timed(comp, node, up, event_time, timed, end_ms is not None)
+    bucketed = _timed(comp, node, up, event_time, timed)
     if BUCKET not in bucketed.columns:  # else chosen upstream
         bucketed = bucketed.withColumn(BUCKET, bucket_of(keys))
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
     if advancing:
         schema = schema.add(LATEST, T.LongType())
-    pack = packer(BUCKET, (ANCHOR,), TIME if advancing else None, STATE_BUCKETS if advancing else None, end_ms)
+    pack = packer(BUCKET, (ANCHOR,), TIME if advancing else None, STATE_BUCKETS if advancing else None)
     rows = bucketed.mapInArrow(pack, schema)
     if event_time:
         rows = restore_anchor(rows)
@@ -318,7 +301,7 @@ def bucket_of(keys: tuple[str, ...]) -> Any:
 
 
 def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool,
-                  every_bucket: bool = False, end_ms: int | None = None) -> Any | None:
+                  every_bucket: bool = False) -> Any | None:
     """The keyed step's input packed per state bucket by its source itself, when
     the step reads a Python source directly (``source.key_by(...).process(...)``)
     whose key fields (and event-time field) are integers, nothing else reads that
@@ -339,16 +322,7 @@ def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...
         return None
     spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None, every_bucket)
     df = packed_source(comp, source, spec)
-    if df is None:
-        return None
-    df = _timed(comp, node, Frame(df, up.time), event_time, keep_end=end_ms is not None)
-    if end_ms is not None and time_field is not None:
-        # The end-of-input row (no bucket, no records): a row for every bucket with the end of
-        # time as its partition's latest, which the bucket function reads as such (unpacking).
-        every = F.sequence(F.lit(0), F.lit(STATE_BUCKETS - 1))
-        df = (df.withColumn(BUCKET, F.explode(F.when(F.col(BUCKET).isNull(), every).otherwise(F.array(F.col(BUCKET)))))
-              .withColumn(time_field, F.coalesce(F.col(time_field), F.col(TIME))))
-    return df
+    return None if df is None else _timed(comp, node, Frame(df, up.time), event_time)
 
 
 def _has_event_time(up: Frame) -> bool:
@@ -389,11 +363,11 @@ def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, even
 
     from ember.runner.spark.keyed.rolling import partial_schema, rolling_combiner
 
-    def combiner(fields: list[str], every_bucket: int | None, end_ms: int | None) -> tuple[Any, T.StructType]:
+    def combiner(fields: list[str], every_bucket: int | None) -> tuple[Any, T.StructType]:
         time_column = TIME if event_time else None  # epoch ms (bigint) before a keyed step: eventtime.keep_late_rows
         struct = partial_schema(fields, up.df.schema, time_column)
         arrow = to_arrow_schema(struct)
-        return rolling_combiner(fn.kind, fn.field, node.keys, fields, arrow, time_column, end_ms), struct
+        return rolling_combiner(fn.kind, fn.field, node.keys, fields, arrow, time_column), struct
 
     return combiner
 
@@ -456,9 +430,9 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
                T.StructField(PARTIAL_COUNT, T.LongType()), T.StructField(TIME, T.TimestampType())]
         )
 
-        def combiner(fields: list[str], every_bucket: int | None, end_ms: int | None) -> tuple[Any, T.StructType]:
+        def combiner(fields: list[str], every_bucket: int | None) -> tuple[Any, T.StructType]:
             struct = partial_type.add(MARKER, T.IntegerType()) if every_bucket else partial_type
-            return make_combiner(spec, fields, node.keys, TIME, every_bucket, end_ms), struct
+            return make_combiner(spec, fields, node.keys, TIME, every_bucket), struct
 
         spec = replace(spec, combined=True)
     return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late, combiner)

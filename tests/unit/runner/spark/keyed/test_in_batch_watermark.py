@@ -7,7 +7,6 @@ records close them. Expected firings are spelled out from the watermark rule
 from __future__ import annotations
 
 import pickle
-from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
@@ -15,9 +14,7 @@ from bucket_driver import BucketDriver, SumX
 
 from ember.functions import KeyedProcessFunction
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, pack_at_source, packer, unpacking
-from ember.runner.spark.keyed.runtime import END_OF_TIME_MS
 from ember.runner.spark.keyed.windows import MARKER, PARTIAL_ACC, PARTIAL_START, WindowOperator, WindowSpec, make_combiner
-from ember.runner.spark.keyed.windows.batch import LAST_PANDAS_MS
 from ember.windowing.assigners import TumblingEventTimeWindows
 from ember.windowing.triggers import EventTimeTrigger
 
@@ -170,51 +167,3 @@ def test_the_combiner_adds_one_marker_per_bucket_that_the_window_step_skips():
     assert sorted(int(r["ts"].timestamp() * 1000) for r in partials) == [4_000, 12_000]
     assert sorted(r[MARKER] for r in markers) == [0, 1, 2]
     assert {int(r["ts"].timestamp() * 1000) for r in markers} == {12_000} and all(r[PARTIAL_ACC] is None for r in markers)
-
-
-# The end-of-input row (ts at END_OF_TIME_MS, no key) reaches the packing of a bounded job's one
-# keyed step, which runs without Spark's group timeout: no record, it tells every bucket that the
-# batch's latest time is the end of time, so what the final watermark makes due fires in that batch.
-
-def test_the_packer_takes_the_end_of_input_row_for_the_end_of_time_in_every_bucket():
-    batch = pa.RecordBatch.from_pydict({"b": pa.array([3, 1, 0], pa.int32()), "ts": [10, 70, END_OF_TIME_MS],
-                                        "k": ["x", "y", None]})
-    rows = pa.Table.from_batches(list(packer("b", (), "ts", 5, END_OF_TIME_MS)(iter([batch])))).to_pylist()
-    assert sorted(r["b"] for r in rows) == [0, 1, 2, 3, 4] and {r[LATEST] for r in rows} == {END_OF_TIME_MS}
-    packed = {r["b"]: pa.ipc.open_stream(r[PACKED_ROWS]).read_all().column("k").to_pylist() for r in rows if r[PACKED_ROWS]}
-    assert packed == {3: ["x"], 1: ["y"]}  # the row itself is packed nowhere
-
-
-def test_a_partition_holding_only_the_end_of_input_row_tells_every_bucket():
-    batch = pa.RecordBatch.from_pydict({"b": pa.array([2], pa.int32()), "ts": [END_OF_TIME_MS], "k": pa.array([None], pa.string())})
-    rows = pa.Table.from_batches(list(packer("b", (), "ts", 3, END_OF_TIME_MS)(iter([batch])))).to_pylist()
-    assert sorted(r["b"] for r in rows) == [0, 1, 2] and all(not r[PACKED_ROWS] for r in rows)
-    assert {r[LATEST] for r in rows} == {END_OF_TIME_MS}
-    # without end_ms (a step whose flush goes through Spark's group timeout) the row is filtered
-    # before the packing ever sees it; were it there, it would be packed as a record
-    assert list(packer("b", (), "ts", 3)(iter([batch])))[0].num_rows == 3
-
-
-def test_the_combiner_takes_the_end_of_input_row_for_the_markers_time():
-    combine = make_combiner(_spec(), FIELDS, ("k",), "ts", every_bucket=2, end_ms=END_OF_TIME_MS)
-    batch = pa.RecordBatch.from_pydict({"ts": pa.array([1_000, END_OF_TIME_MS], pa.int64()), "k": ["a", None], "x": [1, None]})
-    rows = pa.Table.from_batches(list(combine(iter([batch])))).to_pylist()
-    partials = [r for r in rows if r[MARKER] is None]
-    assert [(r["k"], pickle.loads(r[PARTIAL_ACC])) for r in partials] == [("a", 1)]
-    markers = [r for r in rows if r[MARKER] is not None]
-    assert sorted(r[MARKER] for r in markers) == [0, 1]
-    # the end of time as pandas can hold it (the window step reads the markers' times in pandas)
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
-    assert {(r["ts"] - epoch) // timedelta(milliseconds=1) for r in markers} == {LAST_PANDAS_MS}
-    alone = pa.RecordBatch.from_pydict({"ts": pa.array([END_OF_TIME_MS], pa.int64()), "k": pa.array([None], pa.string()),
-                                        "x": pa.array([None], pa.int64())})
-    rows = pa.Table.from_batches(list(combine(iter([alone])))).to_pylist()
-    assert sorted(r[MARKER] for r in rows) == [0, 1]
-
-
-def test_the_end_of_time_fires_every_window_left_in_that_batch():
-    d = _windows(advance_ms=1_000)
-    main, _ = d.batch([(500, "a", 1), (19_000, "b", 2)])
-    assert _totals(main) == [("a", 0, 1)]  # 19_000 - 1_000 - 1 passes [0, 10 s) only
-    main, _ = d.batch([], watermark=17_999, latest=END_OF_TIME_MS)  # the packing's mark, no record
-    assert _totals(main) == [("b", 10_000, 2)]

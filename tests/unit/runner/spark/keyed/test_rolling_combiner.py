@@ -12,17 +12,15 @@ from bucket_driver import BucketDriver
 
 from ember.rolling import RollingField
 from ember.runner.spark.keyed.rolling import rolling_combiner
-from ember.runner.spark.keyed.runtime import END_OF_TIME_MS
 
 FIELDS = ["k", "x", "tag"]
 SCHEMA = pa.schema([("k", pa.string()), ("x", pa.int32()), ("tag", pa.string()), ("__time", pa.int64())])
 
 
-def _combine(kind, rows, time_column="__time", end_ms=None):
-    combine = rolling_combiner(kind, "x", ("k",), FIELDS, SCHEMA if time_column else SCHEMA.remove(3), time_column, end_ms)
+def _combine(kind, rows, time_column="__time"):
+    combine = rolling_combiner(kind, "x", ("k",), FIELDS, SCHEMA if time_column else SCHEMA.remove(3), time_column)
     batch = pa.RecordBatch.from_pylist([dict(zip(["k", "x", "tag", "__time"], r)) for r in rows], schema=SCHEMA)
-    out = list(combine(iter([batch])))
-    return pa.Table.from_batches(out).to_pylist() if out else []
+    return pa.Table.from_batches(list(combine(iter([batch])))).to_pylist()
 
 
 def test_one_partial_row_per_key_with_its_first_record_and_the_partitions_sum():
@@ -38,13 +36,6 @@ def test_without_event_time_the_first_record_is_the_first_to_arrive():
 
 def test_a_key_whose_values_are_all_null_keeps_a_null():
     assert _combine("min", [("a", None, "a1", 5), ("a", None, "a2", 6)]) == [{"k": "a", "x": None, "tag": "a1", "__time": 5}]
-
-
-def test_the_end_of_input_row_is_no_record():
-    """(A bounded job's one keyed step takes the row for a mark: translators/keyed.py, _end_in_batch.)"""
-    rows = [("a", 1, "a1", 30), (None, None, None, END_OF_TIME_MS)]
-    assert _combine("sum", rows, end_ms=END_OF_TIME_MS) == [{"k": "a", "x": 1, "tag": "a1", "__time": 30}]
-    assert _combine("sum", rows[1:], end_ms=END_OF_TIME_MS) == []
 
 
 def _stream(seed):

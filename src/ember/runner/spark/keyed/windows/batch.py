@@ -286,23 +286,16 @@ class PartialsPath(BatchPath):
         return True
 
 
-LAST_PANDAS_MS = pd.Timestamp.max.value // 1_000_000  # 2262-04-11T23:47:16.854Z
-
-
 def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], time_column: str,
-                  every_bucket: int | None = None, end_ms: int | None = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
+                  every_bucket: int | None = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function that pre-aggregates a partition's records per
     (key, window) with the user's ``add``; the window step ``merge`` s the partials
     (:class:`PartialsPath`). Records of a (key, window) are added in timestamp order.
     With ``every_bucket`` (the number of state buckets) the output also has one marker row
     per bucket (``MARKER`` = the bucket, no partial) with the partition's latest event time,
-    so every bucket's call learns it (the step's in-batch watermark, bucket.py). With
-    ``end_ms`` a row at that time is the end-of-input row: no record, it makes ``end_ms`` the
-    markers' time (packing.without_end_row)."""
+    so every bucket's call learns it (the step's in-batch watermark, bucket.py)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from ember.runner.spark.keyed.packing import without_end_row
 
     build, agg = records_builder(fields), spec.aggregate
     assert agg is not None and spec.combinable
@@ -317,11 +310,8 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
 
     def combine(batches: Iterator[Any]) -> Iterator[Any]:
         partials: dict[tuple[Any, int], list[Any]] = {}
-        ended: list[int] = []
         add = agg.add
         for batch in batches:
-            if end_ms is not None:
-                batch = without_end_row(batch, time_column, end_ms, ended)
             if batch.num_rows == 0:
                 continue
             ts = batch.column(time_column).cast(pa.timestamp("ms")).cast(pa.int64()).to_numpy(zero_copy_only=False)
@@ -349,7 +339,7 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
                     raise UserFunctionError(f"step '{spec.step}': add raised {type(exc).__name__}: {exc}") from exc
                 latest = rec_ts[b - 1] if slot is None else max(slot[2], rec_ts[b - 1])
                 partials[slot_key] = [acc, (slot[1] if slot else 0) + ends_here[b] - ends_here[a], latest]
-        if not partials and not (ended and every_bucket is not None):
+        if not partials:
             return
         columns: list[list[Any]] = [[] for _ in keys]
         starts_out: list[Any] = []
@@ -373,9 +363,7 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
             starts_out += [None] * every_bucket
             accs += [None] * every_bucket
             counts += [0] * every_bucket
-            # (the end of time as the latest pandas can hold: the window step reads the markers'
-            # times as pandas timestamps, in ns; every window of real data ends before it)
-            latest_out += [min(max(ended), LAST_PANDAS_MS) if ended else max(latest_out)] * every_bucket
+            latest_out += [max(latest_out)] * every_bucket
         times = pc.multiply(pa.array(latest_out, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
         arrays = [*columns, starts_out, accs, counts, times]
         if every_bucket is not None:
