@@ -120,26 +120,26 @@ class EndOfInput(StopCondition):
         self.checkpoint = checkpoint  # where Spark logs each batch's offsets as it plans it
 
     def check(self, run: RunView) -> str | None:
-        # Input added after a job ended once (``follower.ended_earlier``) has nothing to flush:
-        # the watermark has been at the end of time since, so what a batch makes due fires in
-        # that batch; waiting for an end-of-input row that does not come again would stop the
-        # job one batch early (the row's batch would be taken for the first of this run).
         follower = run.follower
         if run.new_batch:
             self.report_since = run.now
         fresh = self.replayed is None or follower.last_batch > self.replayed
+        if follower.ended_earlier and fresh and follower.sources_done(self.sources):
+            # Input added after the job ended once has nothing to flush: the watermark has been
+            # at the end of time since, so what a batch makes due fires in that batch; waiting
+            # for an end-of-input row that does not come again would stop the job one batch
+            # early (the row's batch would be taken for the first of this run).
+            return "sources ended"
         if not self.flushing and self.needs_flush and self._planned_to_the_end():
             open(self.marker, "a").close()
             self.flushing = True
         elif not self.flushing and fresh and follower.sources_done(self.sources):
-            if not self.needs_flush or follower.ended_earlier:
+            if not self.needs_flush:
                 return "sources ended"
             open(self.marker, "a").close()
             self.flushing = True
         elif self.flushing and follower.end_of_input_seen_before(follower.last_batch):
             return "sources ended, windows flushed"
-        elif self.flushing and follower.ended_earlier and fresh and follower.sources_done(self.sources):
-            return "sources ended"
         if run.now - self.report_since > self.idle_limit_s:
             status = run.query.status
             # Only a query that is waiting for input is idle: one still initialising its sources
