@@ -46,10 +46,10 @@ class Totals(VectorizedKeyedFunction):
 OUT = "k bigint, ts bigint, total bigint, n bigint"
 
 
-def model(batches, state=False):
+def model(batches, state=False, start=None):
     """The independent model: per batch, each key's records in timestamp order; the outputs,
-    or with ``state`` each key's (total, n) at the end."""
-    totals: dict[int, tuple[int, int]] = {}
+    or with ``state`` each key's (total, n) at the end. ``start``: each key's (total, n) before."""
+    totals: dict[int, tuple[int, int]] = dict(start or {})
     out = []
     for batch in batches:
         for ts, k, x in sorted(batch):
@@ -145,6 +145,51 @@ def test_delta_layout_equals_the_model_across_restarts_and_rebuilds(spark, tmp_p
     more = [[(ts + 1_000, k, x) for ts, k, x in b] for b in random_batches(12, 3, 25)]
     rescaled, _ = run(spark, tmp_path, batches + more, fn=fn, name="rescaled", parallelism=3, from_savepoint=point.path)
     assert rescaled == sorted(e for e in model(batches + more) if e[1] > 1_000)
+
+
+def _edited(totals: dict[int, tuple[int, int]], new_key: int) -> dict[int, tuple[int, int]]:
+    """The state a written savepoint holds: every other key dropped, the rest halved and
+    counted from 100, and ``new_key`` added."""
+    kept = {k: (t // 2, n + 100) for i, (k, (t, n)) in enumerate(sorted(totals.items())) if i % 2 == 0}
+    return {**kept, new_key: (7, 1_000)}
+
+
+@pytest.mark.parametrize("per_record", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["process_batches", "process"])
+def test_written_state_on_the_delta_layout_restores_exactly(spark, tmp_path, per_record):
+    """write_state on a delta-layout step (its log rewritten as one compacted part per bucket
+    with a new version): the restored job goes on from the written state as the model does —
+    also when the machine still holds working copies of the state before the write, which must
+    not be trusted."""
+    batches = random_batches(21, 7, 12)
+    fn = TotalsPerRecord() if per_record else None
+    run(spark, tmp_path, batches[:3], fn=fn)
+    point = create_savepoint(os.path.join(str(tmp_path), "delta"), root=str(tmp_path / "sp"))
+    before = model(batches[:3], state=True)
+    later = {k for b in batches[3:] for _, k, _ in b}
+    new_key = min(later - set(before))  # a key the state lacks that the later input has
+    want = _edited(before, new_key)
+    if per_record:
+        frame = pd.DataFrame([(k, name, v) for k, (t, n) in want.items() for name, v in (("n", n), ("total", t))],
+                             columns=["k", "state", "value"])
+    else:
+        frame = pd.DataFrame([(k, t, n) for k, (t, n) in want.items()], columns=["k", "total", "n"])
+    written = point.write_state("totals", frame, str(tmp_path / "sp" / "written"), spark)
+    state = written.read_state("totals", spark)
+    if per_record:
+        assert sorted(state.itertuples(index=False, name=None)) == sorted(frame.itertuples(index=False, name=None))
+    else:
+        assert sorted(state[["k", "total", "n"]].itertuples(index=False, name=None)) == sorted(
+            (k, t, n) for k, (t, n) in want.items())
+    # The restored job's checkpoint gets the copies of the job the savepoint came from: were
+    # the written version the old one, they would be taken as current and the edit lost.
+    old_copies = os.path.join(local_state_root(), step_directory(os.path.join(str(tmp_path), "delta"), "totals"))
+    assert os.listdir(old_copies)
+    shutil.copytree(old_copies, os.path.join(local_state_root(), step_directory(os.path.join(str(tmp_path), "restored"), "totals")))
+    restored, result = run(spark, tmp_path, batches, fn=fn, name="restored", from_savepoint=written.path)
+    assert result.counters["state_rebuilt_rows"] > 0
+    last = max(t for b in batches[:3] for t, _, _ in b)
+    assert restored == sorted(e for e in model(batches[3:], start=want))
+    assert all(ts > last for _, ts, _, _ in restored)
 
 
 @pytest.mark.slow

@@ -21,7 +21,9 @@ version N + 2 of every operator — unchanged, except the one being written,
 whose rows Ember computes on the driver. (The caller stages the copy and cuts
 the result into a new savepoint.) The state store rows are Spark UnsafeRows; Ember's
 keyed operators have a fixed layout (key: the int bucket; value: one binary
-field and the group-state timeout), which :func:`_encode_value` writes.
+field and the group-state timeout), which :func:`_encode_value` writes. A step on
+the delta layout (keyed/delta.py) gets each bucket's table as its log's only part
+under a new version (:func:`_delta_rows`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ import shutil
 import struct
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from ember.errors import SavepointError
@@ -305,12 +309,93 @@ def _rewrite_checkpoint(spark: Any, checkpoint: str, batch: int, rewrite: Callab
     shutil.copyfile(os.path.join(checkpoint, "commits", str(batch)), os.path.join(checkpoint, "commits", str(batch + 1)))
 
 
-def _refuse_delta(op: dict[str, Any], what: str) -> None:
-    if op.get("state layout") == "delta":
-        raise SavepointError(
-            f"operator '{op['name']}' keeps its state as a delta log (state_layout='delta'): {what} its state in a "
-            "savepoint is not built yet (reading it is; the savepoint itself restores)"
-        )
+# -- writing the delta layout (keyed/delta.py) ------------------------------------------------
+
+# Spark 4.3 keeps a ListState as one row per element plus a count per key in a
+# "$rowCounter_<name>" column family (seen in the rewriter's rows); both are written.
+DELTA_FAMILIES = ("parts", "$rowCounter_parts")
+
+
+def _encode_count(n: int) -> bytes:
+    """UnsafeRow of struct<one bigint> (a ListState's element count)."""
+    return struct.pack("<qq", 0, n)
+
+
+def _encode_version(row: tuple[Any, ...]) -> bytes:
+    """UnsafeRow of keyed/delta.py ``Version.SCHEMA``: struct<tag string, parts, logged, live bigint>."""
+    tag = str(row[0]).encode()
+    fixed = 8 + 4 * 8
+    return struct.pack("<qqqqq", 0, (fixed << 32) | len(tag), *(int(v) for v in row[1:])) + tag + b"\0" * (_pad8(len(tag)) - len(tag))
+
+
+_KIND_ALIASES = {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint", "bool": "boolean"}
+
+
+def _delta_state_types(op: dict[str, Any], old: dict[int, Any]) -> tuple[list[str], list[Any]]:
+    """A vectorised step's state fields and their numpy types: from its ``state_schema`` in the
+    manifest when that is DDL (the layout keeps numbers only), else from the tables its log holds."""
+    from ember.runner.spark.keyed.delta import NUMERIC_KINDS, numpy_types
+
+    schema = str(op.get("state", {}).get("state schema") or "")
+    pairs = [field.split() for field in schema.split(",")]
+    if all(len(p) == 2 for p in pairs):
+        kinds = [_KIND_ALIASES.get(p[1].lower(), p[1].lower()) for p in pairs]
+        if all(k in NUMERIC_KINDS for k in kinds):
+            return [p[0].strip("`") for p in pairs], numpy_types(kinds)
+    table = next(iter(old.values()), None)
+    if table is None:
+        raise SavepointError(f"operator '{op['name']}': neither the savepoint nor its state says the state's types")
+    return list(table.columns), [table[c].dtype.type for c in table.columns]
+
+
+def _delta_rows(spark: Any, op: dict[str, Any], new: dict[int, Any], old: dict[int, Any]) -> list[tuple[int, str, bytes]]:
+    """The state-store rows ``(bucket, column family, value)`` of buckets whose state is
+    ``new`` on design B: per bucket its live table as the log's only part(s) (a compacted
+    log), their count, and a version with a new tag — every executor's working copy of the
+    bucket then differs from it and is rebuilt from this log on first use. A process
+    function's bucket keeps its version, timer queues and collided keys in its ``blob``."""
+    from ember.runner.spark.keyed.delta import BINARY, OVERFLOW, PART_ROWS, encode_part, key_hashes, new_tag
+    from ember.runner.spark.keyed.tws import VERSION
+
+    vectorised = op["kind"] == VECTORISED
+    fields, types = _delta_state_types(op, old) if vectorised else (["slot"], [BINARY])
+    rows: list[tuple[int, str, bytes]] = []
+    for bucket, state in sorted(new.items()):
+        overflow: dict[Any, Any] = {}
+        if vectorised:
+            keys = state.index.to_numpy().astype("int64")
+            order = keys.argsort(kind="stable")
+            keys = keys[order]
+            columns = []
+            for name, kind in zip(fields, types):
+                values = state[name].to_numpy()[order]
+                if pd.isna(values).any():
+                    raise SavepointError(f"operator '{op['name']}': state field '{name}' is null for some keys; "
+                                         "leave a key out to remove its state")
+                columns.append(values.astype(kind))
+        else:
+            entries: dict[int, bytes] = {}
+            for key, slot in state["keys"].items():
+                h = int(key_hashes([key])[0])
+                if h in entries:  # another key owns this hash's entry: the bucket's overflow keeps it
+                    overflow[key] = slot
+                else:
+                    entries[h] = pickle.dumps((key, slot), protocol=pickle.HIGHEST_PROTOCOL)
+            hashes = sorted(entries)
+            keys = np.array(hashes, dtype=np.int64)
+            columns = [pa.array([entries[h] for h in hashes], pa.binary())]
+        live = len(keys)
+        parts = [encode_part(keys[i:i + PART_ROWS], [c[i:i + PART_ROWS] for c in columns],
+                             np.zeros(min(PART_ROWS, live - i), bool), fields) for i in range(0, max(live, 1), PART_ROWS)]
+        rows += [(bucket, "parts", _encode_binary_row(p)) for p in parts]
+        rows.append((bucket, "$rowCounter_parts", _encode_count(len(parts))))
+        version = (new_tag(), len(parts), live, live)
+        if vectorised:
+            rows.append((bucket, "version", _encode_version(version)))
+        else:
+            meta = {**state, "keys": {}, OVERFLOW: overflow, VERSION: version}
+            rows.append((bucket, "blob", _encode_binary_row(pickle.dumps(meta, protocol=pickle.HIGHEST_PROTOCOL))))
+    return rows
 
 
 def _lane(buckets: dict[int, Any], op: dict[str, Any]) -> dict[int, Any]:
@@ -330,11 +415,12 @@ def _on_tws(op: dict[str, Any]) -> bool:
 
 def check_writable(op: dict[str, Any]) -> None:
     """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
-    _refuse_delta(op, "writing")
-    if _on_tws(op) and op["kind"] != "process function":
+    delta = op.get("state layout") == "delta"
+    if _on_tws(op) and op["kind"] != "process function" and not (delta and op["kind"] == VECTORISED):
         raise SavepointError(
             f"operator '{op['name']}' is a {op['kind']} on Spark's transformWithStateInPandas (a job with several keyed "
-            "steps): writing its state is built for process functions there (reading works for any)"
+            "steps, or the delta layout): writing its state is built for process functions there, and for vectorised "
+            "ones on the delta layout (reading works for any)"
         )
     if op["kind"] not in STATE_KINDS_WRITABLE:
         raise SavepointError(
@@ -354,12 +440,17 @@ def write_operator_state(
     (each must be visited once by Spark's rewriter); ``partitions``: its state partitions."""
     check_writable(op)
     tws = _on_tws(op)
-    old = _lane(_buckets(spark, checkpoint, batch_id, op_id, tws), op)
-    if op["kind"] == VECTORISED:
-        new = _new_vectorised_tables(spark, old, op, frame)
+    delta = op.get("state layout") == "delta"
+    vectorised = op["kind"] == VECTORISED
+    if delta:
+        old = _lane(_delta_buckets(spark, checkpoint, batch_id, op_id, vectorised), op)
     else:
-        new = _new_keyed_blobs(spark, old, op, frame)
-    payload = {b: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for b, v in new.items()}
+        old = _lane(_buckets(spark, checkpoint, batch_id, op_id, tws), op)
+    new = _new_vectorised_tables(spark, old, op, frame) if vectorised else _new_keyed_blobs(spark, old, op, frame)
+    if delta:
+        delta_rows = _delta_rows(spark, op, new, old)
+    else:
+        payload = {b: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for b, v in new.items()}
     timeouts = not tws and _keeps_timeout(spark, checkpoint, batch_id, op_id)
     calls: list[int] = []
     wrong: list[str] = []
@@ -380,10 +471,16 @@ def write_operator_state(
 
         if tws:  # the "blob" value state's rows of this step's buckets (a lane's: offset by the lane)
             offset = int(op.get("lane") or 0) * STATE_BUCKETS
-            rows = [({"__ember_bucket": b + offset}, _encode_key(b + offset), _encode_binary_row(blob), "blob")
-                    for b, blob in sorted(payload.items())]
+            if delta:  # its log, the log's row counts and its version (or blob), rewritten whole
+                families = [*DELTA_FAMILIES, "version" if vectorised else "blob"]
+                rows = [({"__ember_bucket": b + offset}, _encode_key(b + offset), value, family)
+                        for b, family, value in delta_rows]
+            else:
+                families = ["blob"]
+                rows = [({"__ember_bucket": b + offset}, _encode_key(b + offset), _encode_binary_row(blob), "blob")
+                        for b, blob in sorted(payload.items())]
             bucket = F.col("partition_key.__ember_bucket")
-            mine = (F.col("column_family_name") == "blob") & (bucket >= offset) & (bucket < offset + STATE_BUCKETS)
+            mine = F.col("column_family_name").isin(families) & (bucket >= offset) & (bucket < offset + STATE_BUCKETS)
             kept = df.filter(~mine)  # other lanes' buckets, and the timers Spark keeps for the step's buckets
             rewritten = kept.unionByName(spark.createDataFrame(rows, df.schema)) if rows else kept
         else:
