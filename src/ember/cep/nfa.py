@@ -195,10 +195,15 @@ class Matcher:
     """Runs a :class:`Plan` for one key at a time; the caller keeps each key's partial
     matches (a list of plain tuples, picklable) and hands them in."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, fast: bool = True) -> None:
         self.plan = plan
         self.stages = plan.stages
         self.names = plan.names
+        # A plain sequence (_sequence_of) takes the fast path: the same partial matches, fewer steps.
+        self.sequence = _sequence_of(plan) if fast else None
+        if self.sequence is not None:
+            self.event = self._sequence_event  # type: ignore[method-assign]
+            self.as_dict = self._sequence_dict  # type: ignore[method-assign]
 
     # -- time ---------------------------------------------------------------------------
     def advance(self, partials: list[Partial], now: int) -> tuple[list[Partial], list[tuple], list[tuple]]:
@@ -275,6 +280,45 @@ class Matcher:
             out, matches = self._skip(out, matches)
         return out, done + matches, expired
 
+    def _sequence_event(self, partials: list[Partial], seq: int, ts: int, e: dict[str, Any]) -> tuple[list[Partial], list[tuple], list[tuple]]:
+        """:meth:`event` for a plain sequence (:func:`_sequence_of`): every partial waits for the
+        first event of its next stage, so an event is taken or passed over — the same partials,
+        in the same order, as the general loop builds."""
+        done: list[tuple] = []
+        expired: list[tuple] = []
+        window = self.plan.window_ms
+        if window is not None:
+            for p in partials:
+                if ts - p[3][0][2] >= window:
+                    partials, done, expired = self.advance(partials, ts)
+                    break
+        tests, survives = self.sequence  # type: ignore[misc]
+        last = len(tests) - 1
+        out: list[Partial] = []
+        matches: list[tuple] = []
+        for p in partials:
+            target = p[4]
+            took = tests[target](e)
+            if took:
+                events = (*p[3], (target, seq, ts, e))
+                if target == last:
+                    matches.append(events)
+                else:
+                    out.append((NEXT, target, 1, events, target + 1, (), True))
+            keep = survives[target]
+            if keep is True or (keep is None and not took):
+                out.append((NEXT, p[1], p[2], p[3], target, (), False) if p[6] else p)
+        if tests[0](e):
+            events = ((0, seq, ts, e),)
+            if last == 0:
+                matches.append(events)
+            else:
+                out.append((NEXT, 0, 1, events, 1, (), True))
+        if matches:
+            out, matches = self._skip(out, matches)
+            return out, done + matches, expired
+        return out, done, expired
+
     def _take(self, events: tuple, s: int, count: int, item: tuple, out: list[Partial], matches: list[tuple]) -> None:
         """``item`` taken into stage ``s`` (its ``count``-th event): every way on from here."""
         events = (*events, item)
@@ -331,6 +375,29 @@ class Matcher:
         for s, _seq, _ts, e in events:
             out.setdefault(self.names[s], []).append(e)
         return {n: out[n] for n in self.names if n in out}
+
+    def _sequence_dict(self, events: Iterable[tuple]) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`as_dict` of a plain sequence: one event per stage, in pattern order already."""
+        names = self.names
+        return {names[s]: [e] for s, _seq, _ts, e in events}
+
+
+def _sequence_of(plan: Plan) -> tuple[list[Callable[[dict[str, Any]], Any]], list[bool | None]] | None:
+    """The fast path's view of a *plain sequence* — each stage one event (no quantifier, no
+    ``until``), none negative, each condition a callable of the event alone: per stage its
+    test, and whether a partial waiting for it outlives an event (True: always,
+    ``followed_by_any``; None: when the event is not taken, ``followed_by``; False: never,
+    ``next``). None for any other pattern."""
+    stages = plan.stages
+    if plan.guards or any(s.negative or s.min != 1 or s.max != 1 or s.until is not None or s.simple is None
+                          for s in stages):
+        return None
+    keeps: dict[str, bool | None] = {Contiguity.ANY: True, Contiguity.RELAXED: None, Contiguity.STRICT: False}
+    if any(s.contiguity not in keeps for s in stages[1:]):
+        return None
+    tests: list[Callable[[dict[str, Any]], Any]] = [s.simple for s in stages if s.simple is not None]
+    survives: list[bool | None] = [None, *(keeps[s.contiguity] for s in stages[1:])]
+    return tests, survives
 
 
 def _in(seq: int, span: tuple[int, int]) -> bool:

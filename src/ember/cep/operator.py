@@ -176,10 +176,17 @@ class CepFunction(KeyedProcessFunction):
         """``ready`` events, ``(ts, seq, values)`` or ``(ts, seq, index in records)`` in time
         order, to the matcher; then time advanced to ``now`` and the window's timer set."""
         fields = st[3] if len(st) > 3 else ()
-        for ts, seq, event in ready:
+        feed, partials = self.matcher.event, st[0]
+        for ts, seq, event in ready:  # (_feed, inlined: the loop of every waiting event)
             record = records[event] if type(event) is int else dict(zip(fields, event))  # type: ignore[index]
-            st[0] = self._feed(st[0], seq, ts, record, ctx, out)
-        st[0], done, expired = self.matcher.advance(st[0], now)
+            try:
+                partials, done, expired = feed(partials, seq, ts, record)
+            except Exception as exc:
+                self._condition_failed(exc, record, ctx)
+                continue  # (the matcher built new partial matches; the ones it was given are as they were)
+            if done or expired:
+                self._emit(done, expired, ctx, out)
+        st[0], done, expired = self.matcher.advance(partials, now)
         if done or expired:
             self._emit(done, expired, ctx, out)
         self._arm(st, ctx, processing)
@@ -238,15 +245,20 @@ class CepFunction(KeyedProcessFunction):
         try:
             fed, done, expired = self.matcher.event(partials, seq, ts, event)
         except Exception as exc:
-            error = f"step '{self.step}': a pattern condition raised {type(exc).__name__}: {exc}"
-            if self.dead_letter is None:
-                raise UserFunctionError(f"{error} on event {event!r}") from exc
-            ctx.output(self.dead_letter, {"raw": record_text(_without_sql(event)), "error": error})
+            self._condition_failed(exc, event, ctx)
             return partials  # (the matcher built new partial matches; the ones it was given are as they were)
         partials = fed
         if done or expired:
             self._emit(done, expired, ctx, out)
         return partials
+
+    def _condition_failed(self, exc: Exception, event: dict[str, Any], ctx: Context) -> None:
+        """A pattern condition raised on ``event``: the job fails naming the step, or the
+        event becomes a dead letter."""
+        error = f"step '{self.step}': a pattern condition raised {type(exc).__name__}: {exc}"
+        if self.dead_letter is None:
+            raise UserFunctionError(f"{error} on event {event!r}") from exc
+        ctx.output(self.dead_letter, {"raw": record_text(_without_sql(event)), "error": error})
 
     def _emit(self, done: list, expired: list, ctx: Context, out: list[Any]) -> None:
         if self.sql_columns:  # the SQL conditions' columns are Ember's, not the user's

@@ -159,3 +159,32 @@ def test_timed_out_partial_matches_are_reported_once():
     assert partials == [] and done == []
     # {a b} waits for more b (its loop) and for nothing else ({a} took b: relaxed): reported once
     assert [len(m) for m in expired] == [2]
+
+
+SEQUENCES = ("followed_by", "followed_by_any", "next", "three", "within")  # plain sequences: the matcher's fast path
+
+
+def test_plain_sequences_take_the_fast_path_and_nothing_else_does():
+    """So the reference comparisons above check the fast path on these patterns (and only these)."""
+    fast = {name for name, pattern in PATTERNS.items() if Matcher(compile_pattern(pattern)).sequence is not None}
+    assert fast == set(SEQUENCES)
+
+
+@pytest.mark.parametrize("name", SEQUENCES)
+def test_the_fast_path_keeps_the_general_loops_partial_matches(name):
+    """Event by event, the same partial matches (state that checkpoints and savepoints keep),
+    matches and timeouts as the general loop, under every skip strategy."""
+    for skip in SKIPS.values():
+        if skip.stage not in (None, *PATTERNS[name].names):
+            continue
+        plan = compile_pattern(PATTERNS[name].skip_strategy(skip))
+        fast, general = Matcher(plan), Matcher(plan, fast=False)
+        for events, times in sequences(zlib.crc32(name.encode()), 60, 12):
+            mine: list = []
+            theirs: list = []
+            for seq, (ts, e) in enumerate(zip(times, events)):
+                a, b = fast.event(mine, seq, ts, e), general.event(theirs, seq, ts, e)
+                assert a == b, (events, times, seq)
+                assert [fast.as_dict(m) for m in a[1] + a[2]] == [general.as_dict(m) for m in b[1] + b[2]]
+                mine, theirs = a[0], b[0]
+            assert fast.advance(mine, 1 << 62) == general.advance(theirs, 1 << 62)
