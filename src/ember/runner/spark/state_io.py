@@ -348,7 +348,7 @@ def _delta_state_types(op: dict[str, Any], old: dict[int, Any]) -> tuple[list[st
     return list(table.columns), [table[c].dtype.type for c in table.columns]
 
 
-def _delta_rows(spark: Any, op: dict[str, Any], new: dict[int, Any], old: dict[int, Any]) -> list[tuple[int, str, bytes]]:
+def _delta_rows(op: dict[str, Any], new: dict[int, Any], old: dict[int, Any]) -> list[tuple[int, str, bytes]]:
     """The state-store rows ``(bucket, column family, value)`` of buckets whose state is
     ``new`` on design B: per bucket its live table as the log's only part(s) (a compacted
     log), their count, and a version with a new tag — every executor's working copy of the
@@ -375,8 +375,8 @@ def _delta_rows(spark: Any, op: dict[str, Any], new: dict[int, Any], old: dict[i
                 columns.append(values.astype(kind))
         else:
             entries: dict[int, bytes] = {}
-            for key, slot in state["keys"].items():
-                h = int(key_hashes([key])[0])
+            slots = state["keys"]
+            for (key, slot), h in zip(slots.items(), key_hashes(list(slots)).tolist() if slots else ()):
                 if h in entries:  # another key owns this hash's entry: the bucket's overflow keeps it
                     overflow[key] = slot
                 else:
@@ -448,7 +448,7 @@ def write_operator_state(
         old = _lane(_buckets(spark, checkpoint, batch_id, op_id, tws), op)
     new = _new_vectorised_tables(spark, old, op, frame) if vectorised else _new_keyed_blobs(spark, old, op, frame)
     if delta:
-        delta_rows = _delta_rows(spark, op, new, old)
+        delta_rows = _delta_rows(op, new, old)
     else:
         payload = {b: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for b, v in new.items()}
     timeouts = not tws and _keeps_timeout(spark, checkpoint, batch_id, op_id)

@@ -33,7 +33,7 @@ def test_a_process_functions_bucket_keeps_colliding_keys_in_its_overflow(monkeyp
     blob = empty_bucket_state()
     blob["keys"] = {"a": {"n": 1, EVENT_TIMERS: {50}}, "b": {"n": 2}, "cc": {"n": 3}}
     blob[EVENT_TIMERS] = [(50, 1, "a")]
-    rows = _by_family(_delta_rows(None, {"name": "s", "kind": "process function"}, {4: blob}, {}))
+    rows = _by_family(_delta_rows({"name": "s", "kind": "process function"}, {4: blob}, {}))
     assert set(rows) == {(4, "parts"), (4, "$rowCounter_parts"), (4, "blob")}
     part = delta.decode_part(_payload(rows[(4, "parts")][0]))
     entries = [pickle.loads(b) for b in part.column("slot").to_pylist()]
@@ -49,7 +49,7 @@ def test_a_process_functions_bucket_keeps_colliding_keys_in_its_overflow(monkeyp
 def test_a_vectorised_buckets_version_row_decodes_and_its_tag_is_new():
     table = pd.DataFrame({"total": [5.0, 7.0], "n": [1, 2]}, index=pd.Index([9, -3]))
     op = {"name": "v", "kind": "vectorised process function", "state": {"state schema": "total bigint, n int"}}
-    written = [_by_family(_delta_rows(None, op, {2: table}, {})) for _ in range(2)]
+    written = [_by_family(_delta_rows(op, {2: table}, {})) for _ in range(2)]
     rows = written[0]
     part = delta.decode_part(_payload(rows[(2, "parts")][0]))
     assert part.column(delta.KEY).to_pylist() == [-3, 9]  # sorted, as the working copy's index
