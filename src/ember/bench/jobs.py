@@ -22,6 +22,7 @@ from ember.state.descriptors import MapStateDescriptor, StateTtlConfig, ValueSta
 __all__ = [
     "StateMachine", "StateMachineVectorized", "ALERT_SCHEMA", "CountAggregate", "KeyedCount", "KEYED_COUNT_SCHEMA",
     "Dedupe", "AlertsInWindow", "ALERT_WINDOW_SCHEMA", "RuledStateMachine", "RULES", "UNRULED", "FlowByHand",
+    "KeyedCountWithTimer", "KEYED_TIMER_SCHEMA",
 ]
 
 TERMINAL = 5
@@ -211,6 +212,29 @@ class KeyedCount(VectorizedKeyedFunction):
         new_keys = int(prior.isna().sum())
         updates = pd.DataFrame({"count": prior.fillna(0).to_numpy(np.int64) + counts}, index=unique)
         return pd.DataFrame({"events": [len(keys)], "new_keys": [new_keys], "keys": [len(unique)]}), updates
+
+
+KEYED_TIMER_SCHEMA = "new int"
+IDLE_MS = 3_600_000
+
+
+class KeyedCountWithTimer(KeyedProcessFunction):
+    """A running count per key with an idle timer (processing time, an hour after the key's
+    first record: it does not fire within a benchmark's run) — per-record state and one
+    waiting timer per key, what ``ember bench grouping-keyed --step process`` measures the
+    timer queues with. One row per record: ``new`` is 1 for a key's first record, else 0."""
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.count = ctx.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value: dict[str, Any], ctx: Context) -> Iterator[dict[str, Any]]:
+        n = self.count.value()
+        if n is None:
+            ctx.register_processing_time_timer(ctx.current_processing_time + IDLE_MS)
+            self.count.update(1)
+            return iter(({"new": 1},))
+        self.count.update(n + 1)
+        return iter(({"new": 0},))
 
 
 class FlowByHand(KeyedProcessFunction):

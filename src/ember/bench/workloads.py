@@ -17,6 +17,7 @@ from ember.bench.jobs import (
     ALERT_SCHEMA,
     ALERT_WINDOW_SCHEMA,
     KEYED_COUNT_SCHEMA,
+    KEYED_TIMER_SCHEMA,
     RULES,
     UNRULED,
     AlertsInWindow,
@@ -24,6 +25,7 @@ from ember.bench.jobs import (
     Dedupe,
     FlowByHand,
     KeyedCount,
+    KeyedCountWithTimer,
     RuledStateMachine,
     StateMachine,
     StateMachineVectorized,
@@ -129,17 +131,23 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     ``--prefill`` a first run creates every key (2 M events per batch) and the measured
     run restarts from its checkpoint: each batch then changes keys that exist (with
     ``--drop-copies`` after removing the delta layout's working copies: its first batch
-    rebuilds them from the log)."""
+    rebuilds them from the log). ``--step process``: the count is a per-record process
+    function that also sets one timer per key (``KeyedCountWithTimer``), verified alike."""
     name = "bench-grouping-keyed"
     keys = int(cfg.options.get("keys") or 1000)
     skew = bool(cfg.options.get("skew"))
+    step = cfg.options.get("step") or "vectorised"
     src = GroupingSource(rate=cfg.rate, partitions=spark.sparkContext.defaultParallelism, hosts=keys, skew=skew)
-    sinks: list[CollectSink] = []
+    sinks: list[Any] = []
 
     def job(env: StreamEnvironment) -> StreamEnvironment:
-        sinks.append(CollectSink())
-        (env.from_source(src, name="records").key_by("host_id")
-         .process_batches(KeyedCount("host_id"), KEYED_COUNT_SCHEMA, name="count").sink_to(sinks[-1]))
+        keyed = env.from_source(src, name="records").key_by("host_id")
+        if step == "process":  # per record, one waiting timer per key (the timer queues' cost)
+            sinks.append(CountSink(sum_field="new"))
+            keyed.process(KeyedCountWithTimer(), KEYED_TIMER_SCHEMA, name="count").sink_to(sinks[-1])
+        else:
+            sinks.append(CollectSink())
+            keyed.process_batches(KeyedCount("host_id"), KEYED_COUNT_SCHEMA, name="count").sink_to(sinks[-1])
         return env
 
     prefilled, restore_s, unreported = 0, None, []
@@ -155,23 +163,28 @@ def grouping_keyed(spark: Any, cfg: BenchConfig, ckpt: str) -> RunOutcome:
     result, events, seconds, eps = _execute(env, name, cfg)
     if prefilled and result.progress:  # the first batch after the restart loads the state (or rebuilds copies)
         restore_s = int(result.progress[0]["durationMs"].get("triggerExecution", 0)) / 1000
-    rows = [r for sink in sinks for r in sink.rows()]
-    counted = sum(r["events"] for r in rows)
-    new_keys = sum(r["new_keys"] for r in rows)
     total = prefilled + result.events
     distinct = src.distinct_keys(total)
     batches = max(1, sum(1 for p in result.progress if int(p.get("numInputRows") or 0)))
-    changed = sum(r["keys"] for r in sinks[-1].rows()) / batches  # the measured run's
+    if step == "process":  # (one row per record, new = 1 for a key's first)
+        counted, new_keys = sum(s.count for s in sinks), sum(s.total for s in sinks)
+        changed = result.counters.get("state_changed_keys", 0) / batches  # (delta only: what its log wrote)
+    else:
+        rows = [r for sink in sinks for r in sink.rows()]
+        counted = sum(r["events"] for r in rows)
+        new_keys = sum(r["new_keys"] for r in rows)
+        changed = sum(r["keys"] for r in sinks[-1].rows()) / batches  # the measured run's
     return RunOutcome(
         events, seconds, eps, progress=result.progress,
         verified=bool(result.events) and counted == total and new_keys == distinct,
-        detail={"keys": keys, "skew": skew, "state_layout": env.config.state_layout, "events_counted": counted,
+        detail={"keys": keys, "skew": skew, "step": step, "state_layout": env.config.state_layout, "events_counted": counted,
                 "keys_created": new_keys, "expected_keys": distinct, "source_events": total, "prefilled_events": prefilled,
                 # batches committed as a run stopped, before Spark reported them (counted from their offsets)
                 "unreported_batches": unreported + result.unreported_batches,
                 "first_batch_after_restart_s": restore_s, "changed_keys_per_batch": round(changed),
                 # a key's state serialized as the delta layout's columns hold it: key and count, 8 bytes each
-                "changed_state_bytes_per_batch": round(changed * 16),
+                # (the vectorised step; a process function's slot is its pickled state and timers)
+                "changed_state_bytes_per_batch": round(changed * 16) if step != "process" else None,
                 **state_writes(result.checkpoint_dir, len(result.progress)),
                 **{k: v for k, v in result.counters.items() if k.startswith("state_")}},
     )

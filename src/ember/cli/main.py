@@ -166,7 +166,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         baseline=not args.no_baseline, verbose=True, warmup_s=args.warmup,
         options={k: v for k, v in (("pattern", args.pattern), ("keys", args.keys), ("window_ms", args.window_ms),
                                    ("skew", args.skew), ("state_layout", args.state_layout),
-                                   ("prefill", args.prefill), ("drop_copies", args.drop_copies)) if v},
+                                   ("prefill", args.prefill), ("drop_copies", args.drop_copies),
+                                   ("step", args.step)) if v},
     )
     if args.drop_copies and not (args.prefill and args.state_layout == "delta"):
         raise ConfigError("bench: --drop-copies goes with --prefill --state-layout delta")
@@ -469,6 +470,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--drop-copies", action="store_true",
                        help="grouping-keyed --prefill --state-layout delta: remove the working copies before the measured run "
                             "(its first batch rebuilds them from the log: first_batch_after_restart_s)")
+    bench.add_argument("--step", choices=["vectorised", "process"],
+                       help="grouping-keyed: the count as a vectorised step (default) or a per-record process function "
+                            "with one waiting timer per key")
     bench.add_argument("--window-ms", type=int, help="yahoo-redis: window size in ms (default 10000, E5's)")
     bench.add_argument("--size", choices=["tiny", "quick", "full"], default="quick", help="report: run sizes (default quick)")
     bench.add_argument("--out", default="bench-report", help="report: output directory (default ./bench-report)")
