@@ -353,7 +353,7 @@ def _delta_rows(op: dict[str, Any], new: dict[int, Any], old: dict[int, Any]) ->
     ``new`` on design B: per bucket its live table as the log's only part(s) (a compacted
     log), their count, and a version with a new tag — every executor's working copy of the
     bucket then differs from it and is rebuilt from this log on first use. A process
-    function's bucket keeps its version, timer queues and collided keys in its ``blob``."""
+    function's bucket keeps its version and collided keys in its ``blob``."""
     from ember.runner.spark.keyed.delta import BINARY, OVERFLOW, PART_ROWS, encode_part, key_hashes, new_tag
     from ember.runner.spark.keyed.tws import VERSION
 
@@ -393,7 +393,9 @@ def _delta_rows(op: dict[str, Any], new: dict[int, Any], old: dict[int, Any]) ->
         if vectorised:
             rows.append((bucket, "version", _encode_version(version)))
         else:
-            meta = {**state, "keys": {}, OVERFLOW: overflow, VERSION: version}
+            # (no timer queues: the slots hold each key's timers, and the new tag makes every
+            # executor rebuild its queues from them, keyed/delta.py SlotTable.rebuild_timers)
+            meta = {**state, "keys": {}, EVENT_TIMERS: [], PROCESSING_TIMERS: [], OVERFLOW: overflow, VERSION: version}
             rows.append((bucket, "blob", _encode_binary_row(pickle.dumps(meta, protocol=pickle.HIGHEST_PROTOCOL))))
     return rows
 

@@ -40,7 +40,7 @@ def test_a_process_functions_bucket_keeps_colliding_keys_in_its_overflow(monkeyp
     assert part.column(delta.KEY).to_pylist() == [1, 2]  # the hashes, sorted, one entry each
     meta = pickle.loads(_payload(rows[(4, "blob")][0]))
     assert dict(entries) | meta[delta.OVERFLOW] == blob["keys"] and len(meta[delta.OVERFLOW]) == 1
-    assert meta["keys"] == {} and meta[EVENT_TIMERS] == [(50, 1, "a")]
+    assert meta["keys"] == {} and meta[EVENT_TIMERS] == []  # the slots keep the timers (the queues are rebuilt)
     tag, parts, logged, live = meta["version"]
     assert (parts, logged, live) == (1, 2, 2) and len(tag) == 24
     assert struct.unpack("<qq", rows[(4, "$rowCounter_parts")][0]) == (0, 1)

@@ -315,7 +315,10 @@ class SlotTable(LocalTable):
     pickled state values and timers) is appended when it changes; the same ``tag`` protocol
     as :class:`LocalTable`. Changing a key that exists appends its bytes and rewrites its
     offset in place; new or deleted keys rewrite the index (not the heap); the heap is
-    rewritten once it holds more than twice its live bytes."""
+    rewritten once it holds more than twice its live bytes. Beside it, ``timers.pkl``: the
+    bucket's timer queues, a cache like the rest (tagged; rebuilt from the slots, which hold
+    each key's timers): the log never holds them, so a batch writes to the checkpoint only
+    the slots it changed, however many timers wait."""
 
     GARBAGE_FACTOR, GARBAGE_MIN = 2, 1 << 20
 
@@ -416,6 +419,62 @@ class SlotTable(LocalTable):
         blobs = pa.array([self.heap[o:o + n].tobytes() for o, n in zip(self.offsets.tolist(), self.lengths.tolist())],
                          pa.binary())
         self.replace(np.asarray(self.keys).copy(), [blobs], tag)
+
+    # timer queues ----------------------------------------------------------------------------
+    def _timers_path(self) -> str:
+        return os.path.join(self.dir, "timers.pkl")
+
+    def timers(self, tag: str) -> tuple[list, list] | None:
+        """The bucket's timer queues (event time, processing time) as the copy at ``tag``
+        holds them, or None: no queues written at that tag on this boot (written before a
+        crash, by another version, or never) — then :meth:`rebuild_timers`."""
+        try:
+            stored = pickle.loads(Path(self._timers_path()).read_bytes())  # (a file this executor wrote)
+        except Exception:  # noqa: BLE001 - missing or cut short: rebuilt from the slots
+            return None
+        if not tag or not isinstance(stored, tuple) or len(stored) != 4 or stored[:2] != (tag, BOOT_ID):
+            return None
+        return stored[2], stored[3]
+
+    def store_timers(self, tag: str, event: list, processing: list) -> None:
+        """Keep the timer queues beside the copy, valid for the copy at ``tag`` only."""
+        os.makedirs(self.dir, exist_ok=True)
+        tmp = self._timers_path() + ".tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump((tag, BOOT_ID, event, processing), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, self._timers_path())
+
+    def rebuild_timers(self, overflow: dict[Any, Any], n: int) -> tuple[list, list, int]:
+        """The timer queues from the slots themselves (each key's slot holds its timers):
+        only entries holding a timer name are unpickled (their bytes found by one scan of
+        the heap). Timers due at the same time are queued by key hash. Returns the event and
+        processing-time queues and the next sequence number after ``n``."""
+        from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
+
+        kinds = (EVENT_TIMERS, PROCESSING_TIMERS)
+        found: list[tuple[int, Any, dict[str, Any]]] = []
+        if len(self.keys):
+            starts, lengths = np.asarray(self.offsets), np.asarray(self.lengths)
+            order = np.argsort(starts, kind="stable")
+            ordered = starts[order]
+            data = self.heap.tobytes()
+            hits: set[int] = set()
+            for kind in kinds:  # (pickle writes a slot's name whole: a slot with timers holds it)
+                for match in re.finditer(re.escape(kind.encode()), data):
+                    i = int(np.searchsorted(ordered, match.start(), side="right")) - 1
+                    if i >= 0 and match.start() < int(ordered[i]) + int(lengths[order[i]]):
+                        hits.add(int(order[i]))
+            for j in sorted(hits):
+                key, slot = pickle.loads(data[int(starts[j]):int(starts[j]) + int(lengths[j])])
+                found.append((int(self.keys[j]), key, slot))
+        if overflow:
+            found += [(int(h), key, slot) for h, (key, slot) in zip(key_hashes(list(overflow)).tolist(), overflow.items())]
+        queues: list[list] = []
+        for kind in kinds:
+            due = sorted(((int(ts), h, key) for h, key, slot in found for ts in slot.get(kind, ())), key=lambda t: t[:2])
+            queues.append([(ts, n + i + 1, key) for i, (ts, _h, key) in enumerate(due)])  # (sorted: a heap)
+            n += len(due)
+        return queues[0], queues[1], n
 
     def column_slices(self, start: int, stop: int) -> list[Any]:
         """Rows ``start:stop`` as columns (a compaction writes the live table in parts)."""
@@ -533,7 +592,11 @@ def key_hashes(keys: Any) -> np.ndarray:
         return values.astype(np.int64)
     import pandas as pd
 
-    return pd.util.hash_array(values.astype(object)).view(np.int64)
+    hashes = pd.util.hash_array(values.astype(object)).view(np.int64)
+    ints = [i for i, k in enumerate(values.tolist()) if type(k) is int and -(1 << 63) <= k < (1 << 63)]
+    if ints:  # an int among other keys: its own value, as in a column of ints (one key, one hash)
+        hashes[ints] = values[ints].astype(np.int64)
+    return hashes
 
 
 class DeltaKeys(dict):

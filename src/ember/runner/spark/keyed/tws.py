@@ -194,15 +194,19 @@ def _count(log: Any, counters: dict[str, Any]) -> None:
 
 class _SlotState(_State):
     """A process function's bucket on design B: the ``GroupState`` surface (timeouts as
-    one timer, as :class:`_State`), and the bucket's ``blob`` value holding its timers, the
-    overflow of collided keys and the log's version — read once and written once per call —
-    beside its keys' slots in a delta log with a working copy (``load_blob`` /
-    ``store_blob``, bucket.py)."""
+    one timer, as :class:`_State`), and the bucket's ``blob`` value holding the overflow of
+    collided keys and the log's version — read once and written once per call — beside its
+    keys' slots in a delta log with a working copy (``load_blob`` / ``store_blob``,
+    bucket.py). The timer queues are not in the blob: each key's slot holds its timers,
+    and the queues live beside the working copy (``SlotTable.timers``), rebuilt from the
+    slots when the copy has none at its version."""
 
     def __init__(self, proc: BucketProcessor, timer_values: TimerValues, fired: int | None) -> None:
         super().__init__(proc, timer_values, fired)
         self.log: Any = None
         self._meta: dict[str, Any] | None = None
+        self.blob: dict[str, Any] | None = None
+        self.timers_kept = True  # whether the working copy holds the queues the call began with
 
     def meta(self) -> dict[str, Any]:
         if self._meta is None:
@@ -215,16 +219,35 @@ class _SlotState(_State):
 
     def load_blob(self) -> dict[str, Any]:
         from ember.runner.spark.keyed.delta import OVERFLOW, DeltaKeys
+        from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
 
-        blob = self.meta()
+        blob = self.blob = self.meta()
         blob["keys"] = DeltaKeys(self.log, blob.setdefault(OVERFLOW, {}))
+        # (a blob written before 2026-11-28 holds queues too: the slots say the same)
+        queues = self.log.local.timers(self.log.version.tag) if self.log.rebuilt_rows < 0 else None
+        if queues is None:
+            event, processing, blob["n"] = self.log.local.rebuild_timers(blob[OVERFLOW], blob.get("n", 0))
+            queues, self.timers_kept = (event, processing), False
+        blob[EVENT_TIMERS], blob[PROCESSING_TIMERS] = queues
         return blob
 
     def store_blob(self, blob: dict[str, Any]) -> None:
         import pickle
 
+        from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
+
         blob["keys"].flush()  # (moves the version, in this same blob)
-        self.update((pickle.dumps({**blob, "keys": {}}, protocol=pickle.HIGHEST_PROTOCOL),))
+        self.keep_timers()
+        self.update((pickle.dumps({**blob, "keys": {}, EVENT_TIMERS: [], PROCESSING_TIMERS: []},
+                                  protocol=pickle.HIGHEST_PROTOCOL),))
+
+    def keep_timers(self) -> None:
+        """Write the queues beside the working copy, for its version now."""
+        from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
+
+        if self.blob is not None:
+            self.log.local.store_timers(self.log.version.tag, self.blob[EVENT_TIMERS], self.blob[PROCESSING_TIMERS])
+            self.timers_kept = True
 
 
 class _MetaVersion:
@@ -247,7 +270,7 @@ VERSION = "version"
 class DeltaSlotProcessor(BucketProcessor):
     """``transformWithStateInPandas`` processor of a process function on design B: its
     keys' slots in a delta log (``ListState``) with a working copy on the executor's disk
-    (keyed/delta.py ``SlotTable``), the bucket's timer queues in the ``blob`` value."""
+    (keyed/delta.py ``SlotTable``), its timer queues beside that copy (never in the log)."""
 
     def __init__(self, call: BucketCall, columns: list[str], anchor: str | None, directory: str,
                  counters: dict[str, Any]) -> None:
@@ -270,6 +293,8 @@ class DeltaSlotProcessor(BucketProcessor):
         try:
             log.open()
             yield from self._outputs(bucket, frames, state)
+            if not state.timers_kept:  # rebuilt, and the call changed nothing: kept for the next call
+                state.keep_timers()
             state.finish()
         finally:
             log.close()

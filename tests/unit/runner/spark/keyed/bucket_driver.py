@@ -15,6 +15,7 @@ from ember.functions import AggregateFunction
 from ember.runner.spark.keyed import delta
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.runtime import TAG, side_column
+from ember.runner.spark.keyed.tws import _SlotState
 
 
 class FakeGroupState:
@@ -88,28 +89,22 @@ class ValueState:
 
 
 class FakeDeltaGroupState(FakeGroupState):
-    """FakeGroupState whose keys' slots live in a delta log (keyed/tws.py ``_SlotState``)."""
+    """FakeGroupState whose keys' slots live in a delta log, with the blob and timer queues
+    handled as the transformWithState adapter handles them (its ``_SlotState`` methods)."""
 
     def __init__(self, blob: bytes | None, watermark: int | None, now: int, parts: ListState, version: ValueState,
                  directory: str) -> None:
         super().__init__(blob, watermark, now)
         self.log = delta.DeltaLog(parts, version, delta.SlotTable(directory), 0, ["slot"])
         self.log.open()
+        self._meta: dict | None = None
+        self.blob: dict | None = None
+        self.timers_kept = True
 
-    def load_blob(self):
-        import pickle
-
-        from ember.runner.spark.keyed.runtime import empty_bucket_state
-
-        blob = pickle.loads(self._blob) if self._blob is not None else empty_bucket_state()
-        blob["keys"] = delta.DeltaKeys(self.log, blob.setdefault(delta.OVERFLOW, {}))
-        return blob
-
-    def store_blob(self, blob):
-        import pickle
-
-        blob["keys"].flush()
-        self.update((pickle.dumps({**blob, "keys": {}}),))
+    meta = _SlotState.meta
+    load_blob = _SlotState.load_blob
+    store_blob = _SlotState.store_blob
+    keep_timers = _SlotState.keep_timers
 
 
 class BucketDriver:
@@ -175,6 +170,8 @@ class BucketDriver:
         out = list(self.fn((0,), iter(frames), state, latest))
         self.blob, self.timeout_at = state._blob, state.timeout_at  # a call without a timeout set clears it
         if isinstance(state, FakeDeltaGroupState):
+            if not state.timers_kept:  # (as DeltaSlotProcessor: queues rebuilt by a call that changed nothing)
+                state.keep_timers()
             state.log.close()
         self.updates = state.updates
         main: list[dict] = []

@@ -1,0 +1,135 @@
+"""Timer queues on the delta layout (keyed/delta.py ``SlotTable.timers``): kept beside the
+working copy, never in the checkpointed blob, rebuilt from the keys' slots whenever the
+copy has none at its version. Checked against the blob layout, which keeps the queues in
+its checkpointed blob (and is itself tested against Flink's model elsewhere)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+
+import bucket_driver
+import numpy as np
+import pytest
+from bucket_driver import BucketDriver
+
+from ember.functions import KeyedProcessFunction
+from ember.runner.spark.keyed import delta
+from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
+from ember.state import ValueStateDescriptor
+
+
+class Sessions(KeyedProcessFunction):
+    """Per key a count and a session timer ``gap`` ms after its latest record (the previous
+    one deleted); when it fires, the session's (key, count, timer) and the state is cleared.
+    Every third record also sets a processing-time timer, which emits (key, -1, timer). Int
+    keys count until a processing-time timer 5 ms after each record, then emit and clear."""
+
+    def __init__(self, gap: int) -> None:
+        self.gap = gap
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count"))
+        self.timer = ctx.get_state(ValueStateDescriptor("timer"))
+
+    def process_element(self, value, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        if isinstance(value["k"], int):  # int keys: processing time only (a slot with no event timer)
+            ctx.register_processing_time_timer(ctx.current_processing_time + 5)
+            return ()
+        old = self.timer.value()
+        if old is not None:
+            ctx.delete_event_time_timer(old)
+        at = value["ts"] + self.gap
+        ctx.register_event_time_timer(at)
+        self.timer.update(at)
+        if n % 3 == 0:
+            ctx.register_processing_time_timer(ctx.current_processing_time + 5)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        if ctx.time_domain == "processing_time" and isinstance(ctx.current_key, int):
+            if self.count.value() is None:  # (an earlier timer of the key emitted its count)
+                return ()
+            out = [{"k": ctx.current_key, "n": self.count.value(), "at": timestamp}]
+            self.count.clear()
+            return out
+        if ctx.time_domain == "processing_time":
+            return [{"k": ctx.current_key, "n": -1, "at": timestamp}]
+        out = [{"k": ctx.current_key, "n": self.count.value(), "at": timestamp}]
+        self.count.clear()
+        self.timer.clear()
+        return out
+
+
+def drivers(monkeypatch, tmp_path):
+    made = {}
+    for layout in ("blob", "delta"):
+        monkeypatch.setattr(bucket_driver, "LAYOUT", (layout, str(tmp_path / "local" / layout)))
+        made[layout] = BucketDriver(Sessions(gap=40), ["k", "ts"], ["k", "n", "at"], every_batch=True)
+    return made["blob"], made["delta"]
+
+
+def _order(row: dict) -> tuple:
+    return str(row["k"]), row["n"], row["at"]
+
+
+def disturb(directory: str, how: str) -> None:
+    """What may happen to a working copy between calls."""
+    timers = os.path.join(directory, "timers.pkl")
+    if how == "queues lost" and os.path.exists(timers):
+        os.unlink(timers)
+    elif how == "queues cut short" and os.path.exists(timers):
+        with open(timers, "r+b") as f:
+            f.truncate(max(1, os.path.getsize(timers) // 2))
+    elif how == "copy lost":
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize("collide", [False, True], ids=["real-hash", "colliding-hash"])
+def test_timers_fire_as_on_the_blob_layout_across_lost_and_stale_queues(monkeypatch, tmp_path, collide):
+    if collide:  # nearly every key shares its hash with another: their slots (and timers) in the overflow
+        real = delta.key_hashes
+        monkeypatch.setattr(delta, "key_hashes", lambda keys: real(keys) % 3)
+    blob, dl = drivers(monkeypatch, tmp_path)
+    rng = np.random.default_rng(4)
+    keys = [f"user-{i}" for i in range(25)] + list(range(10))
+    ways = ["kept", "kept", "queues lost", "queues cut short", "copy lost"]
+    ts, fired, disturbed = 0, 0, set()
+    for batch in range(60):
+        rows = [(keys[int(i)], ts + int(rng.integers(0, 20))) for i in rng.integers(0, len(keys), int(rng.integers(0, 12)))]
+        ts += 15
+        watermark, now = ts - 30, batch * 4
+        expected, _ = blob.batch(rows, watermark=watermark, now=now)
+        got, _ = dl.batch(rows, watermark=watermark, now=now)
+        assert sorted(got, key=_order) == sorted(expected, key=_order), batch
+        fired += len(expected)
+        how = ways[int(rng.integers(0, len(ways)))]
+        disturb(dl.directory, how)
+        disturbed.add(how)
+    assert fired > 50 and disturbed == set(ways), "too few timers fired or disturbances tried: the test tests little"
+    meta = pickle.loads(dl.blob)
+    assert meta[EVENT_TIMERS] == [] and meta[PROCESSING_TIMERS] == []  # never checkpointed
+    assert pickle.loads(blob.blob)[EVENT_TIMERS], "no timer waits at the end: the last check tests little"
+    if collide:
+        assert meta[delta.OVERFLOW], "no key collided: the test does not test collisions"
+
+
+def test_the_checkpointed_blob_does_not_grow_with_waiting_timers(monkeypatch, tmp_path):
+    """A thousand keys each with a timer: the blob layout's checkpointed value holds the
+    queue; the delta layout's only the log's version and counters, and a batch touching one
+    key appends one key's slot to the log."""
+    blob, dl = drivers(monkeypatch, tmp_path)
+    rows = [(f"k{k}", 1000 + k) for k in range(1000)]
+    blob.batch(rows, watermark=0)
+    dl.batch(rows, watermark=0)
+    assert len(blob.blob) > 10_000
+    assert len(dl.blob) < 400
+    appended = dl.parts.appends[-1]
+    dl.batch([("k5", 1001)], watermark=0)
+    assert len(dl.blob) < 400 and dl.parts.appends[-1] < appended / 100
+    shutil.rmtree(dl.directory)  # the queue is rebuilt from the slots: every timer still fires
+    got, _ = dl.batch([], watermark=10_000)
+    assert sorted(r["k"] for r in got) == sorted(f"k{k}" for k in range(1000))
