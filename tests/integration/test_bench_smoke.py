@@ -17,6 +17,8 @@ pytestmark = pytest.mark.spark
 # batch within the 3 s run, or it reports no events.
 PER_BATCH = {"countwindow": 400_000, "statemachine": 10_000, "statemachine-vectorized": 10_000}
 OPTIONS = {"grouping-keyed": {"keys": 5_000}, "yahoo-redis": {"window_ms": 1_000},
+           # (a per-record process function with a timer per key, on the delta layout: issue 18's timer queues)
+           "grouping-keyed:process": {"keys": 5_000, "step": "process", "state_layout": "delta"},
            "yahoo-json": {"to_json_baseline": False}}  # the same-texts baseline is enough to keep it from rotting
 # Each side runs at least its duration and until enough batches ended to measure and verify
 # (BenchConfig.min_batches, the baselines' min_batches), however slow the machine.
@@ -26,11 +28,12 @@ DURATION = {"yahoo-redis": 10}
 RATE = {"yahoo-redis": 20_000}
 
 
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
-def test_benchmark_runs_and_verifies_at_a_tiny_size(spark, name):
+@pytest.mark.parametrize("variant", [*sorted(WORKLOADS), "grouping-keyed:process"])
+def test_benchmark_runs_and_verifies_at_a_tiny_size(spark, variant):
+    name = variant.partition(":")[0]
     cfg = BenchConfig(
         duration_s=DURATION.get(name, 1.5), rounds=1, warmup_s=0, verbose=False, master="local[2]",
-        max_events_per_batch=PER_BATCH.get(name, 40_000), options=OPTIONS.get(name, {}), rate=RATE.get(name),
+        max_events_per_batch=PER_BATCH.get(name, 40_000), options=OPTIONS.get(variant, {}), rate=RATE.get(name),
     )
     report = run_benchmark(name, cfg, f"smoke {name}")
     for key in ("workload", "events", "seconds", "events_per_second", "cores", "verified", "peak_rss_mb", "checkpoint_mb"):
