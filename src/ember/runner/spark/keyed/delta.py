@@ -31,6 +31,7 @@ indexed by :func:`key_hashes`, so its keys may be of any type. Which steps run o
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import pickle
 import re
@@ -330,7 +331,7 @@ class SlotTable(LocalTable):
     def _empty(self) -> None:
         self.keys = np.empty(0, np.int64)
         self.offsets, self.lengths = np.empty(0, np.int64), np.empty(0, np.int64)
-        self.heap: Any = np.empty(0, np.uint8)
+        self.heap: Any = b""  # the heap file mapped (mmap: a slice is its bytes), or b"" when empty
 
     def _heap_path(self) -> str:
         return os.path.join(self.dir, "heap.bin")
@@ -343,14 +344,18 @@ class SlotTable(LocalTable):
         self.keys = keys
         self.offsets = np.load(self._path("offsets"), mmap_mode="r+")
         self.lengths = np.load(self._path("lengths"), mmap_mode="r+")
-        size = os.path.getsize(self._heap_path())
-        self.heap = np.memmap(self._heap_path(), dtype=np.uint8, mode="r") if size else np.empty(0, np.uint8)
+        self.heap = b""
+        if os.path.getsize(self._heap_path()):
+            with open(self._heap_path(), "rb") as f:
+                self.heap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
     def close(self) -> None:
-        for a in (self.keys, self.offsets, self.lengths, self.heap):
+        for a in (self.keys, self.offsets, self.lengths):
             mm = getattr(a, "_mmap", None)
             if mm is not None:
                 mm.close()
+        if isinstance(self.heap, mmap.mmap):
+            self.heap.close()
         self._empty()
 
     def _write_index(self, keys: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> None:
@@ -379,7 +384,7 @@ class SlotTable(LocalTable):
         pos, found = self.find(keys)
         at = pos[found]
         heap = self.heap
-        blobs = [heap[o:o + n].tobytes() for o, n in zip(self.offsets[at].tolist(), self.lengths[at].tolist())]
+        blobs = [heap[o:o + n] for o, n in zip(self.offsets[at].tolist(), self.lengths[at].tolist())]
         return keys[found], [blobs]
 
     def apply(self, keys: np.ndarray, columns: list[Any], deleted: np.ndarray, tag: str) -> None:
@@ -416,7 +421,7 @@ class SlotTable(LocalTable):
         self._set_tag(tag)
 
     def _compact_heap(self, tag: str) -> None:
-        blobs = pa.array([self.heap[o:o + n].tobytes() for o, n in zip(self.offsets.tolist(), self.lengths.tolist())],
+        blobs = pa.array([self.heap[o:o + n] for o, n in zip(self.offsets.tolist(), self.lengths.tolist())],
                          pa.binary())
         self.replace(np.asarray(self.keys).copy(), [blobs], tag)
 
@@ -457,7 +462,7 @@ class SlotTable(LocalTable):
             starts, lengths = np.asarray(self.offsets), np.asarray(self.lengths)
             order = np.argsort(starts, kind="stable")
             ordered = starts[order]
-            data = self.heap.tobytes()
+            data = self.heap
             hits: set[int] = set()
             for kind in kinds:  # (pickle writes a slot's name whole: a slot with timers holds it)
                 for match in re.finditer(re.escape(kind.encode()), data):
@@ -479,7 +484,7 @@ class SlotTable(LocalTable):
     def column_slices(self, start: int, stop: int) -> list[Any]:
         """Rows ``start:stop`` as columns (a compaction writes the live table in parts)."""
         offs, lens = self.offsets[start:stop].tolist(), self.lengths[start:stop].tolist()
-        return [pa.array([self.heap[o:o + n].tobytes() for o, n in zip(offs, lens)], pa.binary())]
+        return [pa.array([self.heap[o:o + n] for o, n in zip(offs, lens)], pa.binary())]
 
     def __len__(self) -> int:
         return len(self.keys)
