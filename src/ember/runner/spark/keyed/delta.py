@@ -316,8 +316,8 @@ class SlotTable(LocalTable):
     pickled state values and timers) is appended when it changes; the same ``tag`` protocol
     as :class:`LocalTable`. Changing a key that exists appends its bytes and rewrites its
     offset in place; new or deleted keys rewrite the index (not the heap); the heap is
-    rewritten once it holds more than twice its live bytes. Beside it, ``timers.pkl``: the
-    bucket's timer queues, a cache like the rest (tagged; rebuilt from the slots, which hold
+    rewritten once it holds more than twice its live bytes. Beside it, ``timers.pkl`` and
+    ``timers.tag``: the bucket's timer queues, a cache like the rest (tagged; rebuilt from the slots, which hold
     each key's timers): the log never holds them, so a batch writes to the checkpoint only
     the slots it changed, however many timers wait."""
 
@@ -426,28 +426,44 @@ class SlotTable(LocalTable):
         self.replace(np.asarray(self.keys).copy(), [blobs], tag)
 
     # timer queues ----------------------------------------------------------------------------
-    def _timers_path(self) -> str:
-        return os.path.join(self.dir, "timers.pkl")
+    def _timers_path(self, ext: str) -> str:
+        return os.path.join(self.dir, f"timers.{ext}")
 
     def timers(self, tag: str) -> tuple[list, list] | None:
         """The bucket's timer queues (event time, processing time) as the copy at ``tag``
-        holds them, or None: no queues written at that tag on this boot (written before a
-        crash, by another version, or never) — then :meth:`rebuild_timers`."""
+        holds them, or None: no queues vouched for at that tag on this boot (written before
+        a crash, by another version, or never) — then :meth:`rebuild_timers`. ``timers.pkl``
+        holds the queues under a random stamp; ``timers.tag`` says which copy version (and
+        boot) the queues of which stamp belong to, so a call that changed slots but not the
+        queues rewrites only that line."""
         try:
-            stored = pickle.loads(Path(self._timers_path()).read_bytes())  # (a file this executor wrote)
+            vouched, boot, stamp = Path(self._timers_path("tag")).read_text().split(" ")
+            stored = pickle.loads(Path(self._timers_path("pkl")).read_bytes())  # (a file this executor wrote)
         except Exception:  # noqa: BLE001 - missing or cut short: rebuilt from the slots
             return None
-        if not tag or not isinstance(stored, tuple) or len(stored) != 4 or stored[:2] != (tag, BOOT_ID):
+        if not tag or (vouched, boot) != (tag, BOOT_ID) or not isinstance(stored, tuple) or len(stored) != 3 \
+                or stored[0] != stamp:
             return None
-        return stored[2], stored[3]
+        self._timers_stamp = stamp
+        return stored[1], stored[2]
 
-    def store_timers(self, tag: str, event: list, processing: list) -> None:
-        """Keep the timer queues beside the copy, valid for the copy at ``tag`` only."""
+    def store_timers(self, tag: str, queues: tuple[list, list] | None) -> None:
+        """Vouch for the timer queues at copy version ``tag``: ``queues`` (event time,
+        processing time) written anew, or None when they are the ones :meth:`timers` read
+        or this call last wrote (only the tag line is rewritten)."""
         os.makedirs(self.dir, exist_ok=True)
-        tmp = self._timers_path() + ".tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump((tag, BOOT_ID, event, processing), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, self._timers_path())
+        stamp = getattr(self, "_timers_stamp", None)
+        if queues is not None or stamp is None:
+            assert queues is not None, "no queues read or written in this call to vouch for"
+            stamp = secrets.token_hex(8)
+            tmp = self._timers_path("pkl") + ".tmp"
+            with open(tmp, "wb") as f:
+                pickle.dump((stamp, *queues), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self._timers_path("pkl"))
+            self._timers_stamp = stamp
+        tmp = self._timers_path("tag") + ".tmp"
+        Path(tmp).write_text(f"{tag} {BOOT_ID} {stamp}")
+        os.replace(tmp, self._timers_path("tag"))
 
     def rebuild_timers(self, overflow: dict[Any, Any], n: int) -> tuple[list, list, int]:
         """The timer queues from the slots themselves (each key's slot holds its timers):

@@ -207,6 +207,7 @@ class _SlotState(_State):
         self._meta: dict[str, Any] | None = None
         self.blob: dict[str, Any] | None = None
         self.timers_kept = True  # whether the working copy holds the queues the call began with
+        self._queues_at: tuple[tuple[int, int, int], str] = ((0, 0, 0), "")  # (their mark, the tag) when last kept
 
     def meta(self) -> dict[str, Any]:
         if self._meta is None:
@@ -229,7 +230,16 @@ class _SlotState(_State):
             event, processing, blob["n"] = self.log.local.rebuild_timers(blob[OVERFLOW], blob.get("n", 0))
             queues, self.timers_kept = (event, processing), False
         blob[EVENT_TIMERS], blob[PROCESSING_TIMERS] = queues
+        self._queues_at = self._queues_mark(blob), self.log.version.tag
         return blob
+
+    @staticmethod
+    def _queues_mark(blob: dict[str, Any]) -> tuple[int, int, int]:
+        """What changes with the queues: a timer pushed draws the next sequence number, a
+        popped one leaves its queue shorter (runtime._register, bucket.py _fire)."""
+        from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
+
+        return blob["n"], len(blob[EVENT_TIMERS]), len(blob[PROCESSING_TIMERS])
 
     def store_blob(self, blob: dict[str, Any]) -> None:
         import pickle
@@ -245,9 +255,14 @@ class _SlotState(_State):
         """Write the queues beside the working copy, for its version now."""
         from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
 
-        if self.blob is not None:
-            self.log.local.store_timers(self.log.version.tag, self.blob[EVENT_TIMERS], self.blob[PROCESSING_TIMERS])
-            self.timers_kept = True
+        if self.blob is None:
+            return
+        changed = not self.timers_kept or self._queues_mark(self.blob) != self._queues_at[0]
+        if changed or self.log.version.tag != self._queues_at[1]:
+            queues = (self.blob[EVENT_TIMERS], self.blob[PROCESSING_TIMERS]) if changed else None
+            self.log.local.store_timers(self.log.version.tag, queues)
+            self._queues_at = self._queues_mark(self.blob), self.log.version.tag
+        self.timers_kept = True
 
 
 class _MetaVersion:

@@ -100,8 +100,10 @@ class FakeDeltaGroupState(FakeGroupState):
         self._meta: dict | None = None
         self.blob: dict | None = None
         self.timers_kept = True
+        self._queues_at = ((0, 0, 0), "")
 
     meta = _SlotState.meta
+    _queues_mark = staticmethod(_SlotState._queues_mark)
     load_blob = _SlotState.load_blob
     store_blob = _SlotState.store_blob
     keep_timers = _SlotState.keep_timers
