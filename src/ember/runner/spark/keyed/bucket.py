@@ -286,7 +286,11 @@ class BucketFunction:
 
     def _fire(self, rt: KeyedRuntime, kind: str, until: int | None, out: list[Any]) -> None:
         queue = rt.blob[kind]
-        while until is not None and queue and queue[0][0] <= until:
+        if until is None or not queue or queue[0][0] > until:
+            return
+        if type(queue) is not list:  # a delta-layout queue not read yet (keyed/delta.py StoredQueue)
+            queue = rt.blob[kind] = queue.load()
+        while queue and queue[0][0] <= until:
             ts, _, key = heapq.heappop(queue)
             self.touched = True
             found = rt.enter(key)

@@ -47,7 +47,7 @@ import pyarrow as pa
 __all__ = [
     "LocalTable", "SlotTable", "DeltaKeys", "DeltaLog", "Version", "fold_parts", "encode_part", "decode_part",
     "DELETED", "KEY", "BINARY", "COMPACT_FACTOR", "DELTA_COUNTERS", "local_state_root", "step_directory", "drop_local_state",
-    "uses_delta", "delta_layout_problem", "numpy_types", "key_hashes", "OVERFLOW",
+    "uses_delta", "delta_layout_problem", "numpy_types", "key_hashes", "OVERFLOW", "StoredQueue",
 ]
 
 DELETED = "__ember_deleted"
@@ -429,40 +429,56 @@ class SlotTable(LocalTable):
     def _timers_path(self, ext: str) -> str:
         return os.path.join(self.dir, f"timers.{ext}")
 
-    def timers(self, tag: str) -> tuple[list, list] | None:
+    def timers(self, tag: str, rebuild: Any) -> tuple[Any, Any] | None:
         """The bucket's timer queues (event time, processing time) as the copy at ``tag``
-        holds them, or None: no queues vouched for at that tag on this boot (written before
-        a crash, by another version, or never) — then :meth:`rebuild_timers`. ``timers.pkl``
-        holds the queues under a random stamp; ``timers.tag`` says which copy version (and
-        boot) the queues of which stamp belong to, so a call that changed slots but not the
-        queues rewrites only that line."""
+        holds them, or None: none vouched for at that tag on this boot (written before a
+        crash, by another version, or never) — then :meth:`rebuild_timers`.
+
+        ``timers.tag`` says which copy version (and boot) the queues of which stamp belong
+        to, with each queue's length and earliest time; ``timers.pkl`` holds the queues under
+        that stamp. The queues come back as :class:`StoredQueue`: read from ``timers.pkl``
+        only when a call pushes or pops (a bucket whose timers neither fire nor change reads
+        one line); ``rebuild()`` gives both queues if that file then fails its stamp."""
         try:
-            vouched, boot, stamp = Path(self._timers_path("tag")).read_text().split(" ")
-            stored = pickle.loads(Path(self._timers_path("pkl")).read_bytes())  # (a file this executor wrote)
+            vouched, boot, stamp, *sizes = Path(self._timers_path("tag")).read_text().split(" ")
+            lengths, heads = [int(sizes[0]), int(sizes[2])], [int(sizes[1]), int(sizes[3])]
         except Exception:  # noqa: BLE001 - missing or cut short: rebuilt from the slots
             return None
-        if not tag or (vouched, boot) != (tag, BOOT_ID) or not isinstance(stored, tuple) or len(stored) != 3 \
-                or stored[0] != stamp:
+        if not tag or (vouched, boot) != (tag, BOOT_ID):
             return None
         self._timers_stamp = stamp
-        return stored[1], stored[2]
+        loaded: list[Any] = []
 
-    def store_timers(self, tag: str, queues: tuple[list, list] | None) -> None:
-        """Vouch for the timer queues at copy version ``tag``: ``queues`` (event time,
-        processing time) written anew, or None when they are the ones :meth:`timers` read
-        or this call last wrote (only the tag line is rewritten)."""
+        def load(index: int) -> list:
+            if not loaded:
+                try:
+                    stored = pickle.loads(Path(self._timers_path("pkl")).read_bytes())  # (a file this executor wrote)
+                    ok = isinstance(stored, tuple) and len(stored) == 3 and stored[0] == stamp
+                except Exception:  # noqa: BLE001 - cut short: rebuilt
+                    ok = False
+                loaded.extend(stored[1:] if ok else rebuild())
+            return loaded[index]
+
+        return StoredQueue(lengths[0], heads[0], lambda: load(0)), StoredQueue(lengths[1], heads[1], lambda: load(1))
+
+    def store_timers(self, tag: str, event: Any, processing: Any, rewrite: bool) -> None:
+        """Vouch for the timer queues at copy version ``tag``: written anew with ``rewrite``,
+        else the ones :meth:`timers` read or this call last wrote (only the tag line is
+        rewritten, with the queues' lengths and earliest times)."""
         os.makedirs(self.dir, exist_ok=True)
         stamp = getattr(self, "_timers_stamp", None)
-        if queues is not None or stamp is None:
-            assert queues is not None, "no queues read or written in this call to vouch for"
+        queues = [event, processing]
+        if rewrite or stamp is None:
+            queues = [q.load() if isinstance(q, StoredQueue) else q for q in queues]
             stamp = secrets.token_hex(8)
             tmp = self._timers_path("pkl") + ".tmp"
             with open(tmp, "wb") as f:
                 pickle.dump((stamp, *queues), f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self._timers_path("pkl"))
             self._timers_stamp = stamp
+        sizes = " ".join(f"{len(q)} {int(q[0][0]) if q else 0}" for q in queues)
         tmp = self._timers_path("tag") + ".tmp"
-        Path(tmp).write_text(f"{tag} {BOOT_ID} {stamp}")
+        Path(tmp).write_text(f"{tag} {BOOT_ID} {stamp} {sizes}")
         os.replace(tmp, self._timers_path("tag"))
 
     def rebuild_timers(self, overflow: dict[Any, Any], n: int) -> tuple[list, list, int]:
@@ -504,6 +520,23 @@ class SlotTable(LocalTable):
 
     def __len__(self) -> int:
         return len(self.keys)
+
+
+class StoredQueue:
+    """A timer queue of a delta-layout bucket as ``timers.tag`` describes it: its length and
+    earliest time, enough to tell whether anything is due; :meth:`load` reads the queue itself
+    (the runtime does before it pushes or pops: runtime._register, bucket.py _fire)."""
+
+    def __init__(self, length: int, head: int, load: Any) -> None:
+        self.length, self.head, self.load = length, head, load
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[int]:
+        if index != 0 or not self.length:
+            raise IndexError("only a stored queue's earliest entry is known before it is loaded")
+        return (self.head,)
 
 
 def _binary_buffers(values: pa.Array) -> tuple[np.ndarray, bytes]:

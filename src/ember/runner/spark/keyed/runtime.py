@@ -245,7 +245,10 @@ class KeyedRuntime(RuntimeContext, Context):
         if timestamp not in timers:
             timers.add(timestamp)
             self.blob["n"] += 1
-            heapq.heappush(self.blob[kind], (int(timestamp), self.blob["n"], self.current_key))
+            queue = self.blob[kind]
+            if type(queue) is not list:  # a delta-layout queue not read yet (keyed/delta.py StoredQueue)
+                queue = self.blob[kind] = queue.load()
+            heapq.heappush(queue, (int(timestamp), self.blob["n"], self.current_key))
 
     def register_event_time_timer(self, timestamp: int) -> None:
         if not self.event_time:

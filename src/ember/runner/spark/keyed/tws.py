@@ -225,13 +225,20 @@ class _SlotState(_State):
         blob = self.blob = self.meta()
         blob["keys"] = DeltaKeys(self.log, blob.setdefault(OVERFLOW, {}))
         # (a blob written before 2026-11-28 holds queues too: the slots say the same)
-        queues = self.log.local.timers(self.log.version.tag) if self.log.rebuilt_rows < 0 else None
-        if queues is None:
-            event, processing, blob["n"] = self.log.local.rebuild_timers(blob[OVERFLOW], blob.get("n", 0))
-            queues, self.timers_kept = (event, processing), False
-        blob[EVENT_TIMERS], blob[PROCESSING_TIMERS] = queues
+        queues = self.log.local.timers(self.log.version.tag, self._rebuild_timers) if self.log.rebuilt_rows < 0 else None
+        blob[EVENT_TIMERS], blob[PROCESSING_TIMERS] = queues if queues is not None else self._rebuild_timers()
         self._queues_at = self._queues_mark(blob), self.log.version.tag
         return blob
+
+    def _rebuild_timers(self) -> tuple[list, list]:
+        """The queues from the slots as the working copy holds them (at the call's start: the
+        call writes its changes to the copy when it ends); kept anew when the call ends."""
+        from ember.runner.spark.keyed.delta import OVERFLOW
+
+        assert self.blob is not None
+        event, processing, self.blob["n"] = self.log.local.rebuild_timers(self.blob[OVERFLOW], self.blob.get("n", 0))
+        self.timers_kept = False
+        return event, processing
 
     @staticmethod
     def _queues_mark(blob: dict[str, Any]) -> tuple[int, int, int]:
@@ -259,8 +266,7 @@ class _SlotState(_State):
             return
         changed = not self.timers_kept or self._queues_mark(self.blob) != self._queues_at[0]
         if changed or self.log.version.tag != self._queues_at[1]:
-            queues = (self.blob[EVENT_TIMERS], self.blob[PROCESSING_TIMERS]) if changed else None
-            self.log.local.store_timers(self.log.version.tag, queues)
+            self.log.local.store_timers(self.log.version.tag, self.blob[EVENT_TIMERS], self.blob[PROCESSING_TIMERS], changed)
             self._queues_at = self._queues_mark(self.blob), self.log.version.tag
         self.timers_kept = True
 

@@ -104,6 +104,7 @@ class FakeDeltaGroupState(FakeGroupState):
 
     meta = _SlotState.meta
     _queues_mark = staticmethod(_SlotState._queues_mark)
+    _rebuild_timers = _SlotState._rebuild_timers
     load_blob = _SlotState.load_blob
     store_blob = _SlotState.store_blob
     keep_timers = _SlotState.keep_timers
