@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, StatefulProcessor, StatefulProcessorHandle, TimerValues
 
-__all__ = ["BucketProcessor", "DeltaBucketProcessor", "DeltaSlotProcessor"]
+__all__ = ["BucketProcessor", "DeltaBucketProcessor", "DeltaSlotProcessor", "SlotBlob"]
 
 BucketCall = Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]
 
@@ -192,17 +192,29 @@ def _count(log: Any, counters: dict[str, Any]) -> None:
             counters[name].add(n)
 
 
-class _SlotState(_State):
-    """A process function's bucket on design B: the ``GroupState`` surface (timeouts as
-    one timer, as :class:`_State`), and the bucket's ``blob`` value holding the overflow of
-    collided keys and the log's version — read once and written once per call — beside its
-    keys' slots in a delta log with a working copy (``load_blob`` / ``store_blob``,
-    bucket.py). The timer queues are not in the blob: each key's slot holds its timers,
-    and the queues live beside the working copy (``SlotTable.timers``), rebuilt from the
-    slots when the copy has none at its version."""
+class SlotBlob:
+    """A process function's bucket on design B, the half beside Spark's ``GroupState``
+    surface: the bucket's ``blob`` value holding the overflow of collided keys and the log's
+    version — read once and written once per call — beside its keys' slots in a delta log
+    with a working copy (``load_blob`` / ``store_blob``, bucket.py). The timer queues are not
+    in the blob: each key's slot holds its timers, and the queues live beside the working copy
+    (``SlotTable.timers``), rebuilt from the slots when the copy has none at its version.
+    Mixed into a class that gives ``get``, ``exists`` and ``update`` (the blob's value) and
+    sets ``log`` (a DeltaLog) after :meth:`start_slots`."""
 
-    def __init__(self, proc: BucketProcessor, timer_values: TimerValues, fired: int | None) -> None:
-        super().__init__(proc, timer_values, fired)
+    # (the host's: _State, or the test driver's fake group state, comes first in the MRO)
+    @property
+    def exists(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def get(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        raise NotImplementedError
+
+    def start_slots(self) -> None:
         self.log: Any = None
         self._meta: dict[str, Any] | None = None
         self.blob: dict[str, Any] | None = None
@@ -269,6 +281,15 @@ class _SlotState(_State):
             self.log.local.store_timers(self.log.version.tag, self.blob[EVENT_TIMERS], self.blob[PROCESSING_TIMERS], changed)
             self._queues_at = self._queues_mark(self.blob), self.log.version.tag
         self.timers_kept = True
+
+
+class _SlotState(_State, SlotBlob):
+    """A process function's bucket on design B: the ``GroupState`` surface (timeouts as
+    one timer, as :class:`_State`) and :class:`SlotBlob`."""
+
+    def __init__(self, proc: BucketProcessor, timer_values: TimerValues, fired: int | None) -> None:
+        super().__init__(proc, timer_values, fired)
+        self.start_slots()
 
 
 class _MetaVersion:

@@ -15,7 +15,7 @@ from ember.functions import AggregateFunction
 from ember.runner.spark.keyed import delta
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.runtime import TAG, side_column
-from ember.runner.spark.keyed.tws import _SlotState
+from ember.runner.spark.keyed.tws import SlotBlob
 
 
 class FakeGroupState:
@@ -88,26 +88,16 @@ class ValueState:
         self.value = None
 
 
-class FakeDeltaGroupState(FakeGroupState):
+class FakeDeltaGroupState(FakeGroupState, SlotBlob):
     """FakeGroupState whose keys' slots live in a delta log, with the blob and timer queues
-    handled as the transformWithState adapter handles them (its ``_SlotState`` methods)."""
+    handled as the transformWithState adapter handles them (keyed/tws.py ``SlotBlob``)."""
 
     def __init__(self, blob: bytes | None, watermark: int | None, now: int, parts: ListState, version: ValueState,
                  directory: str) -> None:
         super().__init__(blob, watermark, now)
+        self.start_slots()
         self.log = delta.DeltaLog(parts, version, delta.SlotTable(directory), 0, ["slot"])
         self.log.open()
-        self._meta: dict | None = None
-        self.blob: dict | None = None
-        self.timers_kept = True
-        self._queues_at = ((0, 0, 0), "")
-
-    meta = _SlotState.meta
-    _queues_mark = staticmethod(_SlotState._queues_mark)
-    _rebuild_timers = _SlotState._rebuild_timers
-    load_blob = _SlotState.load_blob
-    store_blob = _SlotState.store_blob
-    keep_timers = _SlotState.keep_timers
 
 
 class BucketDriver:
