@@ -287,12 +287,14 @@ def window_of_windows(batches: list[list[tuple]], bound_ms: int, size: int, oute
     return result
 
 
-def window_then_timers(batches: list[list[tuple]], bound_ms: int, size: int, delay_ms: int):
+def window_then_timers(batches: list[list[tuple]], bound_ms: int, size: int, delay_ms: int,
+                       keep: Callable[[str, int], bool] | None = None):
     """A tumbling count window whose results feed a process function that reports each
     result's timestamp and the watermark it sees, and sets a timer ``delay_ms`` after it.
     Returns the sorted ``(key, window end, count, timestamp, watermark seen, batch)`` rows
     (the watermark seen is not modelled for results of the end of input: "?") and
-    ``(key, timer, batch it fires in)`` rows."""
+    ``(key, timer, batch it fires in)`` rows. ``keep(key, count)``: the results a filter
+    between the two lets through (the others reach the process function not at all)."""
     per_batch, _ = _tumbling_results(batches, bound_ms, size)
     watermarks = [*flink_watermarks(batches, bound_ms), None]
     seen, fired, pending = [], [], set()
@@ -301,6 +303,8 @@ def window_then_timers(batches: list[list[tuple]], bound_ms: int, size: int, del
         label = END if last else k
         before, wm = (watermarks[k - 1] if k else None), watermarks[k]
         for key, ts, n, _total in results:
+            if keep is not None and not keep(key, n):
+                continue
             seen.append((key, ts + 1, n, ts, "?" if last else before, label))
             pending.add((key, ts + delay_ms))
         for key, timer in sorted(t for t in pending if last or (wm is not None and t[1] <= wm)):

@@ -174,31 +174,73 @@ def test_a_side_output_feeds_a_window_with_its_records_event_time(env, fanned):
     assert result.late_dropped == late
 
 
-def test_a_filter_on_a_side_output_read_in_a_fan_out_is_refused_naming_it(env):
+def test_filters_and_a_map_on_a_side_output_read_by_lanes_see_its_records(env):
+    """A side output read by three window lanes, through a filter of their own (SQL; Python)
+    or a map of its own, beside a window on the main output and a sink of it: the side
+    output's fields have the main output's names, and each filter and the map see the side
+    output's records; every window equals the model's on the records its lane reads."""
+    batches = model.random_batches(8)
+    big = model.windows(batches, 1_000, "tumbling", 2_000, keep=lambda r: r[2] % 2 == 1 and r[2] > 4)
+    small = model.windows(batches, 1_000, "tumbling", 3_000, keep=lambda r: r[2] % 2 == 1 and r[2] < 5 and r[1] != "a")
+    tenfold = [[(ts, k.upper(), v * 10) for ts, k, v in b] for b in batches]  # (every record: the watermark's)
+    mapped = model.windows(tenfold, 1_000, "tumbling", 2_000, keep=lambda r: r[2] // 10 % 2 == 1)
+    even = model.windows(batches, 1_000, "tumbling", 6_000, keep=lambda r: r[2] % 2 == 0)
+    assert big.fired and small.fired and mapped.fired and even.fired
+    sinks = {name: CollectSink() for name in ("big", "small", "mapped", "even", "raw")}
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
+    split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
+    odd = split.get_side_output(ODD)
+    (odd.filter("v > 4", name="big").key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="big-windows").sink_to(sinks["big"], name="big-out"))
+    (odd.filter(lambda r: r["v"] < 5 and r["k"] != "a", name="small").key_by("k").window(TumblingEventTimeWindows.of(3_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="small-windows").sink_to(sinks["small"], name="small-out"))
+    (odd.map(lambda r: {"ts": r["ts"], "k": r["k"].upper(), "v": r["v"] * 10}, SCHEMA, name="tenfold")
+        .key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="mapped-windows").sink_to(sinks["mapped"], name="mapped-out"))
+    (split.key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="even-windows").sink_to(sinks["even"], name="even-out"))
+    split.sink_to(sinks["raw"], name="raw")
+    result = env.execute("side-output-filters", progress=False)
+    assert _fired(sinks["big"], batches, "v") == big.fired
+    assert _fired(sinks["small"], batches, "v") == small.fired
+    assert _fired(sinks["mapped"], batches, "v") == mapped.fired
+    assert _fired(sinks["even"], batches, "v") == even.fired
+    assert sorted((r["ts"], r["k"], r["v"]) for r in sinks["raw"].rows()) == sorted(
+        r for b in batches for r in b if r[2] % 2 == 0)
+    assert result.late_dropped == big.late + small.late + mapped.late + even.late
+
+
+def test_a_second_map_on_a_side_output_read_in_a_fan_out_is_refused_naming_it(env):
     src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
     split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
-    split.get_side_output(ODD).filter("v > 1", name="big").key_by("k").process(SplitOdd(), SCHEMA, name="b").sink_to(
-        CollectSink())
+    split.get_side_output(ODD).map(lambda r: r, SCHEMA, name="same").map(lambda r: r, SCHEMA, name="again").key_by(
+        "k").process(SplitOdd(), SCHEMA, name="b").sink_to(CollectSink())
     split.sink_to(CollectSink(), name="raw")
-    with pytest.raises(PipelineError, match="step 'big'.*on a side output, key_by only"):
+    with pytest.raises(PipelineError, match="step 'again'.*only filters, then one map, flat_map or select, then key_by"):
         env.execute("refused", progress=False)
 
 
 def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(env):
-    """dedupe -> {2 s window -> a process function with timers, 6 s window, raw sink}: the
-    process function reads the window lane's results (a second level of lanes) with Flink's
-    timestamps and watermark and fires its timers when Flink would; the other outputs pass
-    the second level and equal the model's."""
+    """dedupe -> {2 s window -> filters (SQL, Python) -> select -> a process function with
+    timers, 6 s window, raw sink}: the process function reads the window lane's results that
+    pass the filters, through the select (a second level of lanes), with Flink's timestamps
+    and watermark, and fires its timers when Flink would; the other outputs pass the second
+    level and equal the model's."""
     batches = model.random_batches(8)
     given = [b + b[:1] for b in batches]
     distinct = _distinct(given)
-    seen, fired = model.window_then_timers(distinct, 1_000, 2_000, 1_500)
+    seen, fired = model.window_then_timers(distinct, 1_000, 2_000, 1_500, keep=lambda k, n: n > 1 and k != "c")
+    unfiltered, _ = model.window_then_timers(distinct, 1_000, 2_000, 1_500)
+    assert 0 < len(seen) < len(unfiltered)  # the filters let some results through, not all
+    seen = [(k, end, n * 10, *rest) for k, end, n, *rest in seen]  # (the select's tenfold count)
     large_expected = model.windows(distinct, 1_000, "tumbling", 6_000)
     reports, large, raw = CollectSink(), CollectSink(), CollectSink()
     src = env.from_source(ScriptedSource(given, SCHEMA), BOUND, name="events")
     deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
     (deduped.key_by("k").window(TumblingEventTimeWindows.of(2_000))
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
+        .filter("n > 1", name="several").filter(lambda r: r["k"] != "c", name="not-c")
+        .select("k", "window_start", "window_end", "n * 10 AS n", name="tenfold")
         .key_by("k").process(Report(1_500), "k string, what string, end bigint, n bigint, ts bigint, wm bigint",
                              name="report").sink_to(reports, name="reports"))
     (deduped.key_by("k").window(TumblingEventTimeWindows.of(6_000))

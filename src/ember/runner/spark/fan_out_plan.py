@@ -80,10 +80,13 @@ class FanOut:
 class Level:
     """Keyed steps of a fan-out reading the lanes of the level before (``reads``: per lane,
     the lane it reads there and which of its outputs — None for the main one, else a side
-    output's tag; through ``key_by`` only)."""
+    output's tag; through filters, then one ``map``, ``flat_map`` or ``select``, then ``key_by``:
+    per lane its ``filters`` in graph order and its ``maps``' one step or None)."""
 
     lanes: tuple[Node, ...]
     reads: tuple[tuple[int, str | None], ...]
+    filters: tuple[tuple[FilterNode, ...], ...] = ()
+    maps: tuple[MapNode | FlatMapNode | SelectNode | None, ...] = ()
 
 
 def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | None:
@@ -167,16 +170,15 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
         for step in path[1:] if side else path:
             if isinstance(step, KeyByNode):
                 continue
-            plain = not side and not mapped and getattr(step, "dead_letter", None) is None
+            plain = not mapped and getattr(step, "dead_letter", None) is None
             if plain and isinstance(step, MapNode | FlatMapNode | SelectNode):
                 mapped = True
             elif not (plain and isinstance(step, FilterNode)):
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
                     f"one of several steps reading '{source.name}'; after the point where they part only filters, "
-                    "then one map, flat_map or select, then key_by are supported yet (without dead letters; on a side "
-                    f"output, key_by only): let every reader share it (one step before they part), or do it {instead}",
-                    step.name,
+                    "then one map, flat_map or select, then key_by are supported yet (without dead letters): let every "
+                    f"reader share it (one step before they part), or do it {instead}", step.name,
                 )
         paths.append(path)
     after = _levels(graph, source, lanes)
@@ -230,7 +232,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
     previous = lanes
     rest = [n for n in runtime_steps(graph) if any(a is source for a in ancestors(n)) and not any(n is lane for lane in lanes)]
     while rest:
-        level, reads = [], []
+        level, reads, filters, maps = [], [], [], []
         for node in rest:
             direct = upstream_steps(node, graph)
             if len(direct) > 1:
@@ -245,18 +247,30 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
                 continue
             path = _between(graph, upstream, node)
             side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
+            tests: list[FilterNode] = []
+            mapping: MapNode | FlatMapNode | SelectNode | None = None
             for step in path[1:] if side is not None else path:
-                if not isinstance(step, KeyByNode):
+                if isinstance(step, KeyByNode):
+                    continue
+                plain = mapping is None and getattr(step, "dead_letter", None) is None
+                if plain and isinstance(step, FilterNode):
+                    tests.append(step)
+                elif plain and isinstance(step, MapNode | FlatMapNode | SelectNode):
+                    mapping = step
+                else:
                     raise PipelineError(
                         f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
-                        f"the fan-out after '{source.name}'; there only key_by is supported yet (a side output and then "
-                        f"key_by): move it into '{upstream.name}' or '{node.name}'", step.name,
+                        f"the fan-out after '{source.name}'; there only filters, then one map, flat_map or select, then "
+                        f"key_by are supported yet (without dead letters): move it into '{upstream.name}' or "
+                        f"'{node.name}'", step.name,
                     )
             level.append(node)
             reads.append((j, side))
+            filters.append(tuple(tests))
+            maps.append(mapping)
         if not level:  # not reached: every keyed step after source reads a lane of some level
             raise PipelineError(f"'{rest[0].name}' cannot be placed after the fan-out after '{source.name}'", rest[0].name)
-        levels.append(Level(tuple(level), tuple(reads)))
+        levels.append(Level(tuple(level), tuple(reads), tuple(filters), tuple(maps)))
         rest = [n for n in rest if not any(n is lane for lane in level)]
         previous = tuple(level)
     return tuple(levels)

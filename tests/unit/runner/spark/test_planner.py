@@ -298,12 +298,24 @@ def test_keyed_steps_after_the_lanes_run_as_further_levels(env, events):
     assert fan.where(_node(p, "b3")) == (2, 0) and fan.where(_node(p, "first")) is None
 
 
-def test_a_map_between_two_levels_of_a_fan_out_is_refused_naming_it(env, events):
+def test_filters_and_a_map_between_two_levels_are_the_lanes_own(env, events):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     a = first.key_by("k").process(_Count(), KEYED, name="a")
-    a.map(lambda r: r, name="reshape").key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink())
+    (a.filter("ts > 0", name="later").filter(lambda r: True, name="any").map(lambda r: r, name="reshape")
+        .key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink()))
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'reshape'.*between 'a' and 'a2'.*only key_by"):
+    (level,) = plan(env.graph()).fan_out.after
+    assert [[f.name for f in fs] for fs in level.filters] == [["later", "any"]]
+    assert [m.name for m in level.maps] == ["reshape"]
+
+
+def test_a_second_map_between_two_levels_of_a_fan_out_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    a = first.key_by("k").process(_Count(), KEYED, name="a")
+    (a.map(lambda r: r, name="reshape").map(lambda r: r, name="again")
+        .key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink()))
+    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'again'.*between 'a' and 'a2'.*only filters, then one map"):
         plan(env.graph())
 
 

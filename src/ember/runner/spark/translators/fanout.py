@@ -133,10 +133,15 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         mapping = next((s for s in path if isinstance(s, MapNode | FlatMapNode | SelectNode)), None)
         if mapping is not None:  # the lane's own map / select: its records in columns of their own, on its rows only
             prefix = f"__ember_mapped{i}_"
+            seen = fields if tag is None else comp.side_types[id(fan.stem)][tag].names
+            if tag is not None:
+                df = _side_fields(df, tag, seen, True)
             if isinstance(mapping, SelectNode):
-                df, mapped = lane_select(df, mapping, (LANE, i, fields), prefix)
+                df, mapped = lane_select(df, mapping, (LANE, i, seen), prefix)
             else:
-                df, mapped = lane_map(df, mapping, (LANE, i, fields), prefix)
+                df, mapped = lane_map(df, mapping, (LANE, i, seen), prefix)
+            if tag is not None:
+                df = _side_fields(df, tag, seen, False)
             keys.append(tuple(prefix + k for k in lane.keys))
             names.append({prefix + f: f for f in mapped})
             continue
@@ -169,13 +174,29 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
     df = rows.withColumn(lane, F.explode(F.concat(*copies, F.array(F.lit(n)))))
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
-    for node, (j, tag) in zip(lanes, after.reads):
+    for i, (node, (j, tag), tests, mapping) in enumerate(
+            zip(lanes, after.reads, after.filters or [()] * n, after.maps or [None] * n)):
         fields = before.columns[j]
         if tag is None:
             renamed = {lane_column(j, f): f for f in fields if f != TAG and not f.startswith(SIDE_PREFIX)}
         else:
             renamed = {lane_column(j, side_column(tag, f)): f for f in comp.side_types[id(before.seeds[j])][tag].names}
             renamed.update({lane_column(j, h): h for h in HIDDEN if h in fields})
+        visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
+        for step in tests:  # the lane's own filters, on its copies only, the records under their own names
+            df = _named(df, visible, True)
+            df = python_filter(comp, df, step, (lane, [i], list(visible.values()))) if step.is_python else \
+                df.filter((F.col(lane) != F.lit(i)) | column(step.predicate))
+            df = _named(df, visible, False)
+        if mapping is not None:  # the lane's own map / select: its records in columns of their own (as on level 0)
+            prefix = f"__ember_mapped{k}_{i}_"
+            df = _named(df, visible, True)
+            if isinstance(mapping, SelectNode):
+                df, mapped = lane_select(df, mapping, (lane, i, list(visible.values())), prefix)
+            else:
+                df, mapped = lane_map(df, mapping, (lane, i, list(visible.values())), prefix)
+            df = _named(df, visible, False)
+            renamed = {**{prefix + f: f for f in mapped}, **{c: f for c, f in renamed.items() if f in HIDDEN}}
         keys.append(tuple(next(c for c, f in renamed.items() if f == key) for key in node.keys))
         names.append(renamed)
     through = T.StructType([f for f in rows.schema.fields if f.name != ANCHOR])
@@ -248,15 +269,46 @@ def _renamed(run: Any, names: dict[str, str]) -> Any:
 
 
 def _filters(comp: Compilation, fan: FanOut, fields: list[str], df: Any) -> Any:
-    """``df`` with each filter on the lanes' paths applied to the rows of the lanes it is on."""
+    """``df`` with each filter on the lanes' paths applied to the rows of the lanes it is on
+    (on a side output's path: to its records, whose fields are side columns in those rows)."""
     done: list[Node] = []
     for step in (s for path in fan.paths for s in path):
         if not isinstance(step, FilterNode) or any(step is d for d in done):
             continue
         done.append(step)
         users = [i for i, path in enumerate(fan.paths) if any(step is s for s in path)]
+        first = fan.paths[users[0]][0]
+        tag = first.tag.name if isinstance(first, SideOutputNode) else None  # the output every user reads
+        seen = fields if tag is None else comp.side_types[id(fan.stem)][tag].names
+        if tag is not None:
+            df = _side_fields(df, tag, seen, True)
         if step.is_python:
-            df = python_filter(comp, df, step, (LANE, users, fields))
+            df = python_filter(comp, df, step, (LANE, users, seen))
         else:
             df = df.filter(~F.col(LANE).isin(users) | column(step.predicate))
+        if tag is not None:
+            df = _side_fields(df, tag, seen, False)
     return df
+
+
+ASIDE = "__ember_aside_"
+
+
+def _named(df: Any, renamed: dict[str, str], on: bool) -> Any:
+    """``df`` with the columns of ``renamed`` (column -> field) under their fields' names,
+    columns already of those names set aside (``on``), or back as they were (not ``on``) —
+    so a lane's filter or map, written on the records' fields, reads the lane's columns."""
+    steps = []
+    for col, name in renamed.items():
+        aside, own = (name, ASIDE + name), (col, name)
+        steps += [aside, own] if on else [own[::-1], aside[::-1]]
+    for old, new in steps:
+        if old in df.columns:
+            df = df.withColumnRenamed(old, new)
+    return df
+
+
+def _side_fields(df: Any, tag: str, names: list[str], on: bool) -> Any:
+    """``df`` with side output ``tag``'s fields (``names``) under their own names, the main
+    output's columns of those names set aside (``on``), or back as they were (not ``on``)."""
+    return _named(df, {side_column(tag, name): name for name in names}, on)
