@@ -288,8 +288,7 @@ class BucketFunction:
         queue = rt.blob[kind]
         if until is None or not queue or queue[0][0] > until:
             return
-        if type(queue) is not list:  # a delta-layout queue not read yet (keyed/delta.py StoredQueue)
-            queue = rt.blob[kind] = queue.load()
+        queue = rt.timer_queue(kind)
         while queue and queue[0][0] <= until:
             ts, _, key = heapq.heappop(queue)
             self.touched = True

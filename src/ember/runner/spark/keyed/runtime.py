@@ -245,10 +245,15 @@ class KeyedRuntime(RuntimeContext, Context):
         if timestamp not in timers:
             timers.add(timestamp)
             self.blob["n"] += 1
-            queue = self.blob[kind]
-            if type(queue) is not list:  # a delta-layout queue not read yet (keyed/delta.py StoredQueue)
-                queue = self.blob[kind] = queue.load()
-            heapq.heappush(queue, (int(timestamp), self.blob["n"], self.current_key))
+            heapq.heappush(self.timer_queue(kind), (int(timestamp), self.blob["n"], self.current_key))
+
+    def timer_queue(self, kind: str) -> list:
+        """The bucket's timer queue ``kind`` as a heap to push to or pop from — a delta-layout
+        queue not read yet (keyed/delta.py ``StoredQueue``) is read now."""
+        queue = self.blob[kind]
+        if type(queue) is not list:
+            queue = self.blob[kind] = queue.load()
+        return queue
 
     def register_event_time_timer(self, timestamp: int) -> None:
         if not self.event_time:

@@ -126,27 +126,24 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     if fan.root and event_time and base.time is not None:  # event time once, before the rows are copied per lane
         rows = keep_late_rows(with_event_time(comp, rows, base.time, fan.stem.name))
     df = rows.withColumn(LANE, F.explode(lanes_of_row))
-    df = _filters(comp, fan, fields, df)
+    # Each output's records: its columns -> their fields (a side output's are side columns).
+    records = {tag: ({f: f for f in fields} if tag is None else
+                     {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names}) for tag in set(reads)}
+    df = _filters(fan, df, reads, records, comp)
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
     for i, (lane, tag, path) in enumerate(zip(lanes, reads, fan.paths)):
         mapping = next((s for s in path if isinstance(s, MapNode | FlatMapNode | SelectNode)), None)
         if mapping is not None:  # the lane's own map / select: its records in columns of their own, on its rows only
             prefix = f"__ember_mapped{i}_"
-            seen = fields if tag is None else comp.side_types[id(fan.stem)][tag].names
-            if tag is not None:
-                df = _side_fields(df, tag, seen, True)
-            if isinstance(mapping, SelectNode):
-                df, mapped = lane_select(df, mapping, (LANE, i, seen), prefix)
-            else:
-                df, mapped = lane_map(df, mapping, (LANE, i, seen), prefix)
-            if tag is not None:
-                df = _side_fields(df, tag, seen, False)
+            df, mapped = _on_lanes(comp, _named(df, records[tag], True), mapping, LANE, [i], list(records[tag].values()),
+                                   prefix)
+            df = _named(df, records[tag], False)
             keys.append(tuple(prefix + k for k in lane.keys))
             names.append({prefix + f: f for f in mapped})
             continue
         keys.append(lane.keys if tag is None else tuple(side_column(tag, k) for k in lane.keys))
-        names.append(None if tag is None else {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names})
+        names.append(None if tag is None else records[tag])
     through = T.StructType([f for f in base.df.schema.fields if f.name in through_columns]) if fan.through else None
     times = [comp.frames[id(lane)].time for lane in fan.lanes] + ([base.time] if fan.through else [])
     level = _operator(comp, df, LANE, lanes, keys, names, through, event_time, fan.seeds, times, fan.levels, None)
@@ -182,21 +179,16 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
         else:
             renamed = {lane_column(j, side_column(tag, f)): f for f in comp.side_types[id(before.seeds[j])][tag].names}
             renamed.update({lane_column(j, h): h for h in HIDDEN if h in fields})
-        visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
-        for step in tests:  # the lane's own filters, on its copies only, the records under their own names
-            df = _named(df, visible, True)
-            df = python_filter(comp, df, step, (lane, [i], list(visible.values()))) if step.is_python else \
-                df.filter((F.col(lane) != F.lit(i)) | column(step.predicate))
+        if tests or mapping is not None:  # the lane's own filters, then map / select: on its copies only
+            visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
+            df = _named(df, visible, True)  # (the records under their own names while they run)
+            for step in tests:
+                df, _ = _on_lanes(comp, df, step, lane, [i], list(visible.values()))
+            if mapping is not None:  # its records in columns of their own (as on level 0)
+                prefix = f"__ember_mapped{k}_{i}_"
+                df, mapped = _on_lanes(comp, df, mapping, lane, [i], list(visible.values()), prefix)
+                renamed = {**{prefix + f: f for f in mapped}, **{c: f for c, f in renamed.items() if f in HIDDEN}}
             df = _named(df, visible, False)
-        if mapping is not None:  # the lane's own map / select: its records in columns of their own (as on level 0)
-            prefix = f"__ember_mapped{k}_{i}_"
-            df = _named(df, visible, True)
-            if isinstance(mapping, SelectNode):
-                df, mapped = lane_select(df, mapping, (lane, i, list(visible.values())), prefix)
-            else:
-                df, mapped = lane_map(df, mapping, (lane, i, list(visible.values())), prefix)
-            df = _named(df, visible, False)
-            renamed = {**{prefix + f: f for f in mapped}, **{c: f for c, f in renamed.items() if f in HIDDEN}}
         keys.append(tuple(next(c for c, f in renamed.items() if f == key) for key in node.keys))
         names.append(renamed)
     through = T.StructType([f for f in rows.schema.fields if f.name != ANCHOR])
@@ -268,27 +260,36 @@ def _renamed(run: Any, names: dict[str, str]) -> Any:
     return call
 
 
-def _filters(comp: Compilation, fan: FanOut, fields: list[str], df: Any) -> Any:
-    """``df`` with each filter on the lanes' paths applied to the rows of the lanes it is on
-    (on a side output's path: to its records, whose fields are side columns in those rows)."""
+def _filters(fan: FanOut, df: Any, reads: list[str | None], records: dict[str | None, dict[str, str]],
+             comp: Compilation) -> Any:
+    """``df`` with each filter on the lanes' paths applied to the rows of the lanes it is on,
+    to the records of the output they read (``records``: its columns -> their fields)."""
     done: list[Node] = []
     for step in (s for path in fan.paths for s in path):
         if not isinstance(step, FilterNode) or any(step is d for d in done):
             continue
         done.append(step)
         users = [i for i, path in enumerate(fan.paths) if any(step is s for s in path)]
-        first = fan.paths[users[0]][0]
-        tag = first.tag.name if isinstance(first, SideOutputNode) else None  # the output every user reads
-        seen = fields if tag is None else comp.side_types[id(fan.stem)][tag].names
-        if tag is not None:
-            df = _side_fields(df, tag, seen, True)
-        if step.is_python:
-            df = python_filter(comp, df, step, (LANE, users, seen))
-        else:
-            df = df.filter(~F.col(LANE).isin(users) | column(step.predicate))
-        if tag is not None:
-            df = _side_fields(df, tag, seen, False)
+        named = records[reads[users[0]]]  # (every user of a filter reads the one output it follows)
+        df, _ = _on_lanes(comp, _named(df, named, True), step, LANE, users, list(named.values()))
+        df = _named(df, named, False)
     return df
+
+
+def _on_lanes(comp: Compilation, df: Any, step: Node, lane: str, users: list[int], fields: list[str],
+              prefix: str = "") -> tuple[Any, list[str]]:
+    """A lane's own ``step`` on the rows of lanes ``users`` (in column ``lane``), the others
+    passing: a filter (no fields of its own: ``[]``), or a map / flat_map / select writing its
+    records into columns ``prefix + field`` (and its fields). ``fields``: the records' fields,
+    columns of ``df`` under those names."""
+    if isinstance(step, FilterNode):
+        if step.is_python:
+            return python_filter(comp, df, step, (lane, users, fields)), []
+        return df.filter(~F.col(lane).isin(users) | column(step.predicate)), []
+    if isinstance(step, SelectNode):
+        return lane_select(df, step, (lane, users[0], fields), prefix)
+    assert isinstance(step, MapNode | FlatMapNode)
+    return lane_map(df, step, (lane, users[0], fields), prefix)
 
 
 ASIDE = "__ember_aside_"
@@ -297,18 +298,15 @@ ASIDE = "__ember_aside_"
 def _named(df: Any, renamed: dict[str, str], on: bool) -> Any:
     """``df`` with the columns of ``renamed`` (column -> field) under their fields' names,
     columns already of those names set aside (``on``), or back as they were (not ``on``) —
-    so a lane's filter or map, written on the records' fields, reads the lane's columns."""
+    so a lane's filter or map, written on the records' fields, reads the lane's columns.
+    A column already under its field's name stays."""
     steps = []
     for col, name in renamed.items():
+        if col == name:
+            continue
         aside, own = (name, ASIDE + name), (col, name)
         steps += [aside, own] if on else [own[::-1], aside[::-1]]
     for old, new in steps:
         if old in df.columns:
             df = df.withColumnRenamed(old, new)
     return df
-
-
-def _side_fields(df: Any, tag: str, names: list[str], on: bool) -> Any:
-    """``df`` with side output ``tag``'s fields (``names``) under their own names, the main
-    output's columns of those names set aside (``on``), or back as they were (not ``on``)."""
-    return _named(df, {side_column(tag, name): name for name in names}, on)
