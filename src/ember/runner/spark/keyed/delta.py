@@ -525,7 +525,7 @@ class SlotTable(LocalTable):
 class StoredQueue:
     """A timer queue of a delta-layout bucket as ``timers.tag`` describes it: its length and
     earliest time, enough to tell whether anything is due; :meth:`load` reads the queue itself
-    (the runtime does before it pushes or pops: runtime._register, bucket.py _fire)."""
+    (before the runtime pushes or pops: KeyedRuntime.timer_queue)."""
 
     def __init__(self, length: int, head: int, load: Any) -> None:
         self.length, self.head, self.load = length, head, load
