@@ -284,6 +284,9 @@ class Matcher:
         """:meth:`event` for a plain sequence (:func:`_sequence_of`): every partial waits for the
         first event of its next stage, so an event is taken or passed over — the same partials,
         in the same order, as the general loop builds."""
+        tests, survives = self.sequence  # type: ignore[misc]
+        if not partials and len(tests) > 1:  # (a key's usual state: nothing under way)
+            return ([(NEXT, 0, 1, ((0, seq, ts, e),), 1, (), True)] if tests[0](e) else partials), [], []
         done: list[tuple] = []
         expired: list[tuple] = []
         window = self.plan.window_ms
@@ -292,7 +295,6 @@ class Matcher:
                 if ts - p[3][0][2] >= window:
                     partials, done, expired = self.advance(partials, ts)
                     break
-        tests, survives = self.sequence  # type: ignore[misc]
         last = len(tests) - 1
         out: list[Partial] = []
         matches: list[tuple] = []

@@ -159,8 +159,8 @@ class CepFunction(KeyedProcessFunction):
         matcher now, as ``on_timer`` would take them once that watermark fires the key's timer
         (outputs stamped alike: with the first event's time), then time advanced to ``due``.
         Returns the fresh events that wait."""
-        waiting = _pop_due(st[1], due)
-        cut = bisect.bisect_right(fresh, due, key=lambda item: item[0])
+        waiting = _pop_due(st[1], due) if st[1] else None
+        cut = len(fresh) if not fresh or fresh[-1][0] <= due else bisect.bisect_right(fresh, due, key=lambda item: item[0])
         ready = sorted(waiting + fresh[:cut]) if waiting else fresh[:cut]  # by (ts, seq): seq breaks ties
         kept_watermark = rt.watermark
         rt.watermark = due  # what the handler sees, as in on_timer at the end of the batch
@@ -264,10 +264,21 @@ class CepFunction(KeyedProcessFunction):
         if self.sql_columns:  # the SQL conditions' columns are Ember's, not the user's
             done, expired = _visible(done), _visible(expired)
         handler = self.handler
-        for m in done:
-            result = self._call(handler.process_match, m, ctx)
-            if result is not None:
-                out.extend(result)
+        if type(handler) is SelectFunction:  # one record per match: the call without its generality
+            as_dict, fn = self.matcher.as_dict, handler.fn
+            for m in done:
+                match = as_dict(m)
+                try:
+                    record = fn(match)
+                except Exception as exc:
+                    self._handler_failed(handler.process_match, exc, match, ctx)
+                    continue
+                out.append(record)
+        else:
+            for m in done:
+                result = self._call(handler.process_match, m, ctx)
+                if result is not None:
+                    out.extend(result)
         if self.timed_out is not None:
             for m in expired:
                 result = self._call(handler.process_timed_out_match, m, ctx)
@@ -282,13 +293,17 @@ class CepFunction(KeyedProcessFunction):
             result = method(match, ctx)
             return None if result is None else list(result)  # a generator runs here, inside the guard
         except Exception as exc:
-            error = f"step '{self.step}': {type(self.handler).__name__}.{method.__name__} raised {type(exc).__name__}: {exc}"
-            if self.dead_letter is None:
-                raise UserFunctionError(f"{error} on match {match!r}") from exc
             if sides is not None:
                 del sides[emitted:]  # the side outputs the failed call emitted
-            ctx.output(self.dead_letter, {"raw": record_text(match), "error": error})
+            self._handler_failed(method, exc, match, ctx)
             return None
+
+    def _handler_failed(self, method: Any, exc: Exception, match: dict[str, Any], ctx: Context) -> None:
+        """The handler raised on ``match``: the job fails naming the step, or the match becomes a dead letter."""
+        error = f"step '{self.step}': {type(self.handler).__name__}.{method.__name__} raised {type(exc).__name__}: {exc}"
+        if self.dead_letter is None:
+            raise UserFunctionError(f"{error} on match {match!r}") from exc
+        ctx.output(self.dead_letter, {"raw": record_text(match), "error": error})
 
     def _arm(self, st: list, ctx: Context, processing: bool) -> None:
         """A timer at the earliest partial match's window end (timeouts, trailing negatives)."""

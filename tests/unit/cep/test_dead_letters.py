@@ -16,7 +16,7 @@ from cep_bucket import batches, drive
 
 from ember import OutputTag
 from ember.cep import CEP, Pattern, PatternProcessFunction
-from ember.cep.operator import CepFunction
+from ember.cep.operator import CepFunction, SelectFunction
 from ember.errors import PipelineError, UserFunctionError
 from ember.functions import DEAD_LETTER_SCHEMA
 from ember.runner.spark.keyed.runtime import TAG, side_column
@@ -57,6 +57,16 @@ class Emit(PatternProcessFunction):
 def seqs(match):
     return " ".join(str(e["ts"] * 100 + e["n"]) for s in match.values() for e in s)
 
+
+def fussy_select(match):
+    """``select``'s function: what ``Emit(fussy=True)`` yields, as one record."""
+    first = match[next(iter(match))][0]
+    if first["v"] == 7:
+        raise ValueError("seven")
+    return {"k": first["k"], "seqs": seqs(match)}
+
+
+HANDLERS = {"Emit": lambda: Emit(fussy=True), "SelectFunction": lambda: SelectFunction(fussy_select)}
 
 
 def on_time(data):
@@ -111,16 +121,17 @@ def test_an_event_a_condition_raises_on_is_a_dead_letter_and_changes_no_match(na
     assert matched > 0 and poisoned > 0
 
 
-def test_a_match_the_handler_raises_on_is_a_dead_letter_carrying_the_match():
+@pytest.mark.parametrize("handler", sorted(HANDLERS))
+def test_a_match_the_handler_raises_on_is_a_dead_letter_carrying_the_match(handler):
     pattern = PATTERNS["relaxed"]
     failed = kept = 0
     for seed in range(10):
         data = [[{**e, "v": 3 if e["v"] == "?" else e["v"]} for e in batch] for batch in batches(seed, BOUND, poison=0.17)]
-        main, dead = run(pattern, data, Emit(fussy=True), BAD)
+        main, dead = run(pattern, data, HANDLERS[handler](), BAD)
         expected = reference(pattern, on_time(data))
         assert main == sorted((k, s) for k, s, m in expected if m["a"][0]["v"] != 7), seed
         assert sorted(seqs(json.loads(raw)) for raw, _ in dead) == sorted(s for _, s, m in expected if m["a"][0]["v"] == 7)
-        assert all(error == "step 'cep': Emit.process_match raised ValueError: seven" for _, error in dead)
+        assert all(error == f"step 'cep': {handler}.process_match raised ValueError: seven" for _, error in dead)
         failed += len(dead)
         kept += len(main)
     assert failed > 0 and kept > 0
@@ -132,8 +143,9 @@ def test_without_a_dead_letter_tag_a_raising_condition_or_handler_fails_the_step
         run(PATTERNS["relaxed"], data, Emit(), None)
     data = [[{"k": "x", "ts": 1, "t": "a", "v": 7, "n": 1}, {"k": "x", "ts": 2, "t": "b", "v": 1, "n": 2},
              {"k": "x", "ts": 3, "t": "c", "v": 5, "n": 3}]]
-    with pytest.raises(UserFunctionError, match="Emit.process_match raised ValueError: seven on match"):
-        run(PATTERNS["relaxed"], data, Emit(fussy=True), None)
+    for handler in HANDLERS:
+        with pytest.raises(UserFunctionError, match=f"step 'cep': {handler}.process_match raised ValueError: seven on match"):
+            run(PATTERNS["relaxed"], data, HANDLERS[handler](), None)
 
 
 def test_the_dead_letter_tag_is_checked_when_declared():
