@@ -6,7 +6,8 @@ bucket's records (per key in timestamp order; or hand the whole batch to an
 operator that takes it, contracts.BatchHandler), fire timers that became due
 meanwhile, store the bucket, and ask Spark to call again when the earliest
 remaining timer is due. The user's function is called once per record; the
-runtime adds no per-key or per-record call of its own.
+runtime adds no per-key or per-record call of its own. The call runs with Python's
+cyclic garbage collector paused (:func:`collector_paused`).
 """
 
 from __future__ import annotations
@@ -382,7 +383,7 @@ def collector_paused() -> Iterator[None]:
     container or more per record (the records' dicts, keys, partial matches, output rows)
     and holds many of them to its end; the collector would traverse them again and again as
     they age through its generations, though reference counting frees them. Measured on the
-    CEP step: a quarter of the call's time (docs/design/cep.md). What cyclic garbage a call
+    CEP step: about a fifth of the call's time (docs/design/cep.md). What cyclic garbage a call
     makes (pandas', a user function's) waits for the collector's next run after it."""
     paused = gc.isenabled()
     if paused:
