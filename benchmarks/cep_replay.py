@@ -5,11 +5,13 @@ address) and its hand-written baseline (``FlowByHand``), each driven through Emb
 function (keyed/bucket.py) with a stand-in for Spark's group state: 16 state buckets, micro-batches of
 ``--batch`` events, the watermark advanced within the batch as in the engine (the job's only
 stateful step) with an out-of-orderness bound of ``--bound-ms`` (default 0: ``ember bench cep``'s
-monotonous timestamps; until 2026-11-27 the replay used 1,000). Four variants, alternating, in
+monotonous timestamps; until 2026-11-27 the replay used 1,000). Six variants, alternating, in
 one process on one core: ``cep`` (the pattern), ``cep-every-event`` (the pattern with every event queued: before the step dropped the events
 no stage can take, 2026-11-26) and ``by-hand`` (the hand-written process function); their
 settled matches are checked equal; ``cep-general`` (the pattern on the matcher's general loop:
-before its plain-sequence fast path, 2026-11-27) too. Prints events/s per variant (median of
+before its plain-sequence fast path, 2026-11-27) too; ``cep-sql`` (the pattern with SQL
+conditions, their columns computed as Spark would before the step) and ``cep-sql-per-event``
+(the same testing relevance on a dict per event: before the columnar test, 2026-11-28) too. Prints events/s per variant (median of
 ``--rounds``) and, with ``--json``, one JSON line.
 
     python benchmarks/cep_replay.py --events 1000000 --batch 250000 --rounds 3
@@ -30,7 +32,7 @@ from ember.bench.jobs import FlowByHand
 from ember.bench.workloads import CEP_WINDOW_MS, CLOSE, OPENS
 from ember.cep import Pattern, SkipStrategy
 from ember.cep.nfa import Matcher
-from ember.cep.operator import CepFunction, SelectFunction
+from ember.cep.operator import SQL_PREFIX, CepFunction, SelectFunction
 from ember.connectors.generators import StateMachineSource
 from ember.runner.spark.keyed.bucket import BucketFunction
 
@@ -70,11 +72,17 @@ class _State:
 RATE = 100_000  # event time: events per second of it (a 250 k-event batch spans 2.5 s)
 
 
+SQL_OPEN, SQL_CLOSE = f"type IN ({', '.join(map(str, OPENS))})", f"type = {CLOSE}"
+SQL_COLUMNS = {SQL_OPEN: f"{SQL_PREFIX}0", SQL_CLOSE: f"{SQL_PREFIX}1"}
+
+
 def _events(n: int) -> pd.DataFrame:
+    """E4 events, with the SQL conditions' columns as Spark computes them before the step."""
     src = StateMachineSource(rate=RATE, partitions=1, invalid_rate=0.0005, start_ms=1_700_000_000_000)
     address, kind, _ = src.events(0, 0, n)
     ts = 1_700_000_000_000 + (np.arange(n, dtype=np.int64) * 1000) // RATE
-    return pd.DataFrame({"address": address.astype(np.int64), "type": kind.astype(np.int64), "ts": ts})
+    return pd.DataFrame({"address": address.astype(np.int64), "type": kind.astype(np.int64), "ts": ts,
+                         SQL_COLUMNS[SQL_OPEN]: np.isin(kind, OPENS), SQL_COLUMNS[SQL_CLOSE]: kind == CLOSE})
 
 
 class _EveryEvent(CepFunction):
@@ -94,9 +102,24 @@ class _GeneralMatcher(CepFunction):
         self.matcher = Matcher(self.matcher.plan, fast=False)
 
 
+class _SqlPerEvent(CepFunction):
+    """The CEP step with SQL conditions testing relevance per event on a dict (before the
+    columnar test, 2026-11-28)."""
+
+    def open(self, ctx: Any) -> None:
+        super().open(ctx)
+        self._relevant_columns = None
+
+
 def _function(variant: str) -> Any:
     if variant == "by-hand":
         return FlowByHand(CEP_WINDOW_MS)
+    if variant.startswith("cep-sql"):
+        sql = (Pattern.begin("open", skip=SkipStrategy.skip_past_last_event()).where(SQL_OPEN)
+               .followed_by("close").where(SQL_CLOSE).within(CEP_WINDOW_MS))
+        pick = SelectFunction(lambda m: {"address": m["open"][0]["address"], "opened": m["open"][0]["ts"],
+                                         "closed": m["close"][0]["ts"]})
+        return (_SqlPerEvent if variant == "cep-sql-per-event" else CepFunction)(sql, pick, "flows", sql_columns=SQL_COLUMNS)
     pattern = (Pattern.begin("open", skip=SkipStrategy.skip_past_last_event()).where(lambda e: e["type"] in OPENS)
                .followed_by("close").where(lambda e: e["type"] == CLOSE).within(CEP_WINDOW_MS))
     select = SelectFunction(lambda m: {"address": m["open"][0]["address"], "opened": m["open"][0]["ts"],
@@ -107,13 +130,14 @@ def _function(variant: str) -> Any:
 
 def run(variant: str, events: pd.DataFrame, batch: int, bound_ms: int = 0) -> tuple[float, list[tuple]]:
     fn = _function(variant)
-    bucket_fn = BucketFunction(fn, "flows", ["address"], ["address", "type", "ts"], ["address", "opened", "closed"],
+    fields = ["address", "type", "ts", *SQL_COLUMNS.values()] if variant.startswith("cep-sql") else ["address", "type", "ts"]
+    bucket_fn = BucketFunction(fn, "flows", ["address"], fields, ["address", "opened", "closed"],
                                "ts", True, advance_ms=bound_ms)
     blobs: dict[int, bytes | None] = {b: None for b in range(BUCKETS)}
     watermark, found = 0, []
     started = time.perf_counter()
     for start in range(0, len(events), batch):
-        part = events.iloc[start:start + batch]
+        part = events.iloc[start:start + batch][fields]
         latest = int(part["ts"].max())
         groups = dict(tuple(part.groupby(part["address"] % BUCKETS)))
         for b in range(BUCKETS):
@@ -136,7 +160,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     events = _events(args.events)
-    variants = ["cep", "cep-every-event", "cep-general", "by-hand"]
+    variants = ["cep", "cep-every-event", "cep-general", "cep-sql", "cep-sql-per-event", "by-hand"]
     seconds: dict[str, list[float]] = {v: [] for v in variants}
     results: dict[str, list[tuple]] = {}
     for _ in range(args.rounds):
@@ -156,6 +180,7 @@ def main() -> int:
         print(f"{v:>11}: {rates[v] / 1e3:8.1f} k events/s (rounds: {', '.join(f'{x:.2f} s' for x in seconds[v])})")
     print(f"cep / by-hand: {rates['cep'] / rates['by-hand']:.2f}x; cep / cep-every-event: "
           f"{rates['cep'] / rates['cep-every-event']:.2f}x; cep / cep-general: {rates['cep'] / rates['cep-general']:.2f}x; "
+          f"cep-sql / cep-sql-per-event: {rates['cep-sql'] / rates['cep-sql-per-event']:.2f}x; "
           f"matches: {len(settled['cep'])}, equal: {verified}")
     if args.json:
         print(json.dumps({"events_per_second": rates, "verified": verified, "matches": len(settled["cep"]),

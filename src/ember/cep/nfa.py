@@ -21,11 +21,12 @@ matches and completes trailing negative stages).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Iterable
 
 from ember.cep.pattern import Contiguity, Pattern, positional_arity
 
-__all__ = ["Matcher", "MatchContext", "compile_pattern", "relevance", "Plan", "LOOP", "NEXT", "TRAIL"]
+__all__ = ["Matcher", "MatchContext", "compile_pattern", "relevance", "sql_relevance", "Plan", "LOOP", "NEXT", "TRAIL"]
 
 LOOP, NEXT, TRAIL = 0, 1, 2
 END = -1
@@ -77,11 +78,14 @@ def _predicate(cond: Any, sql_columns: dict[str, str]) -> Callable[[dict[str, An
     return lambda e, events, names: bool(cond(e))
 
 
-def _simple(alternatives: tuple[tuple[Any, ...], ...]) -> Callable[[dict[str, Any]], Any] | None:
-    """The stage's condition itself when it is one Python callable of the event alone."""
-    if len(alternatives) != 1 or len(alternatives[0]) != 1 or isinstance(alternatives[0][0], str):
+def _simple(alternatives: tuple[tuple[Any, ...], ...], sql_columns: dict[str, str]) -> Callable[[dict[str, Any]], Any] | None:
+    """The stage's condition as a callable of the event alone, when it is one: a Python
+    callable of the event, or a SQL condition (a read of its column)."""
+    if len(alternatives) != 1 or len(alternatives[0]) != 1:
         return None
     cond = alternatives[0][0]
+    if isinstance(cond, str):
+        return itemgetter(sql_columns[cond])
     return cond if positional_arity(cond) == 1 else None
 
 
@@ -117,7 +121,7 @@ def compile_pattern(pattern: Pattern, sql_columns: dict[str, str] | None = None)
     sql_columns = sql_columns or {}
     stages = tuple(
         _Compiled(i, s.name, _test(s.conditions, sql_columns), s.min, s.max, s.inner, s.contiguity,
-                  _test(((s.until,),), sql_columns) if s.until is not None else None, s.negative, _simple(s.conditions),
+                  _test(((s.until,),), sql_columns) if s.until is not None else None, s.negative, _simple(s.conditions, sql_columns),
                   any(_iterative(c) for c in (*(c for conj in s.conditions for c in conj), s.until) if c is not None))
         for i, s in enumerate(pattern.stages)
     )
@@ -180,6 +184,24 @@ def relevance(plan: Plan) -> Callable[[dict[str, Any]], bool] | None:
             return True
 
     return relevant
+
+
+def sql_relevance(pattern: Pattern, sql_columns: dict[str, str]) -> tuple[str, ...] | None:
+    """The columns of a pattern's SQL conditions when every condition of every stage (and
+    every ``until``) is one: an event none of them holds true for meets no condition, so
+    where :func:`relevance` applies it is irrelevant — tested on the columns, without a dict
+    per event. None when a condition is a Python callable or a stage has none (every event
+    meets it)."""
+    conditions: list[Any] = []
+    for s in pattern.stages:
+        if any(not conj for conj in s.conditions):
+            return None
+        conditions += [c for conj in s.conditions for c in conj]
+        if s.until is not None:
+            conditions.append(s.until)
+    if not conditions or not all(isinstance(c, str) for c in conditions):
+        return None
+    return tuple(dict.fromkeys(sql_columns[c] for c in conditions))
 
 
 # A partial match: (mode, stage, count, events, target, negatives, fresh)

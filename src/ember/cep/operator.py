@@ -21,7 +21,9 @@ import bisect
 import heapq
 from typing import Any, Iterable
 
-from ember.cep.nfa import Matcher, compile_pattern, relevance
+import numpy as np
+
+from ember.cep.nfa import Matcher, compile_pattern, relevance, sql_relevance
 from ember.cep.pattern import Pattern
 from ember.errors import UserFunctionError
 from ember.functions import Context, KeyedProcessFunction, RuntimeContext, record_text
@@ -79,6 +81,8 @@ class CepFunction(KeyedProcessFunction):
         # events no stage can take, nor any negation, until or greedy guard see, when that
         # depends on the event alone: not queued (they would leave every partial match as it is)
         self._relevant = relevance(self.matcher.plan)
+        # ... and when every condition is SQL, that test runs on the conditions' columns (numpy)
+        self._relevant_columns = sql_relevance(self.pattern, self.sql_columns) if self._relevant is not None else None
         # per key: [partial matches, waiting events (ts, seq, values) as a heap, next seq, the values' field names]
         self.cep = ctx.get_state(ValueStateDescriptor("cep-nfa"))
         self._fields: tuple[str, ...] = ()  # the records' field names (waiting events keep their values only)
@@ -102,13 +106,18 @@ class CepFunction(KeyedProcessFunction):
         relevant = self._relevant
         # One dict per event (the runtime's builder) where conditions or the drain read them;
         # events that wait keep their values only (smaller state).
-        records = build(columns) if relevant is not None or due is not None else None
+        records: list[Any] | None
+        kept: Iterable[int]
+        if self._relevant_columns is not None and keys:  # (late events are kept: counted or sent on below)
+            kept, records = self._relevant_records(build, columns, times, floor)
+        else:
+            records = build(columns) if relevant is not None or due is not None else None
+            if relevant is None:
+                kept = range(len(keys))
+            else:
+                assert records is not None
+                kept = [i for i, record in enumerate(records) if times[i] <= floor or relevant(record)]
         rows = list(zip(*columns)) if records is None else None
-        if relevant is None:
-            kept: Iterable[int] = range(len(keys))
-        else:  # (late events are kept: counted or sent on below)
-            assert records is not None
-            kept = [i for i, record in enumerate(records) if times[i] <= floor or relevant(record)]
         positions: dict[Any, list[int]] = {}
         for i in kept:
             found = positions.get(keys[i])
@@ -151,6 +160,22 @@ class CepFunction(KeyedProcessFunction):
         if late and self.late is None:
             rt.count(LATE, late)
         return True
+
+    def _relevant_records(self, build: Any, columns: list[list[Any]], times: list[int],
+                          floor: int) -> tuple[list[int], list[Any]]:
+        """The batch's relevant or late events (their indices) when every condition is SQL,
+        found on the conditions' columns, and a dict for each of them only (None elsewhere)."""
+        assert self._relevant_columns is not None
+        where = {f: i for i, f in enumerate(self._fields)}
+        mask = np.asarray(times, dtype=np.int64) <= floor
+        for name in self._relevant_columns:
+            mask |= np.asarray(columns[where[name]], dtype=bool)  # (a null is False, as Spark's WHERE)
+        kept = np.flatnonzero(mask).tolist()
+        records: list[Any] = [None] * len(times)
+        if kept:
+            for i, record in zip(kept, build([[c[i] for i in kept] for c in columns])):
+                records[i] = record
+        return kept, records
 
     def _drain(self, st: list, fresh: list[tuple], records: list[dict[str, Any]], due: int, rt: Any,
                out: list[Any]) -> list[tuple]:
