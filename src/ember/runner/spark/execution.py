@@ -140,7 +140,7 @@ def run_job(
         with lateness_setting(spark, plan.late_rows_against_current_watermark, plan.sql_beside_steps):
             return writer.start()
 
-    with session_settings(spark, query_settings(checkpoint, dict(config.spark_conf))):  # until the query stopped
+    with session_settings(spark, query_settings(checkpoint, dict(config.spark_conf), spark)):  # until the query stopped
         try:
             query = start_query()
         except BaseException as failure:

@@ -95,11 +95,13 @@ def lateness_setting(spark: Any, current_watermark: bool, sql_beside_steps: bool
 CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"
 FILESYSTEM_CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 ADAPTIVE = "spark.sql.adaptive.enabled"
+ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+UNBOUNDED_BYTES = str(2**31 - 1)  # Spark's "no limit" for the setting above
 
 
-def query_settings(checkpoint: str, spark_conf: dict[str, str]) -> dict[str, str]:
+def query_settings(checkpoint: str, spark_conf: dict[str, str], session: Any = None) -> dict[str, str]:
     """The session settings Ember's query runs with (docs/design/latency.md), unless the
-    user's ``spark_conf`` sets them:
+    user's ``spark_conf`` sets them (or ``session``, the user's own SparkSession, sets them itself):
 
     - a checkpoint on the local file system: its files (offset and commit logs, state files)
       written through Hadoop's FileSystem API rather than FileContext. Both write a temporary
@@ -109,12 +111,19 @@ def query_settings(checkpoint: str, spark_conf: dict[str, str]) -> dict[str, str
     - adaptive query execution off: Spark already leaves it out of the streaming query's own
       plan; it would re-plan, stage by stage, the small DataFrames Ember's sinks run on each
       micro-batch (``foreachBatch``) — ~30 ms per batch at 5 k events, nothing to coalesce.
+    - Arrow batches into Python bounded by rows only (``maxRecordsPerBatch``, 65,536 in
+      Ember's sessions), not also by bytes: with a byte bound (Spark 4's default, 64 MiB)
+      Spark's JVM re-measures the Arrow batch it is building after *every row* it adds
+      (``ArrowWriter.sizeInBytes``), which took most of the executor threads' samples on a
+      keyed running count (docs/design/latency.md: 1.22 -> 1.68 M events/s). Spark 3's
+      behaviour; a user who needs the byte bound (very wide rows) sets it and it holds.
     """
-    settings = {ADAPTIVE: "false"}
+    settings = {ADAPTIVE: "false", ARROW_BATCH_BYTES: UNBOUNDED_BYTES}
     scheme = checkpoint.split("://", 1)[0] if "://" in checkpoint else "file"
     if scheme == "file":
         settings[CHECKPOINT_FILES] = FILESYSTEM_CHECKPOINT_FILES
-    return {k: v for k, v in settings.items() if k not in spark_conf}
+    own = {k for k in settings if session is not None and session.conf.get(k, None) is not None}
+    return {k: v for k, v in settings.items() if k not in spark_conf and k not in own}
 
 
 @contextmanager
