@@ -27,9 +27,14 @@ from ember.errors import UserFunctionError
 from ember.functions import Context, KeyedProcessFunction, RuntimeContext
 from ember.state.descriptors import ValueStateDescriptor
 
-__all__ = ["RollingReduce", "RollingField", "ROLLING_KINDS", "EMIT_MODES"]
+__all__ = ["RollingReduce", "RollingField", "ROLLING_KINDS", "EMIT_MODES", "emits_per_record"]
 
 EMIT_MODES = ("record", "batch")
+
+
+def emits_per_record(fn: Any) -> bool:
+    """Whether ``fn`` is a rolling aggregation emitting one output per input record."""
+    return isinstance(fn, _Rolling) and fn.emit == "record"
 
 
 class _Rolling(KeyedProcessFunction):

@@ -194,7 +194,7 @@ def restore_savepoint(
                 f"{manifest['partitions']} -> {parallelism}) needs the RocksDB state backend (Ember's default); "
                 "restore it without changing parallelism"
             )
-    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator, state_layout))
+    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator, state_layout, manifest["pipeline"]))
     if problems:
         listed = "\n  - ".join(problems)
         raise RestartError(

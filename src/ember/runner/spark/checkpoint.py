@@ -166,6 +166,26 @@ def group_timeouts_everywhere(checkpoint: str | None) -> bool:
     return not isinstance(manifest, dict) or manifest.get(GROUP_TIMEOUTS) != GROUP_TIMEOUTS_WHERE_NEEDED
 
 
+def stored_keyed_operator(manifest: Any) -> str | None:
+    """The Spark operator a stored manifest holds its keyed-runtime steps on, when it names one
+    (the delta layout's steps, always on TWS, aside); None for none or several."""
+    if not isinstance(manifest, dict):
+        return None
+    held = {op["spark operator"] for op in manifest.get("operators", [])
+            if isinstance(op, dict) and "spark operator" in op and op.get("state layout") != "delta"}
+    return held.pop() if len(held) == 1 else None
+
+
+def checkpoint_keyed_operator(checkpoint: str | None) -> str | None:
+    """``stored_keyed_operator`` of ``checkpoint``'s manifest, if it has progress."""
+    if not checkpoint:
+        return None
+    layout = CheckpointLayout(checkpoint)
+    if not layout.has_progress() or not os.path.exists(layout.pipeline):
+        return None
+    return stored_keyed_operator(read_json(layout.pipeline))  # (a corrupt one: check_restart says so)
+
+
 def last_batch(checkpoint: str, log: str) -> int:
     """The newest batch id in a checkpoint's ``offsets`` or ``commits`` log (-1 when none)."""
     folder = os.path.join(checkpoint, log)

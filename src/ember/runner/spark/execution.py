@@ -92,7 +92,7 @@ def run_job(
         if os.path.exists(left):
             os.remove(left)  # left by a run that did not finish stopping
     clear_done_marks(layout.end_of_input)  # this run's sources mark themselves when they reach their end
-    check_restart(checkpoint, graph, config.keyed_operator, config.state_layout)
+    check_restart(checkpoint, graph, config.keyed_operator, config.state_layout, config.state_backend)
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         end_of_input_marker=layout.end_of_input if bounded else None,

@@ -13,6 +13,14 @@
 - **Interval joins** run on Spark's stream-stream join alone, on the keyed runtime beside
   other stateful steps.
 - **Process functions** (and the vectorised variant) always run on the keyed runtime.
+- **Which Spark operator holds the keyed runtime** (``spark_keyed_operator``): a job's one
+  keyed step runs on ``applyInPandasWithState``, unless it emits one row per input record
+  (a rolling aggregation with ``emit="record"``): that operator pads each output batch's
+  state rows to the output's length in pandas, a per-row cost ``transformWithStateInPandas``
+  does not have (3-4.5x on a keyed running count: docs/design/latency.md). Several keyed
+  steps, a fan-out, or a SQL step beside a keyed step run on ``transformWithStateInPandas``
+  (Spark chains only that one), as does every step with ``keyed_operator="transform_with_state"``.
+  A checkpoint keeps the operator it was written with.
 
 No Spark is needed here: the planner (planner.py) and the fan-out planning (fan_out_plan.py)
 build on these answers.
@@ -39,9 +47,10 @@ from ember.graph.nodes import (
     VectorizedProcessNode,
     WindowNode,
 )
+from ember.rolling import emits_per_record
 
-__all__ = ["CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join", "spark_stateful_operators",
-           "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql"]
+__all__ = ["APWS", "TWS", "CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join",
+           "spark_keyed_operator", "spark_stateful_operators", "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
 DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
@@ -105,6 +114,26 @@ def _every_sink_reads(node: Node, graph: Graph) -> bool:
 def spark_stateful_operators(graph: Graph) -> list[Node]:
     """The steps Spark runs as stateful operators: native windows and keyed-state steps."""
     return [n for n in graph.nodes if isinstance(n, STATEFUL)]
+
+
+APWS, TWS = "applyInPandasWithState", "transformWithStateInPandas"
+
+
+def spark_keyed_operator(graph: Graph, keyed_operator: str = "auto", fanned_out: bool = False,
+                         stored: str | None = None, rocksdb: bool = True) -> str:
+    """The Spark operator the graph's keyed-runtime steps run on (module doc). ``fanned_out``:
+    the job has a fan-out (planner.job_fan_out), whose lanes share one operator; ``stored``:
+    the operator the checkpoint (or savepoint) being continued holds the job's one keyed step
+    on, kept where either would do; ``rocksdb``: the state backend is RocksDB, which
+    ``transformWithStateInPandas`` needs (else a step it is only faster on stays off it)."""
+    steps = runtime_steps(graph)
+    if keyed_operator != "auto" or len(steps) > 1 or fanned_out or sql_beside_steps(graph):
+        return TWS
+    if stored in (APWS, TWS):
+        return stored
+    if rocksdb and steps and type(steps[0]) is KeyedProcessNode and emits_per_record(steps[0].fn):
+        return TWS
+    return APWS
 
 
 def runtime_steps(graph: Graph) -> list[Node]:

@@ -118,7 +118,8 @@ class Plan:
         """Whether the job has several steps on Ember's keyed runtime, or a fan-out: Spark runs one
         ``applyInPandasWithState`` per query but chains ``transformWithStateInPandas``,
         so then every such step runs on the latter (keyed/tws.py) — as does a step a SQL
-        step reads, or that reads a SQL step (placement.sql_beside_steps)."""
+        step reads, or that reads a SQL step (placement.sql_beside_steps). Which operator a
+        job's keyed steps run on: placement.spark_keyed_operator."""
         return len(runtime_steps(self.graph)) > 1 or self.fan_out is not None or sql_beside_steps(self.graph)
 
     def upstream_step(self, node: Node) -> Node | None:

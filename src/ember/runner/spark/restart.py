@@ -28,25 +28,41 @@ from typing import Any
 from ember.errors import RestartError
 from ember.graph import nodes as n
 from ember.graph.graph import Graph, from_the_sinks
-from ember.runner.spark.checkpoint import GROUP_TIMEOUTS, GROUP_TIMEOUTS_WHERE_NEEDED, CheckpointLayout, write_json
+from ember.runner.spark.checkpoint import (
+    GROUP_TIMEOUTS,
+    GROUP_TIMEOUTS_WHERE_NEEDED,
+    CheckpointLayout,
+    stored_keyed_operator,
+    write_json,
+)
 from ember.runner.spark.keyed.delta import uses_delta
 from ember.runner.spark.keyed.runtime import KeyedRuntime
-from ember.runner.spark.placement import native_join, native_window, runtime_steps, sql_beside_steps, upstream_steps
+from ember.runner.spark.placement import (
+    APWS,
+    TWS,
+    native_join,
+    native_window,
+    runtime_steps,
+    spark_keyed_operator,
+    upstream_steps,
+)
 from ember.runner.spark.planner import job_fan_out
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids", "spark_operator_count"]
 
 MANIFEST_VERSION = 1
-APWS, TWS = "applyInPandasWithState", "transformWithStateInPandas"
 
 
-def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: str = "blob") -> dict[str, Any]:
-    """Sources and stateful operators of ``graph``, in the order Spark numbers them."""
+def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: str = "blob",
+                      stored: dict[str, Any] | None = None, state_backend: str = "rocksdb") -> dict[str, Any]:
+    """Sources and stateful operators of ``graph``, in the order Spark numbers them;
+    ``stored``: the manifest of the checkpoint or savepoint the pipeline continues."""
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
     stateful = [node for node in graph.nodes if _stateful(node)]
     operators = [_operator(node, graph) for node in stateful]
     fan = job_fan_out(graph)
-    spark_operator = spark_keyed_operator(graph, keyed_operator, fan is not None)
+    spark_operator = spark_keyed_operator(graph, keyed_operator, fan is not None, stored_keyed_operator(stored),
+                                          state_backend == "rocksdb")
     keyed = runtime_steps(graph)
     for op, node in zip(operators, stateful):
         if any(node is step for step in keyed):  # on Ember's keyed runtime: a Spark Python state operator
@@ -116,27 +132,19 @@ def _holder(op: dict[str, Any]) -> str:
     return f"lane {lane} of a fan-out's shared Spark operator" + (f" (level {op['level']})" if op.get("level") else "")
 
 
-def spark_keyed_operator(graph: Any, keyed_operator: str = "auto", fanned_out: bool = False) -> str:
-    """The Spark operator the graph's keyed steps run on (planner: ``Plan.chained``);
-    ``fanned_out``: the job has a fan-out (planner.job_fan_out), whose lanes share one."""
-    if keyed_operator == "auto" and len(runtime_steps(graph)) <= 1 and not fanned_out and not sql_beside_steps(graph):
-        return APWS
-    return TWS
-
-
-def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", state_layout: str = "blob") -> None:
+def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", state_layout: str = "blob",
+                  state_backend: str = "rocksdb") -> None:
     """Writes the manifest of a new checkpoint; for one with progress, raises
     :class:`RestartError` listing every incompatibility with the stored manifest."""
     layout = CheckpointLayout(checkpoint)
     path = layout.pipeline
-    current = pipeline_manifest(graph, keyed_operator, state_layout)
     if layout.has_progress() and os.path.exists(path):
         with open(path) as f:
             try:
                 stored = json.load(f)
             except ValueError as exc:
                 raise RestartError(f"the checkpoint's pipeline manifest {path} is corrupt ({exc})") from exc
-        problems = compare(stored, current)
+        problems = compare(stored, pipeline_manifest(graph, keyed_operator, state_layout, stored, state_backend))
         if problems:
             listed = "\n  - ".join(problems)
             raise RestartError(
@@ -144,6 +152,7 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
                 "Changes to stateless steps are fine; to change state, start from a new checkpoint directory."
             )
         return
+    current = pipeline_manifest(graph, keyed_operator, state_layout, state_backend=state_backend)
     if not layout.has_progress():  # (a checkpoint with progress and no manifest keeps its timeouts)
         current[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
     write_json(path, current, indent=1)

@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 
 from ember.errors import SavepointError
 from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, STATE_BUCKETS, empty_bucket_state
-from ember.runner.spark.restart import TWS
+from ember.runner.spark.placement import TWS
 from ember.runner.spark.translators.keyed import bucket_of
 
 __all__ = ["read_operator_state", "read_broadcast_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]

@@ -1,6 +1,9 @@
 """The Spark runner's plan of a graph: where sinks split, which side outputs detour,
 and what one Spark query cannot run — all without a SparkSession."""
 
+import json
+import os
+
 import pytest
 
 from ember import (
@@ -492,3 +495,45 @@ def test_a_two_input_step_as_one_of_several_readers_is_refused_naming_it(env, ev
     first.sink_to(CollectSink(), name="raw")
     with pytest.raises(PipelineError, match="step 'both'.*one of several steps reading 'first'; a two-input step"):
         plan(env.graph())
+
+
+@pytest.mark.parametrize(
+    "build, operator",
+    [
+        (lambda s: s.key_by("k").sum("ts"), "transformWithStateInPandas"),  # one output per record
+        (lambda s: s.key_by("k").reduce(lambda a, b: b), "transformWithStateInPandas"),
+        (lambda s: s.key_by("k").sum("ts", emit="batch"), "applyInPandasWithState"),  # one per key and batch
+        (lambda s: s.key_by("k").process(_Count(), KEYED), "applyInPandasWithState"),
+    ],
+)
+def test_a_jobs_one_keyed_step_runs_on_transform_with_state_when_it_emits_per_record(env, events, build, operator):
+    from ember.runner.spark.placement import APWS, spark_keyed_operator
+    from ember.runner.spark.restart import pipeline_manifest
+
+    build(events()).sink_to(CollectSink(), name="out")
+    graph = env.graph()
+    assert spark_keyed_operator(graph) == operator
+    assert [o["spark operator"] for o in pipeline_manifest(graph)["operators"]] == [operator]
+    assert spark_keyed_operator(graph, rocksdb=False) == APWS  # transformWithStateInPandas needs RocksDB
+
+
+def test_a_checkpoint_keeps_the_operator_its_keyed_step_was_written_on(env, events, tmp_path):
+    from ember.runner.spark.checkpoint import CheckpointLayout, checkpoint_keyed_operator, write_json
+    from ember.runner.spark.placement import APWS, TWS, spark_keyed_operator
+    from ember.runner.spark.restart import check_restart, pipeline_manifest
+
+    events().key_by("k").sum("ts", name="running").sink_to(CollectSink(), name="out")
+    graph = env.graph()
+    assert spark_keyed_operator(graph, stored=APWS) == APWS  # written before the rule: continues there
+    assert spark_keyed_operator(graph, "transform_with_state", stored=APWS) == TWS  # the user's explicit choice
+    ckpt = str(tmp_path / "old")
+    layout = CheckpointLayout(ckpt)
+    old = pipeline_manifest(graph)
+    old["operators"][0]["spark operator"] = APWS
+    write_json(layout.pipeline, old)
+    os.makedirs(os.path.join(ckpt, "offsets"))
+    assert checkpoint_keyed_operator(ckpt) is None  # no progress yet: nothing to keep
+    open(os.path.join(ckpt, "offsets", "0"), "w").close()
+    assert checkpoint_keyed_operator(ckpt) == APWS
+    check_restart(ckpt, graph)  # continues on applyInPandasWithState, no refusal
+    assert json.load(open(layout.pipeline)) == old  # (a restart leaves the stored manifest as it was)

@@ -25,7 +25,7 @@ from ember.errors import PipelineError
 from ember.graph.graph import ancestors
 from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.rolling import RollingField
-from ember.runner.spark.checkpoint import group_timeouts_everywhere
+from ember.runner.spark.checkpoint import checkpoint_keyed_operator, group_timeouts_everywhere
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, dead_letter_tags, read_dead_letters
@@ -46,7 +46,7 @@ from ember.runner.spark.keyed.windows import (
     make_combiner,
 )
 from ember.runner.spark.pickling import ship_by_value
-from ember.runner.spark.placement import runtime_steps
+from ember.runner.spark.placement import TWS, runtime_steps, spark_keyed_operator
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
 from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
@@ -223,8 +223,16 @@ def without_group_timeout(comp: Compilation, advance_ms: int | None) -> bool:
     the end-of-input row of a job whose sources all end, which moves it alone (the flush
     goes through the timeout), and a checkpoint older than this rule, whose state rows keep
     the timeout's column (checkpoint.group_timeouts_everywhere)."""
-    return (advance_ms is not None and not comp.bounded and not comp.plan.chained
-            and comp.config.keyed_operator == "auto" and not group_timeouts_everywhere(comp.checkpoint))
+    return (advance_ms is not None and not comp.bounded and not on_tws(comp)
+            and not group_timeouts_everywhere(comp.checkpoint))
+
+
+def on_tws(comp: Compilation) -> bool:
+    """Whether the job's keyed-runtime steps run on ``transformWithStateInPandas``
+    (placement.spark_keyed_operator; a checkpoint being continued keeps its operator)."""
+    chosen = spark_keyed_operator(comp.graph, comp.config.keyed_operator, comp.plan.fan_out is not None,
+                                  checkpoint_keyed_operator(comp.checkpoint), comp.config.state_backend == "rocksdb")
+    return chosen == TWS
 
 
 def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> PreviousWatermark | None:
@@ -236,10 +244,10 @@ def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> Prev
 
 def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType, state_type: str, event_time: bool,
            timeout: Any, processor: Any = None) -> Any:
-    """The bucket function on Spark: ``applyInPandasWithState`` for a job's one keyed step,
-    ``transformWithStateInPandas`` for every step of a job with several (keyed/tws.py) —
-    and for a step on design B, whose ``processor`` (keyed/tws.py) is given."""
-    if processor is None and not comp.plan.chained and comp.config.keyed_operator == "auto":
+    """The bucket function on Spark: ``applyInPandasWithState`` or ``transformWithStateInPandas``
+    as placement.spark_keyed_operator chooses (keyed/tws.py) — the latter also for a step on
+    design B, whose ``processor`` (keyed/tws.py) is given."""
+    if processor is None and not on_tws(comp):
         return grouped.applyInPandasWithState(bucket_fn, schema, state_type, "append", timeout)
     if comp.config.state_backend != "rocksdb":
         raise PipelineError(
