@@ -341,7 +341,7 @@ class StreamEnvironment:
             if from_savepoint is not None:
                 restore_savepoint(
                     self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism, self.config.keyed_operator,
-                    self.config.state_layout,
+                    self.config.state_layout, self.config.state_backend,
                 )
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=ckpt,

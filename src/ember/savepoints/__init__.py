@@ -175,7 +175,7 @@ def _clear_checkpoint(checkpoint: str) -> None:
 
 def restore_savepoint(
     spark: Any, path: str, checkpoint: str, graph: Graph, parallelism: int | None = None, keyed_operator: str = "auto",
-    state_layout: str = "blob",
+    state_layout: str = "blob", state_backend: str = "rocksdb",
 ) -> dict[str, Any]:
     """Make ``checkpoint`` (new) continue from the savepoint at ``path`` with the
     pipeline ``graph``: the savepoint is verified and the pipeline compared with
@@ -194,7 +194,7 @@ def restore_savepoint(
                 f"{manifest['partitions']} -> {parallelism}) needs the RocksDB state backend (Ember's default); "
                 "restore it without changing parallelism"
             )
-    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator, state_layout, manifest["pipeline"]))
+    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator, state_layout, manifest["pipeline"], state_backend))
     if problems:
         listed = "\n  - ".join(problems)
         raise RestartError(

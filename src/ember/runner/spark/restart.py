@@ -152,8 +152,11 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
                 "Changes to stateless steps are fine; to change state, start from a new checkpoint directory."
             )
         return
-    current = pipeline_manifest(graph, keyed_operator, state_layout, state_backend=state_backend)
-    if not layout.has_progress():  # (a checkpoint with progress and no manifest keeps its timeouts)
+    # A checkpoint with progress and no manifest predates manifests, when a job's one keyed step
+    # always ran on applyInPandasWithState: it keeps that operator (and its group timeouts).
+    predating = {"operators": [{"spark operator": APWS}]} if layout.has_progress() else None
+    current = pipeline_manifest(graph, keyed_operator, state_layout, predating, state_backend)
+    if not layout.has_progress():
         current[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
     write_json(path, current, indent=1)
 

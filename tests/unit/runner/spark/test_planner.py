@@ -537,3 +537,17 @@ def test_a_checkpoint_keeps_the_operator_its_keyed_step_was_written_on(env, even
     assert checkpoint_keyed_operator(ckpt) == APWS
     check_restart(ckpt, graph)  # continues on applyInPandasWithState, no refusal
     assert json.load(open(layout.pipeline)) == old  # (a restart leaves the stored manifest as it was)
+
+
+def test_a_checkpoint_with_progress_and_no_manifest_keeps_apply_in_pandas_with_state(env, events, tmp_path):
+    from ember.runner.spark.checkpoint import CheckpointLayout, checkpoint_keyed_operator
+    from ember.runner.spark.placement import APWS
+    from ember.runner.spark.restart import check_restart
+
+    events().key_by("k").sum("ts", name="running").sink_to(CollectSink(), name="out")
+    ckpt = str(tmp_path / "predating")
+    os.makedirs(os.path.join(ckpt, "offsets"))
+    open(os.path.join(ckpt, "offsets", "0"), "w").close()
+    check_restart(ckpt, env.graph())  # writes the manifest it finds missing
+    assert [o["spark operator"] for o in json.load(open(CheckpointLayout(ckpt).pipeline))["operators"]] == [APWS]
+    assert checkpoint_keyed_operator(ckpt) == APWS
