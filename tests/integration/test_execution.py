@@ -223,3 +223,22 @@ def test_sparks_python_workers_import_the_installed_pyspark_not_its_zip(spark):
     where = F.udf(lambda _: __import__("pyspark").__file__, "string")
     (path,) = [r[0] for r in spark.range(1).select(where("id")).collect()]
     assert ".zip" not in path and path.endswith(os.path.join("site-packages", "pyspark", "__init__.py")), path
+
+
+def test_count_sink_counts_sums_and_samples_each_batch(env):
+    """CountSink against the rows it was given: per batch the count, the sum of
+    ``sum_field`` and one latency sample per row whose ``latency_field`` is positive (the
+    arrival time minus it); an empty batch after a filter counts 0."""
+    import time
+
+    rows = [[(1, 10, "a"), (2, 0, "b"), (3, 5, "c")], [(40, 7, "d")], [(-9, 3, "e")]]
+    sink = CountSink(latency_field="ts", sum_field="id")
+    before = int(time.time() * 1000)
+    env.from_source(ScriptedSource(rows, "id bigint, ts bigint, k string")).filter("id > -5").sink_to(sink)
+    result = env.execute("counted", progress=False)
+    after = int(time.time() * 1000)
+    assert result.events == 5
+    assert sink.count == 4 and sink.total == 1 + 2 + 3 + 40
+    samples = sink.latencies_ms
+    assert len(samples) == 3  # ts 10, 5 and 7; the row with ts 0 is not sampled
+    assert all(before - 10 <= s <= after - 5 for s in samples)
