@@ -534,6 +534,16 @@ def broadcast_rules(events: list[list[tuple]], rules: list[list[tuple]], bound_m
     return out
 
 
+def _joined(label: int | str, key: str, lefts: list, rights: list, outer: tuple[bool, bool]) -> list[tuple]:
+    """A join window's output rows: every pair, and in an outer join each record of a side without partners."""
+    out = [(label, key, lt, lv, rt, rv) for lt, lv in lefts for rt, rv in rights]
+    if outer[0] and not rights:
+        out += [(label, key, lt, lv, None, None) for lt, lv in lefts]
+    if outer[1] and not lefts:
+        out += [(label, key, None, None, rt, rv) for rt, rv in rights]
+    return out
+
+
 def window_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int, size_ms: int, slide_ms: int,
                 how: str = "inner") -> tuple[list[tuple], int]:
     """Flink's window join (tumbling: ``slide_ms == size_ms``) of ``(ts, key, v)`` records batch
@@ -553,12 +563,7 @@ def window_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int
 
     def fire(label: int | str, upto: float) -> None:
         for key, start in sorted(k for k in windows if k[1] + size_ms - 1 <= upto):
-            lefts, rights = windows.pop((key, start))
-            out.extend((label, key, lt, lv, rt, rv) for lt, lv in lefts for rt, rv in rights)
-            if outer[0] and not rights:
-                out.extend((label, key, lt, lv, None, None) for lt, lv in lefts)
-            if outer[1] and not lefts:
-                out.extend((label, key, None, None, rt, rv) for rt, rv in rights)
+            out.extend(_joined(label, key, *windows.pop((key, start)), outer))
 
     for k, wm in enumerate(two_input_watermarks(left, right, bound_ms)):
         if wm is not None:
@@ -570,5 +575,47 @@ def window_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int
                     late += 1
                 for s in starts:
                     windows.setdefault((key, s), ([], []))[side].append((ts, v))
+    fire(END, float("inf"))
+    return out, late
+
+
+def session_window_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int, gap_ms: int,
+                        how: str = "inner") -> tuple[list[tuple], int]:
+    """Flink's window join with event-time session windows (gap ``gap_ms``) of ``(ts, key, v)``
+    records batch by batch, as :func:`window_join` reports it. Flink windows the union of both
+    streams, so a session merges records of either side: a record's ``[ts, ts + gap)`` merges
+    with every open session of its key it overlaps or touches; a record that merges with none
+    and whose session ends at or before the watermark + 1 is late. Within a batch a key's
+    records (both sides) are taken in timestamp order. A session fires when the watermark
+    reaches its last timestamp (``end - 1``), before a batch's records."""
+    sessions: list[list] = []  # [key, start, end, lefts, rights]
+    out: list[tuple] = []
+    late = 0
+    outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
+
+    def fire(label: int | str, upto: float) -> None:
+        for s in sorted((s for s in sessions if s[2] - 1 <= upto), key=lambda s: (s[0], s[1])):
+            sessions.remove(s)
+            key, _, _, lefts, rights = s
+            out.extend(_joined(label, key, lefts, rights, outer))
+
+    for k, wm in enumerate(two_input_watermarks(left, right, bound_ms)):
+        if wm is not None:
+            fire(k, wm)
+        records = [(ts, side, key, v) for side, batches in enumerate((left, right))
+                   for ts, key, v in (batches[k] if k < len(batches) else [])]
+        for ts, side, key, v in sorted(records, key=lambda r: r[0]):
+            start, end = ts, ts + gap_ms
+            touched = [s for s in sessions if s[0] == key and s[1] <= end and s[2] >= start]
+            if not touched and wm is not None and end - 1 <= wm:
+                late += 1
+                continue
+            merged = [key, min([start] + [s[1] for s in touched]), max([end] + [s[2] for s in touched]), [], []]
+            for s in touched:
+                sessions.remove(s)
+                merged[3] += s[3]
+                merged[4] += s[4]
+            merged[3 + side].append((ts, v))
+            sessions.append(merged)
     fire(END, float("inf"))
     return out, late

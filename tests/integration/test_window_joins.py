@@ -1,7 +1,7 @@
 """Window joins (issue 17): Flink's ``a.join(b).where(k).equal_to(k).window(assigner)``,
-checked against the model (tests/flink_model.py: ``window_join``) batch by batch — out of
-order and late records, tumbling and sliding windows, inner and outer — and batch-split
-invariance."""
+checked against the model (tests/flink_model.py: ``window_join``, ``session_window_join``)
+batch by batch — out of order and late records, tumbling, sliding and session windows, inner
+and outer — and batch-split invariance."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from datetime import timedelta
 import flink_model as model
 import pytest
 
-from ember import CollectSink, ScriptedSource, SlidingEventTimeWindows, TumblingEventTimeWindows, WatermarkStrategy
+from ember import (
+    CollectSink,
+    EventTimeSessionWindows,
+    ScriptedSource,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+    WatermarkStrategy,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -110,4 +117,73 @@ def test_batch_split_invariance(env, parts):
     env.execute(f"window-join-split-{parts}", progress=False)
     expected, late = model.window_join([left], [right], BOUND, 4_000, 2_000)
     assert late == 0 and len(expected) > 20
-    assert sorted((r["k"], r["lts"], r["rts"]) for r in sink.rows()) == sorted((e[1], e[2], e[4]) for e in expected)
+    assert sorted(((r["k"], r["lts"], r["rts"]) for r in sink.rows()), key=repr) == sorted(((e[1], e[2], e[4]) for e in expected), key=repr)
+
+
+def _joined_rows(sink, batches):
+    return sorted(((_label(b.batch_id, batches), r["k"], r["lts"], r["lv"], r["rts"], r["rv"])
+                   for b in sink.batches for r in b.rows), key=repr)
+
+
+@pytest.mark.parametrize("seed, gap, how", [
+    (5, 700, "inner"),
+    (6, 1_200, "full_outer"),
+    pytest.param(7, 400, "left_outer", marks=pytest.mark.slow),
+])
+def test_session_window_join_equals_the_model(env, seed, gap, how):
+    """Sessions merge over both streams (a left record can join two right records that only
+    a third record's session connects), fire at their last timestamp, and a record that
+    merges with no open session and whose own session has closed is late."""
+    left, right = _streams(seed)
+    joined, name = _job(env, left, right, EventTimeSessionWindows.with_gap(gap), how, "sessions")
+    sink = CollectSink()
+    joined.apply(_pair, PAIR, name=name).sink_to(sink)
+    result = env.execute(f"session-join-{seed}", progress=False)
+    expected, late = model.session_window_join(left, right, BOUND, gap, how)
+    assert len(expected) > 5 and late > 0
+    assert _joined_rows(sink, len(left)) == sorted(expected, key=repr)
+    assert result.late_dropped == late
+
+
+def test_sessions_merge_across_streams_and_a_record_behind_the_watermark_can_join_an_open_one(env):
+    """Hand-checked, gap 1 s, bound 1 s. Key a: left 1,000 and right 2,500 open two sessions;
+    right 1,800 (the next batch) touches both, so all three are one session: 2 pairs. Before
+    the last batch the watermark is 4,999 (both streams' latest 6,000 - 1,001). There, left
+    3,000's own session [3,000, 4,000) has closed, but it touches the open [4,000, 5,900)
+    (left 4,000, right 4,900) and joins it; left 1,500's touches nothing open: late."""
+    left = [[(1_000, "a", 1)], [], [(4_000, "a", 3), (6_000, "b", 7)], [(3_000, "a", 4), (1_500, "a", 5)]]
+    right = [[(2_500, "a", 10)], [(1_800, "a", 20)], [(4_900, "a", 30), (6_000, "b", 70)], []]
+    joined, name = _job(env, left, right, EventTimeSessionWindows.with_gap(1_000), "inner", "merged")
+    sink = CollectSink()
+    joined.apply(_pair, PAIR, name=name).sink_to(sink)
+    result = env.execute("session-join-hand", progress=False)
+    got = sorted((r["k"], r["lts"], r["rts"]) for r in sink.rows())
+    assert got == [("a", 1_000, 1_800), ("a", 1_000, 2_500), ("a", 3_000, 4_900), ("a", 4_000, 4_900), ("b", 6_000, 6_000)]
+    assert result.late_dropped == 1
+    expected, late = model.session_window_join(left, right, BOUND, 1_000)
+    assert sorted((e[1], e[2], e[4]) for e in expected) == got and late == 1
+
+
+@pytest.mark.parametrize("parts", [pytest.param(1, marks=pytest.mark.slow), 6])
+def test_session_join_batch_split_invariance(env, parts):
+    left, right = _ordered()
+    split = [[[r for r in rows if i * 40_000 // parts <= r[0] < (i + 1) * 40_000 // parts] for i in range(parts)]
+             for rows in (left, right)]
+    joined, _ = _job(env, split[0], split[1], EventTimeSessionWindows.with_gap(900), "full_outer", "split")
+    sink = CollectSink()
+    joined.apply(_pair, PAIR, name="split").sink_to(sink)
+    env.execute(f"session-join-split-{parts}", progress=False)
+    expected, late = model.session_window_join([left], [right], BOUND, 900, "full_outer")
+    assert late == 0 and len(expected) > 20 and any(e[2] is None or e[4] is None for e in expected)
+    assert sorted(((r["k"], r["lts"], r["rts"]) for r in sink.rows()), key=repr) == sorted(((e[1], e[2], e[4]) for e in expected), key=repr)
+
+
+def test_shopping_sessions_example(load_example):
+    example = load_example("shopping_sessions")
+    result = example.run()
+    got = sorted(((r["user"], r["viewed_at"], r["page"], r["bought"]) for r in result["rows"].rows()), key=repr)
+    assert got == sorted([("ann", 0, "home", "shoes"), ("ann", 25_000, "shoes", "shoes"), ("ann", 50_000, "cart", "shoes"),
+                          ("bob", 5_000, "home", "tv"), ("bob", 20_000, "tv", "tv"), ("bob", 200_000, "radio", None)], key=repr)
+    assert result["late"] == 1  # eve's view at 10 s
+    expected, late = model.session_window_join(example.VIEWS, example.PURCHASES, 5_000, 30_000, "left_outer")
+    assert sorted(((e[1], e[2], e[3], e[5]) for e in expected), key=repr) == got and late == 1

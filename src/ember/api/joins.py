@@ -16,7 +16,7 @@ from ember.api.dead_letters import optional_dead_letter_tag
 from ember.errors import ConfigError, PipelineError
 from ember.graph import nodes as n
 from ember.time.durations import to_ms
-from ember.windowing.assigners import SlidingWindows, TumblingWindows, WindowAssigner
+from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows, WindowAssigner
 
 __all__ = ["IntervalJoin", "WindowJoin"]
 
@@ -176,14 +176,15 @@ class WindowJoin:
         return self
 
     def window(self, assigner: WindowAssigner) -> "WindowJoin":
-        """The windows pairs must share: ``TumblingEventTimeWindows.of(...)`` or ``SlidingEventTimeWindows.of(...)``."""
+        """The windows pairs must share: ``TumblingEventTimeWindows.of(...)``, ``SlidingEventTimeWindows.of(...)``
+        or ``EventTimeSessionWindows.with_gap(...)`` (sessions merge over both streams)."""
         step = self._step(None)
         if self._other_keys is None:
             raise PipelineError("join needs .where(...).equal_to(...) before .window(...)", step)
-        if not isinstance(assigner, TumblingWindows | SlidingWindows) or assigner.processing_time:
+        if not isinstance(assigner, TumblingWindows | SlidingWindows | SessionWindows) or assigner.processing_time:
             raise PipelineError(
-                f"a window join takes tumbling or sliding event-time windows, got {assigner!r} "
-                "(session, global and processing-time windows are not supported for joins yet)", step,
+                f"a window join takes tumbling, sliding or session event-time windows, got {assigner!r} "
+                "(global and processing-time windows are not supported for joins yet)", step,
             )
         self._assigner = assigner
         return self

@@ -6,6 +6,7 @@ import pytest
 from ember import (
     EventTimeSessionWindows,
     PipelineError,
+    ProcessingTimeSessionWindows,
     ScriptedSource,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
@@ -41,10 +42,11 @@ def test_bad_declarations_fail_naming_the_step(env, events, clicks):
     with pytest.raises(PipelineError, match="1 key fields in where, 2 in equal_to"):
         stream.join(clicks).where("k").equal_to("k", "ts")
     keyed = stream.join(clicks, name="jj").where("k").equal_to("k")
-    for assigner in (EventTimeSessionWindows.with_gap(10), TumblingProcessingTimeWindows.of(10)):
-        with pytest.raises(PipelineError, match="tumbling or sliding event-time windows") as failure:
+    for assigner in (ProcessingTimeSessionWindows.with_gap(10), TumblingProcessingTimeWindows.of(10)):
+        with pytest.raises(PipelineError, match="tumbling, sliding or session event-time windows") as failure:
             keyed.window(assigner)
         assert failure.value.step == "jj"
+    assert "session gap 10 ms" in keyed.window(EventTimeSessionWindows.with_gap(10)).apply(lambda a, b: a, "x int").node.describe()
     windowed = keyed.window(TumblingEventTimeWindows.of(1_000))
     with pytest.raises(PipelineError, match="takes a function"):
         windowed.apply("fn", "x int")

@@ -8,6 +8,12 @@ fires, the window's pairs (and, in an outer join, its records without a partner)
 emitted — with that timestamp, as Flink's window operator does — and the window is
 dropped from state. Records are kept in arrival order per side, the runtime having sorted
 each key's rows by timestamp within a batch.
+
+Session windows (``SessionJoinFunction``) merge over both streams, as Flink's window join
+(a coGroup of the two streams' union, windowed per key) does: a record opens the session
+``[ts, ts + gap)``, which merges with every open session of its key it overlaps or touches
+(with their records and their timers: one timer, at the merged session's last timestamp).
+A record that merges with nothing and whose session has already closed is late.
 """
 
 from __future__ import annotations
@@ -18,32 +24,66 @@ from ember.functions import Context, KeyedCoProcessFunction, RuntimeContext
 from ember.runner.spark.keyed.pairs import Pairs
 from ember.runner.spark.keyed.windows import LATE_COUNTER
 from ember.state.descriptors import ValueStateDescriptor
-from ember.windowing.assigners import SlidingWindows, TumblingWindows
+from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
 
-__all__ = ["WindowJoinFunction"]
+__all__ = ["WindowJoinFunction", "SessionJoinFunction", "window_join_function"]
 
 _WINDOWS = ValueStateDescriptor("window join")  # {window start: ([left records], [right records])}
+_SESSIONS = ValueStateDescriptor("session join")  # [[start, end, [left records], [right records]], ...]
 
 
-class WindowJoinFunction(KeyedCoProcessFunction):
-    """The pairs of each key's windows. ``pair(left, right)`` makes the output rows of one
-    pair (a list; either side None in an outer join); with ``dead_letter``, a pair it fails
-    on is a dead letter (keyed/pairs.py)."""
+def window_join_function(assigner: TumblingWindows | SlidingWindows | SessionWindows, how: str,
+                         pair: Callable[[Any, Any], list[Any]], dead_letter: str | None = None) -> KeyedCoProcessFunction:
+    """The co-process function joining the windows of ``assigner``."""
+    if isinstance(assigner, SessionWindows):
+        return SessionJoinFunction(assigner.gap_ms, how, pair, dead_letter)
+    return WindowJoinFunction(assigner, how, pair, dead_letter)
 
-    def __init__(self, assigner: TumblingWindows | SlidingWindows, how: str, pair: Callable[[Any, Any], list[Any]],
-                 dead_letter: str | None = None) -> None:
-        self.assigner, self.pairs = assigner, Pairs(pair, dead_letter)
-        self.size = assigner.size_ms
+
+def _pairs_of(pairs: Pairs, outer: tuple[bool, bool], lefts: list[Any], rights: list[Any], ctx: Context) -> list[Any]:
+    """A window's output: every pair, and in an outer join each record of a side without partners."""
+    out: list[Any] = []
+    for left in lefts:
+        for right in rights:
+            out.extend(pairs(left, right, ctx))
+    if outer[0] and not rights:
+        for left in lefts:
+            out.extend(pairs(left, None, ctx))
+    if outer[1] and not lefts:
+        for right in rights:
+            out.extend(pairs(None, right, ctx))
+    return out
+
+
+class _JoinedWindows(KeyedCoProcessFunction):
+    """What both window joins share: the pair function, the outer sides, one entry point per stream."""
+
+    def __init__(self, how: str, pair: Callable[[Any, Any], list[Any]], dead_letter: str | None) -> None:
+        self.pairs = Pairs(pair, dead_letter)
         self.outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
-
-    def open(self, ctx: RuntimeContext) -> None:
-        self.windows = ctx.get_state(_WINDOWS)
 
     def process_element1(self, value: dict[str, Any], ctx: Context) -> None:
         self._add(0, value, ctx)
 
     def process_element2(self, value: dict[str, Any], ctx: Context) -> None:
         self._add(1, value, ctx)
+
+    def _add(self, side: int, value: dict[str, Any], ctx: Context) -> None:
+        raise NotImplementedError
+
+
+class WindowJoinFunction(_JoinedWindows):
+    """The pairs of each key's windows. ``pair(left, right)`` makes the output rows of one
+    pair (a list; either side None in an outer join); with ``dead_letter``, a pair it fails
+    on is a dead letter (keyed/pairs.py)."""
+
+    def __init__(self, assigner: TumblingWindows | SlidingWindows, how: str, pair: Callable[[Any, Any], list[Any]],
+                 dead_letter: str | None = None) -> None:
+        super().__init__(how, pair, dead_letter)
+        self.assigner, self.size = assigner, assigner.size_ms
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.windows = ctx.get_state(_WINDOWS)
 
     def _add(self, side: int, value: dict[str, Any], ctx: Context) -> None:
         assert ctx.timestamp is not None  # a window join runs in event time only
@@ -75,14 +115,56 @@ class WindowJoinFunction(KeyedCoProcessFunction):
         if entry is None:
             return None
         lefts, rights = entry
-        out: list[Any] = []
-        for left in lefts:
-            for right in rights:
-                out.extend(self.pairs(left, right, ctx))
-        if self.outer[0] and not rights:
-            for left in lefts:
-                out.extend(self.pairs(left, None, ctx))
-        if self.outer[1] and not lefts:
-            for right in rights:
-                out.extend(self.pairs(None, right, ctx))
-        return out
+        return _pairs_of(self.pairs, self.outer, lefts, rights, ctx)
+
+
+class SessionJoinFunction(_JoinedWindows):
+    """The pairs of each key's sessions (gap ``gap_ms``), merged over both streams."""
+
+    def __init__(self, gap_ms: int, how: str, pair: Callable[[Any, Any], list[Any]], dead_letter: str | None = None) -> None:
+        super().__init__(how, pair, dead_letter)
+        self.gap = gap_ms
+
+    def open(self, ctx: RuntimeContext) -> None:
+        self.sessions = ctx.get_state(_SESSIONS)
+
+    def _add(self, side: int, value: dict[str, Any], ctx: Context) -> None:
+        assert ctx.timestamp is not None  # a window join runs in event time only
+        start, end = ctx.timestamp, ctx.timestamp + self.gap
+        sessions: list[list[Any]] = self.sessions.value() or []
+        merged: list[list[Any]] = [[start, end, [], []]]
+        kept = []
+        for session in sessions:
+            if session[0] <= end and session[1] >= start:  # overlaps or touches: one session now
+                merged.append(session)
+            else:
+                kept.append(session)
+        new_start, new_end = min(m[0] for m in merged), max(m[1] for m in merged)
+        watermark = ctx.current_watermark
+        if len(merged) == 1 and watermark is not None and new_end - 1 <= watermark:
+            runtime: Any = ctx  # closed, and merged with no open session: late (the keyed runtime counts it)
+            runtime.count(LATE_COUNTER)
+            return
+        session = [new_start, new_end, [], []]
+        for old in sorted(merged[1:], key=lambda m: m[0]):  # the merged sessions' records, earliest session first
+            session[2].extend(old[2])
+            session[3].extend(old[3])
+            if old[1] != new_end:
+                ctx.delete_event_time_timer(old[1] - 1)
+        session[2 + side].append(value)
+        ctx.register_event_time_timer(new_end - 1)  # (registered once if pending already)
+        kept.append(session)
+        self.sessions.update(kept)
+
+    def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
+        sessions: list[list[Any]] = self.sessions.value() or []
+        due = [s for s in sessions if s[1] - 1 == timestamp]
+        if not due:
+            return None
+        rest = [s for s in sessions if s[1] - 1 != timestamp]
+        if rest:
+            self.sessions.update(rest)
+        else:
+            self.sessions.clear()
+        _, _, lefts, rights = due[0]
+        return _pairs_of(self.pairs, self.outer, lefts, rights, ctx)

@@ -27,7 +27,7 @@ from ember.runner.spark.deadletters import read_dead_letters
 from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter, UnkeyedBroadcast
 from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
 from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
-from ember.runner.spark.keyed.windowjoin import WindowJoinFunction
+from ember.runner.spark.keyed.windowjoin import window_join_function
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, own_watermark
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of, keyed_input, keyed_operator
@@ -120,7 +120,7 @@ def _co_process(comp: Compilation, node: CoProcessNode) -> Frame:
 def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
     """A co-process step (keyed/windowjoin.py) emitting each pair."""
     dead = read_dead_letters(comp, node)
-    return joined_pairs(comp, node, "join", lambda pair: WindowJoinFunction(node.assigner, node.how, pair, dead),
+    return joined_pairs(comp, node, "join", lambda pair: window_join_function(node.assigner, node.how, pair, dead),
                         node.join_fn, node.exprs)
 
 
