@@ -127,7 +127,7 @@ def _joined_rows(sink, batches):
 
 @pytest.mark.parametrize("seed, gap, how", [
     (5, 700, "inner"),
-    (6, 1_200, "full_outer"),
+    pytest.param(6, 1_200, "full_outer", marks=pytest.mark.slow),
     pytest.param(7, 400, "left_outer", marks=pytest.mark.slow),
 ])
 def test_session_window_join_equals_the_model(env, seed, gap, how):
@@ -187,3 +187,38 @@ def test_shopping_sessions_example(load_example):
     assert result["late"] == 1  # eve's view at 10 s
     expected, late = model.session_window_join(example.VIEWS, example.PURCHASES, 5_000, 30_000, "left_outer")
     assert sorted(((e[1], e[2], e[3], e[5]) for e in expected), key=repr) == got and late == 1
+
+
+@pytest.mark.parametrize("assigner", [
+    __import__("ember").TumblingProcessingTimeWindows.of(200),
+    pytest.param(__import__("ember").ProcessingTimeSessionWindows.with_gap(150), marks=pytest.mark.slow),
+])
+def test_processing_time_window_join_pairs_records_of_one_micro_batch(env, assigner):
+    """Processing time: a record is in the windows of its micro-batch's time. Batches >= 400 ms
+    apart, windows of 200 ms (sessions with a 150 ms gap): each batch's left and right record
+    pair with each other and with nothing else; a window fires once a later batch's time
+    passes it, so the last may not fire before the bounded input ends (as in Flink)."""
+    from ember import StreamEnvironment
+
+    paced = StreamEnvironment(master="local[2]", checkpoint_dir=env.config.checkpoint_dir, parallelism=2,
+                              spark=env.spark, trigger_interval=400)
+    left = [[(i, "a", i)] for i in range(6)]
+    right = [[(i, "a", 10 + i)] for i in range(6)]
+    a = paced.from_source(ScriptedSource(left, SCHEMA), name="left")
+    b = paced.from_source(ScriptedSource(right, SCHEMA), name="right")
+    sink = CollectSink()
+    a.join(b).where("k").equal_to("k").window(assigner).apply(_pair, PAIR, name="paced").sink_to(sink)
+    result = paced.execute("processing-time-join", progress=False)
+    pairs = sorted((r["lv"], r["rv"]) for r in sink.rows())
+    assert all(rv == lv + 10 for lv, rv in pairs) and len(set(pairs)) == len(pairs)
+    assert len(pairs) >= len(left) - 2
+    assert result.late_dropped == 0
+
+
+def test_event_time_windows_on_streams_without_event_time_fail_before_the_job_starts(env):
+    a = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), name="left")
+    b = env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA), name="right")
+    a.join(b).where("k").equal_to("k").window(TumblingEventTimeWindows.of(1_000)).apply(_pair, PAIR, name="untimed").sink_to(CollectSink())
+    with pytest.raises(Exception, match="needs event time on both streams") as failure:
+        env.execute("untimed-join", progress=False)
+    assert "untimed" in str(failure.value)

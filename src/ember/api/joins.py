@@ -177,14 +177,15 @@ class WindowJoin:
 
     def window(self, assigner: WindowAssigner) -> "WindowJoin":
         """The windows pairs must share: ``TumblingEventTimeWindows.of(...)``, ``SlidingEventTimeWindows.of(...)``
-        or ``EventTimeSessionWindows.with_gap(...)`` (sessions merge over both streams)."""
+        or ``EventTimeSessionWindows.with_gap(...)`` (sessions merge over both streams), or their
+        processing-time variants (a record in the windows of its micro-batch's processing time)."""
         step = self._step(None)
         if self._other_keys is None:
             raise PipelineError("join needs .where(...).equal_to(...) before .window(...)", step)
-        if not isinstance(assigner, TumblingWindows | SlidingWindows | SessionWindows) or assigner.processing_time:
+        if not isinstance(assigner, TumblingWindows | SlidingWindows | SessionWindows):
             raise PipelineError(
-                f"a window join takes tumbling, sliding or session event-time windows, got {assigner!r} "
-                "(global and processing-time windows are not supported for joins yet)", step,
+                f"a window join takes tumbling, sliding or session windows (event or processing time), got {assigner!r} "
+                "(global windows are not supported for joins)", step,
             )
         self._assigner = assigner
         return self

@@ -5,6 +5,7 @@ import pytest
 
 from ember import (
     EventTimeSessionWindows,
+    GlobalWindows,
     PipelineError,
     ProcessingTimeSessionWindows,
     ScriptedSource,
@@ -42,10 +43,12 @@ def test_bad_declarations_fail_naming_the_step(env, events, clicks):
     with pytest.raises(PipelineError, match="1 key fields in where, 2 in equal_to"):
         stream.join(clicks).where("k").equal_to("k", "ts")
     keyed = stream.join(clicks, name="jj").where("k").equal_to("k")
-    for assigner in (ProcessingTimeSessionWindows.with_gap(10), TumblingProcessingTimeWindows.of(10)):
-        with pytest.raises(PipelineError, match="tumbling, sliding or session event-time windows") as failure:
-            keyed.window(assigner)
-        assert failure.value.step == "jj"
+    with pytest.raises(PipelineError, match="tumbling, sliding or session windows") as failure:
+        keyed.window(GlobalWindows.create())
+    assert failure.value.step == "jj"
+    for i, assigner in enumerate((ProcessingTimeSessionWindows.with_gap(10), TumblingProcessingTimeWindows.of(10))):
+        declared = stream.join(clicks, name=f"p{i}").where("k").equal_to("k").window(assigner)
+        assert "processing" in declared.apply(lambda a, b: a, "x int").node.describe()
     assert "session gap 10 ms" in keyed.window(EventTimeSessionWindows.with_gap(10)).apply(lambda a, b: a, "x int").node.describe()
     windowed = keyed.window(TumblingEventTimeWindows.of(1_000))
     with pytest.raises(PipelineError, match="takes a function"):

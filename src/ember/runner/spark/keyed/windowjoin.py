@@ -14,6 +14,10 @@ Session windows (``SessionJoinFunction``) merge over both streams, as Flink's wi
 ``[ts, ts + gap)``, which merges with every open session of its key it overlaps or touches
 (with their records and their timers: one timer, at the merged session's last timestamp).
 A record that merges with nothing and whose session has already closed is late.
+
+Processing-time windows (and sessions) take each record at the micro-batch's processing time
+(Spark's batch timestamp, the same for a replayed batch) and fire on processing-time timers;
+no record is late for them.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ def window_join_function(assigner: TumblingWindows | SlidingWindows | SessionWin
                          pair: Callable[[Any, Any], list[Any]], dead_letter: str | None = None) -> KeyedCoProcessFunction:
     """The co-process function joining the windows of ``assigner``."""
     if isinstance(assigner, SessionWindows):
-        return SessionJoinFunction(assigner.gap_ms, how, pair, dead_letter)
+        return SessionJoinFunction(assigner.gap_ms, how, pair, dead_letter, assigner.processing_time)
     return WindowJoinFunction(assigner, how, pair, dead_letter)
 
 
@@ -58,9 +62,29 @@ def _pairs_of(pairs: Pairs, outer: tuple[bool, bool], lefts: list[Any], rights: 
 class _JoinedWindows(KeyedCoProcessFunction):
     """What both window joins share: the pair function, the outer sides, one entry point per stream."""
 
-    def __init__(self, how: str, pair: Callable[[Any, Any], list[Any]], dead_letter: str | None) -> None:
+    def __init__(self, how: str, pair: Callable[[Any, Any], list[Any]], dead_letter: str | None, processing: bool) -> None:
         self.pairs = Pairs(pair, dead_letter)
         self.outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
+        self.processing = processing
+
+    def _time(self, ctx: Context) -> tuple[int, int | None]:
+        """The record's time in the windows' domain, and the watermark it is late behind (None: never late)."""
+        if self.processing:
+            return ctx.current_processing_time, None
+        assert ctx.timestamp is not None  # the translator requires event time for event-time windows
+        return ctx.timestamp, ctx.current_watermark
+
+    def _register(self, ctx: Context, timestamp: int) -> None:
+        if self.processing:
+            ctx.register_processing_time_timer(timestamp)
+        else:
+            ctx.register_event_time_timer(timestamp)
+
+    def _delete(self, ctx: Context, timestamp: int) -> None:
+        if self.processing:
+            ctx.delete_processing_time_timer(timestamp)
+        else:
+            ctx.delete_event_time_timer(timestamp)
 
     def process_element1(self, value: dict[str, Any], ctx: Context) -> None:
         self._add(0, value, ctx)
@@ -79,17 +103,16 @@ class WindowJoinFunction(_JoinedWindows):
 
     def __init__(self, assigner: TumblingWindows | SlidingWindows, how: str, pair: Callable[[Any, Any], list[Any]],
                  dead_letter: str | None = None) -> None:
-        super().__init__(how, pair, dead_letter)
+        super().__init__(how, pair, dead_letter, assigner.processing_time)
         self.assigner, self.size = assigner, assigner.size_ms
 
     def open(self, ctx: RuntimeContext) -> None:
         self.windows = ctx.get_state(_WINDOWS)
 
     def _add(self, side: int, value: dict[str, Any], ctx: Context) -> None:
-        assert ctx.timestamp is not None  # a window join runs in event time only
-        watermark = ctx.current_watermark
+        time, watermark = self._time(ctx)
         table: dict[int, tuple[list[Any], list[Any]]] | None = None
-        for window in self.assigner.assign(ctx.timestamp):
+        for window in self.assigner.assign(time):
             if watermark is not None and window.max_timestamp <= watermark:
                 continue  # closed: the record is late for it
             if table is None:
@@ -97,7 +120,7 @@ class WindowJoinFunction(_JoinedWindows):
             entry = table.get(window.start)
             if entry is None:
                 entry = table[window.start] = ([], [])
-                ctx.register_event_time_timer(window.max_timestamp)
+                self._register(ctx, window.max_timestamp)
             entry[side].append(value)
         if table is None:
             runtime: Any = ctx  # the keyed runtime counts it: late_dropped
@@ -121,16 +144,17 @@ class WindowJoinFunction(_JoinedWindows):
 class SessionJoinFunction(_JoinedWindows):
     """The pairs of each key's sessions (gap ``gap_ms``), merged over both streams."""
 
-    def __init__(self, gap_ms: int, how: str, pair: Callable[[Any, Any], list[Any]], dead_letter: str | None = None) -> None:
-        super().__init__(how, pair, dead_letter)
+    def __init__(self, gap_ms: int, how: str, pair: Callable[[Any, Any], list[Any]], dead_letter: str | None = None,
+                 processing: bool = False) -> None:
+        super().__init__(how, pair, dead_letter, processing)
         self.gap = gap_ms
 
     def open(self, ctx: RuntimeContext) -> None:
         self.sessions = ctx.get_state(_SESSIONS)
 
     def _add(self, side: int, value: dict[str, Any], ctx: Context) -> None:
-        assert ctx.timestamp is not None  # a window join runs in event time only
-        start, end = ctx.timestamp, ctx.timestamp + self.gap
+        start, watermark = self._time(ctx)
+        end = start + self.gap
         sessions: list[list[Any]] = self.sessions.value() or []
         merged: list[list[Any]] = [[start, end, [], []]]
         kept = []
@@ -140,7 +164,6 @@ class SessionJoinFunction(_JoinedWindows):
             else:
                 kept.append(session)
         new_start, new_end = min(m[0] for m in merged), max(m[1] for m in merged)
-        watermark = ctx.current_watermark
         if len(merged) == 1 and watermark is not None and new_end - 1 <= watermark:
             runtime: Any = ctx  # closed, and merged with no open session: late (the keyed runtime counts it)
             runtime.count(LATE_COUNTER)
@@ -150,9 +173,9 @@ class SessionJoinFunction(_JoinedWindows):
             session[2].extend(old[2])
             session[3].extend(old[3])
             if old[1] != new_end:
-                ctx.delete_event_time_timer(old[1] - 1)
+                self._delete(ctx, old[1] - 1)
         session[2 + side].append(value)
-        ctx.register_event_time_timer(new_end - 1)  # (registered once if pending already)
+        self._register(ctx, new_end - 1)  # (registered once if pending already)
         kept.append(session)
         self.sessions.update(kept)
 

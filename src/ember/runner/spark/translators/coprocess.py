@@ -121,7 +121,7 @@ def _window_join(comp: Compilation, node: WindowJoinNode) -> Frame:
     """A co-process step (keyed/windowjoin.py) emitting each pair."""
     dead = read_dead_letters(comp, node)
     return joined_pairs(comp, node, "join", lambda pair: window_join_function(node.assigner, node.how, pair, dead),
-                        node.join_fn, node.exprs)
+                        node.join_fn, node.exprs, timed_only=not node.assigner.processing_time)
 
 
 def keyed_interval_join(comp: Compilation, node: IntervalJoinNode) -> Frame:
