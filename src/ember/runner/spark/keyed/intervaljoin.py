@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from ember.functions import Context, KeyedCoProcessFunction, RuntimeContext
-from ember.runner.spark.keyed.pairs import Pairs
+from ember.runner.spark.keyed.pairs import Pairs, outer_sides
 from ember.runner.spark.keyed.windows import LATE_COUNTER
 from ember.state.descriptors import ValueStateDescriptor
 
@@ -34,7 +34,7 @@ class IntervalJoinFunction(KeyedCoProcessFunction):
     def __init__(self, lower_ms: int, upper_ms: int, how: str, pair: Callable[[Any, Any], list[Any]],
                  dead_letter: str | None = None) -> None:
         self.lower, self.upper, self.pairs = lower_ms, upper_ms, Pairs(pair, dead_letter)
-        self.outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
+        self.outer = outer_sides(how)
 
     def open(self, ctx: RuntimeContext) -> None:
         self.waiting = ctx.get_state(_WAITING)

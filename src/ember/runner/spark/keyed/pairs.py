@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ember.errors import UserFunctionError
 
-__all__ = ["Pairs"]
+__all__ = ["Pairs", "outer_sides"]
 
 
 class Pairs:
@@ -25,3 +25,8 @@ class Pairs:
         except UserFunctionError as exc:  # the function raised, or its rows do not fit the schema
             ctx.dead_letter(self.dead_letter, {"left": left, "right": right}, getattr(exc, "reason", str(exc)))
             return []
+
+
+def outer_sides(how: str) -> tuple[bool, bool]:
+    """Which sides of a join of kind ``how`` keep their records without a partner: (left, right)."""
+    return how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer")

@@ -25,15 +25,15 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from ember.functions import Context, KeyedCoProcessFunction, RuntimeContext
-from ember.runner.spark.keyed.pairs import Pairs
+from ember.runner.spark.keyed.pairs import Pairs, outer_sides
 from ember.runner.spark.keyed.windows import LATE_COUNTER
 from ember.state.descriptors import ValueStateDescriptor
-from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
+from ember.windowing.assigners import SessionWindows, SlidingWindows, TimeWindow, TumblingWindows
 
 __all__ = ["WindowJoinFunction", "SessionJoinFunction", "window_join_function"]
 
 _WINDOWS = ValueStateDescriptor("window join")  # {window start: ([left records], [right records])}
-_SESSIONS = ValueStateDescriptor("session join")  # [[start, end, [left records], [right records]], ...]
+_SESSIONS = ValueStateDescriptor("session join")  # {TimeWindow: ([left records], [right records])}
 
 
 def window_join_function(assigner: TumblingWindows | SlidingWindows | SessionWindows, how: str,
@@ -64,7 +64,7 @@ class _JoinedWindows(KeyedCoProcessFunction):
 
     def __init__(self, how: str, pair: Callable[[Any, Any], list[Any]], dead_letter: str | None, processing: bool) -> None:
         self.pairs = Pairs(pair, dead_letter)
-        self.outer = (how in ("left_outer", "full_outer"), how in ("right_outer", "full_outer"))
+        self.outer = outer_sides(how)
         self.processing = processing
 
     def _time(self, ctx: Context) -> tuple[int, int | None]:
@@ -153,41 +153,38 @@ class SessionJoinFunction(_JoinedWindows):
         self.sessions = ctx.get_state(_SESSIONS)
 
     def _add(self, side: int, value: dict[str, Any], ctx: Context) -> None:
-        start, watermark = self._time(ctx)
-        end = start + self.gap
-        sessions: list[list[Any]] = self.sessions.value() or []
-        merged: list[list[Any]] = [[start, end, [], []]]
-        kept = []
-        for session in sessions:
-            if session[0] <= end and session[1] >= start:  # overlaps or touches: one session now
-                merged.append(session)
-            else:
-                kept.append(session)
-        new_start, new_end = min(m[0] for m in merged), max(m[1] for m in merged)
-        if len(merged) == 1 and watermark is not None and new_end - 1 <= watermark:
-            runtime: Any = ctx  # closed, and merged with no open session: late (the keyed runtime counts it)
+        time, watermark = self._time(ctx)
+        new = TimeWindow(time, time + self.gap)
+        sessions: dict[TimeWindow, tuple[list[Any], list[Any]]] = self.sessions.value() or {}
+        touching = sorted(w for w in sessions if w.intersects(new))  # overlapping or touching: one session now
+        merged = new
+        for w in touching:
+            merged = merged.cover(w)
+        if watermark is not None and merged.max_timestamp <= watermark:
+            runtime: Any = ctx  # closed (only when it touches no open session): late, the keyed runtime counts it
             runtime.count(LATE_COUNTER)
             return
-        session = [new_start, new_end, [], []]
-        for old in sorted(merged[1:], key=lambda m: m[0]):  # the merged sessions' records, earliest session first
-            session[2].extend(old[2])
-            session[3].extend(old[3])
-            if old[1] != new_end:
-                self._delete(ctx, old[1] - 1)
-        session[2 + side].append(value)
-        self._register(ctx, new_end - 1)  # (registered once if pending already)
-        kept.append(session)
-        self.sessions.update(kept)
+        lefts: list[Any] = []
+        rights: list[Any] = []
+        for w in touching:  # the merged sessions' records, earliest session first, and one timer
+            old_lefts, old_rights = sessions.pop(w)
+            lefts += old_lefts
+            rights += old_rights
+            if w.end != merged.end:
+                self._delete(ctx, w.max_timestamp)
+        (lefts, rights)[side].append(value)
+        sessions[merged] = (lefts, rights)
+        self._register(ctx, merged.max_timestamp)  # (registered once if pending already)
+        self.sessions.update(sessions)
 
     def on_timer(self, timestamp: int, ctx: Context) -> Iterable[Any] | None:
-        sessions: list[list[Any]] = self.sessions.value() or []
-        due = [s for s in sessions if s[1] - 1 == timestamp]
-        if not due:
+        sessions: dict[TimeWindow, tuple[list[Any], list[Any]]] = self.sessions.value() or {}
+        due = next((w for w in sessions if w.max_timestamp == timestamp), None)
+        if due is None:
             return None
-        rest = [s for s in sessions if s[1] - 1 != timestamp]
-        if rest:
-            self.sessions.update(rest)
+        lefts, rights = sessions.pop(due)
+        if sessions:
+            self.sessions.update(sessions)
         else:
             self.sessions.clear()
-        _, _, lefts, rights = due[0]
         return _pairs_of(self.pairs, self.outer, lefts, rights, ctx)
