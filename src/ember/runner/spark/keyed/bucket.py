@@ -300,8 +300,11 @@ class BucketFunction:
         if until is None or not queue or queue[0][0] > until:
             return
         queue = rt.timer_queue(kind)
+        popped = getattr(queue, "popped", None)  # a delta-layout queue notes it for its log (keyed/delta.py)
         while queue and queue[0][0] <= until:
-            ts, _, key = heapq.heappop(queue)
+            ts, seq, key = heapq.heappop(queue)
+            if popped is not None:
+                popped.append(seq)
             self.touched = True
             found = rt.enter(key)
             rt.time_domain = "event_time" if kind == EVENT_TIMERS else "processing_time"

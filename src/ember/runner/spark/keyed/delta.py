@@ -31,6 +31,8 @@ indexed by :func:`key_hashes`, so its keys may be of any type. Which steps run o
 from __future__ import annotations
 
 import hashlib
+import heapq
+import io
 import mmap
 import os
 import pickle
@@ -322,6 +324,7 @@ class SlotTable(LocalTable):
     the slots it changed, however many timers wait."""
 
     GARBAGE_FACTOR, GARBAGE_MIN = 2, 1 << 20
+    TIMER_LOG_MIN = 1 << 16  # the timer log is folded into timers.pkl once past this or that file's size
 
     def __init__(self, directory: str) -> None:
         self.dir = directory
@@ -435,51 +438,113 @@ class SlotTable(LocalTable):
         crash, by another version, or never) — then :meth:`rebuild_timers`.
 
         ``timers.tag`` says which copy version (and boot) the queues of which stamp belong
-        to, with each queue's length and earliest time; ``timers.pkl`` holds the queues under
-        that stamp. The queues come back as :class:`StoredQueue`: read from ``timers.pkl``
-        only when a call pushes or pops (a bucket whose timers neither fire nor change reads
-        one line); ``rebuild()`` gives both queues if that file then fails its stamp."""
+        to, how many bytes of ``timers.log`` they include, and each queue's length and
+        earliest time. ``timers.pkl`` holds the queues as last written whole, under that
+        stamp; ``timers.log`` the changes since, one pickled frame per call that pushed or
+        popped: (stamp, the entries pushed and the sequence numbers popped, per queue). The
+        queues come back as :class:`StoredQueue`: read (the whole file, then the log's
+        vouched frames) only when a call pushes or pops — a bucket whose timers neither fire
+        nor change reads one line — as :class:`LoggedQueue`, which notes what the call
+        changes; ``rebuild()`` gives both queues if a file then fails its stamp or length."""
         try:
-            vouched, boot, stamp, *sizes = Path(self._timers_path("tag")).read_text().split(" ")
+            vouched, boot, stamp, logged, *sizes = Path(self._timers_path("tag")).read_text().split(" ")
+            log_bytes = int(logged)
             lengths, heads = [int(sizes[0]), int(sizes[2])], [int(sizes[1]), int(sizes[3])]
-        except Exception:  # noqa: BLE001 - missing or cut short: rebuilt from the slots
+        except Exception:  # noqa: BLE001 - missing, cut short or of an older format: rebuilt from the slots
             return None
         if not tag or (vouched, boot) != (tag, BOOT_ID):
             return None
-        self._timers_stamp = stamp
+        self._timers_stamp, self._timers_logged = stamp, log_bytes
         loaded: list[Any] = []
 
         def load(index: int) -> list:
             if not loaded:
-                try:
-                    stored = pickle.loads(Path(self._timers_path("pkl")).read_bytes())  # (a file this executor wrote)
-                    ok = isinstance(stored, tuple) and len(stored) == 3 and stored[0] == stamp
-                except Exception:  # noqa: BLE001 - cut short: rebuilt
-                    ok = False
-                loaded.extend(stored[1:] if ok else rebuild())
+                queues = self._read_timers(stamp, log_bytes)
+                loaded.extend(queues if queues is not None else rebuild())
             return loaded[index]
 
         return StoredQueue(lengths[0], heads[0], lambda: load(0)), StoredQueue(lengths[1], heads[1], lambda: load(1))
 
+    def _read_timers(self, stamp: str, log_bytes: int) -> list[LoggedQueue] | None:
+        """The queues under ``stamp``: the whole file's, with the log's first ``log_bytes``
+        applied (pushed entries added, popped sequence numbers removed); None if either
+        file fails its stamp or is shorter than vouched."""
+        try:
+            stored = pickle.loads(Path(self._timers_path("pkl")).read_bytes())  # (a file this executor wrote)
+            if not (isinstance(stored, tuple) and len(stored) == 3 and stored[0] == stamp):
+                return None
+            queues = [list(stored[1]), list(stored[2])]
+            if log_bytes:
+                with open(self._timers_path("log"), "rb") as f:
+                    frames = f.read(log_bytes)
+                if len(frames) != log_bytes:
+                    return None
+                pushed: list[list] = [[], []]
+                popped: list[set] = [set(), set()]
+                view = io.BytesIO(frames)
+                while view.tell() < log_bytes:
+                    frame = pickle.load(view)
+                    if frame[0] != stamp:
+                        return None
+                    for i in (0, 1):
+                        pushed[i] += frame[1 + i]
+                        popped[i].update(frame[3 + i])
+                for i in (0, 1):
+                    live = [e for e in queues[i] + pushed[i] if e[1] not in popped[i]]
+                    heapq.heapify(live)
+                    queues[i] = live
+        except Exception:  # noqa: BLE001 - cut short or unreadable: rebuilt
+            return None
+        return [LoggedQueue(q) for q in queues]
+
     def store_timers(self, tag: str, event: Any, processing: Any, rewrite: bool) -> None:
-        """Vouch for the timer queues at copy version ``tag``: written anew with ``rewrite``,
-        else the ones :meth:`timers` read or this call last wrote (only the tag line is
-        rewritten, with the queues' lengths and earliest times)."""
+        """Vouch for the timer queues at copy version ``tag``. With ``rewrite`` (they
+        changed): the queues read from this copy (:class:`LoggedQueue`) append one frame of
+        their changes to ``timers.log``; queues rebuilt, or a log grown past the whole
+        file's size, are written whole under a new stamp. Without it: the ones :meth:`timers`
+        read or this call last wrote (only the tag line is rewritten, with the queues'
+        lengths and earliest times)."""
         os.makedirs(self.dir, exist_ok=True)
         stamp = getattr(self, "_timers_stamp", None)
+        logged = getattr(self, "_timers_logged", 0)
         queues = [event, processing]
         if rewrite or stamp is None:
-            queues = [q.load() if isinstance(q, StoredQueue) else q for q in queues]
-            stamp = secrets.token_hex(8)
-            tmp = self._timers_path("pkl") + ".tmp"
-            with open(tmp, "wb") as f:
-                pickle.dump((stamp, *queues), f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self._timers_path("pkl"))
-            self._timers_stamp = stamp
+            frame = self._changes(stamp, queues) if stamp is not None else None
+            log = self._timers_path("log")
+            if (frame is not None and _size(log) >= logged
+                    and logged + len(frame) <= max(self.TIMER_LOG_MIN, _size(self._timers_path("pkl")))):
+                with open(log, "ab") as f:
+                    f.truncate(logged)  # (frames a failed call appended past what the tag vouched for)
+                    f.write(frame)
+                logged += len(frame)
+            else:
+                queues = [q.load() if isinstance(q, StoredQueue) else q for q in queues]
+                stamp, logged = secrets.token_hex(8), 0
+                tmp = self._timers_path("pkl") + ".tmp"
+                with open(tmp, "wb") as f:
+                    pickle.dump((stamp, *(list(q) for q in queues)), f, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, self._timers_path("pkl"))
+                open(log, "wb").close()  # (the tag line vouches for none of it now)
+            for q in queues:
+                if isinstance(q, LoggedQueue):
+                    q.pushed, q.popped = [], []  # (written: a second store of this call adds only what follows)
+            assert stamp is not None
+            self._timers_stamp, self._timers_logged = stamp, logged
         sizes = " ".join(f"{len(q)} {int(q[0][0]) if q else 0}" for q in queues)
         tmp = self._timers_path("tag") + ".tmp"
-        Path(tmp).write_text(f"{tag} {BOOT_ID} {stamp} {sizes}")
+        Path(tmp).write_text(f"{tag} {BOOT_ID} {stamp} {logged} {sizes}")
         os.replace(tmp, self._timers_path("tag"))
+
+    @staticmethod
+    def _changes(stamp: str, queues: list[Any]) -> bytes | None:
+        """One log frame of what the call changed in ``queues`` (each a :class:`LoggedQueue`
+        read from this copy, or a :class:`StoredQueue` never read: unchanged); None if a
+        queue came from elsewhere (rebuilt from the slots), so its changes are not known."""
+        if not all(isinstance(q, (LoggedQueue, StoredQueue)) for q in queues):
+            return None
+        pushed = [q.pushed if isinstance(q, LoggedQueue) else [] for q in queues]
+        popped = [q.popped if isinstance(q, LoggedQueue) else [] for q in queues]
+        return pickle.dumps((stamp, *pushed, *popped), protocol=pickle.HIGHEST_PROTOCOL)
 
     def rebuild_timers(self, overflow: dict[Any, Any], n: int) -> tuple[list, list, int]:
         """The timer queues from the slots themselves (each key's slot holds its timers):
@@ -537,6 +602,24 @@ class StoredQueue:
         if index != 0 or not self.length:
             raise IndexError("only a stored queue's earliest entry is known before it is loaded")
         return (self.head,)
+
+
+class LoggedQueue(list):
+    """A timer queue read from a delta-layout copy: a heap (a list, for ``heapq``) that also
+    notes the entries a call pushes (KeyedRuntime._register) and the sequence numbers it pops
+    (BucketFunction._fire), so :meth:`SlotTable.store_timers` appends only those to the log."""
+
+    def __init__(self, entries: Iterable[Any] = ()) -> None:
+        super().__init__(entries)
+        self.pushed: list[Any] = []
+        self.popped: list[int] = []
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _binary_buffers(values: pa.Array) -> tuple[np.ndarray, bytes]:

@@ -245,13 +245,17 @@ class KeyedRuntime(RuntimeContext, Context):
         if timestamp not in timers:
             timers.add(timestamp)
             self.blob["n"] += 1
-            heapq.heappush(self.timer_queue(kind), (int(timestamp), self.blob["n"], self.current_key))
+            queue, entry = self.timer_queue(kind), (int(timestamp), self.blob["n"], self.current_key)
+            heapq.heappush(queue, entry)
+            pushed = getattr(queue, "pushed", None)  # a delta-layout queue notes it for its log (keyed/delta.py)
+            if pushed is not None:
+                pushed.append(entry)
 
     def timer_queue(self, kind: str) -> list:
         """The bucket's timer queue ``kind`` as a heap to push to or pop from — a delta-layout
         queue not read yet (keyed/delta.py ``StoredQueue``) is read now."""
         queue = self.blob[kind]
-        if type(queue) is not list:
+        if not isinstance(queue, list):  # (a LoggedQueue is a list)
             queue = self.blob[kind] = queue.load()
         return queue
 

@@ -81,7 +81,16 @@ def _order(row: dict) -> tuple:
 def disturb(directory: str, how: str) -> None:
     """What may happen to a working copy between calls."""
     timers, vouched = os.path.join(directory, "timers.pkl"), os.path.join(directory, "timers.tag")
-    if how == "queues lost" and os.path.exists(timers):
+    log = os.path.join(directory, "timers.log")
+    if how == "log lost" and os.path.exists(log):
+        os.unlink(log)
+    elif how == "log cut short" and os.path.exists(log) and os.path.getsize(log):
+        with open(log, "r+b") as f:
+            f.truncate(os.path.getsize(log) - 1)
+    elif how == "log grown":  # (a call that failed after appending its frame, before its tag line)
+        with open(log, "ab") as f:
+            f.write(pickle.dumps(("another stamp", [(0, 10**9, "ghost")], [], [], [])))
+    elif how == "queues lost" and os.path.exists(timers):
         os.unlink(timers)
     elif how == "tag lost" and os.path.exists(vouched):
         os.unlink(vouched)
@@ -100,9 +109,9 @@ def test_timers_fire_as_on_the_blob_layout_across_lost_and_stale_queues(monkeypa
     blob, dl = drivers(monkeypatch, tmp_path)
     rng = np.random.default_rng(4)
     keys = [f"user-{i}" for i in range(25)] + list(range(10)) + [f"quiet-{i}" for i in range(30)]
-    ways = ["kept", "kept", "kept", "queues lost", "queues cut short", "tag lost", "copy lost"]
+    ways = ["kept"] * 6 + ["queues lost", "queues cut short", "tag lost", "copy lost", "log lost", "log cut short", "log grown"]
     ts, fired, disturbed = 0, 0, set()
-    for batch in range(60):
+    for batch in range(90):
         rows = [(keys[int(i)], ts + int(rng.integers(0, 20))) for i in rng.integers(0, len(keys), int(rng.integers(0, 12)))]
         ts += 15
         watermark, now = ts - 30, batch * 4
@@ -137,3 +146,44 @@ def test_the_checkpointed_blob_does_not_grow_with_waiting_timers(monkeypatch, tm
     shutil.rmtree(dl.directory)  # the queue is rebuilt from the slots: every timer still fires
     got, _ = dl.batch([], watermark=10_000)
     assert sorted(r["k"] for r in got) == sorted(f"k{k}" for k in range(1000))
+
+
+def test_a_call_appends_its_timer_changes_to_the_log_and_a_long_log_is_folded_in(monkeypatch, tmp_path):
+    """Issue 18: a call that sets or fires timers appends what it pushed and popped to
+    ``timers.log`` instead of rewriting the bucket's whole queue file; once the log outgrows
+    that file it is written whole again (with an empty log). Every timer fires as on the
+    blob layout throughout."""
+    monkeypatch.setattr(delta.SlotTable, "TIMER_LOG_MIN", 0)  # fold by the queue file's size alone
+    blob, dl = drivers(monkeypatch, tmp_path)
+    keys = [f"user-{i}" for i in range(400)]
+    first = [(k, 1_000 + i) for i, k in enumerate(keys)]
+    for driver in (blob, dl):
+        driver.batch(first, watermark=0)
+    queues = os.path.join(dl.directory, "timers.pkl")
+    whole, log = os.stat(queues).st_mtime_ns, []
+    rng = np.random.default_rng(7)
+    ts, fired, folded = 1_500, 0, 0
+    for batch in range(40):
+        rows = [(keys[int(i)], ts + int(rng.integers(0, 20))) for i in rng.integers(0, len(keys), 8)]
+        ts += 15
+        expected, _ = blob.batch(rows, watermark=ts - 60)
+        got, _ = dl.batch(rows, watermark=ts - 60)
+        assert sorted(got, key=_order) == sorted(expected, key=_order), batch
+        fired += len(expected)
+        _tag, _boot, stamp, logged, waiting, *_ = open(os.path.join(dl.directory, "timers.tag")).read().split(" ")
+        assert int(waiting) == len(pickle.loads(blob.blob)[EVENT_TIMERS]), batch  # fired ones gone (deleted ones wait as there)
+        event, _processing = delta.SlotTable(dl.directory)._read_timers(stamp, int(logged))  # as the next call reads them
+        assert sorted(event) == sorted(pickle.loads(blob.blob)[EVENT_TIMERS]), batch
+        size = os.path.getsize(os.path.join(dl.directory, "timers.log"))
+        stamp = os.stat(queues).st_mtime_ns
+        if stamp != whole:
+            folded += 1
+            assert size == 0, "a queue file written whole starts an empty log"
+            whole = stamp
+        log.append(size)
+    assert fired > 100 and max(log) > 0, "no timer fired or nothing logged: the test tests little"
+    assert 1 <= folded < 20, f"written whole {folded} times in 40 calls: the log is not used, or never folded in"
+    shutil.rmtree(dl.directory)  # everything still waiting fires, from the slots
+    expected, _ = blob.batch([], watermark=10**9)
+    got, _ = dl.batch([], watermark=10**9)
+    assert sorted(got, key=_order) == sorted(expected, key=_order) and expected
