@@ -466,9 +466,9 @@ class SlotTable(LocalTable):
         return StoredQueue(lengths[0], heads[0], lambda: load(0)), StoredQueue(lengths[1], heads[1], lambda: load(1))
 
     def _read_timers(self, stamp: str, log_bytes: int) -> list[LoggedQueue] | None:
-        """The queues under ``stamp``: the whole file's, with the log's first ``log_bytes``
-        applied (pushed entries added, popped sequence numbers removed); None if either
-        file fails its stamp or is shorter than vouched."""
+        """The queues under ``stamp``: the whole file's (written as heaps), with the log's
+        first ``log_bytes`` applied (pushed entries added, popped sequence numbers removed);
+        None if either file fails its stamp or is shorter than vouched."""
         try:
             stored = pickle.loads(Path(self._timers_path("pkl")).read_bytes())  # (a file this executor wrote)
             if not (isinstance(stored, tuple) and len(stored) == 3 and stored[0] == stamp):
@@ -479,20 +479,26 @@ class SlotTable(LocalTable):
                     frames = f.read(log_bytes)
                 if len(frames) != log_bytes:
                     return None
-                pushed: list[list] = [[], []]
-                popped: list[set] = [set(), set()]
+                # A call pops every entry due by its end, and an entry pushed due is popped in the
+                # same call (bucket.py _fire): replayed frame by frame, a frame's popped entries are
+                # then the heap's smallest after its pushes. Any that are not are removed at the end.
+                stray: list[set] = [set(), set()]
                 view = io.BytesIO(frames)
                 while view.tell() < log_bytes:
                     frame = pickle.load(view)
                     if frame[0] != stamp:
                         return None
-                    for i in (0, 1):
-                        pushed[i] += frame[1 + i]
-                        popped[i].update(frame[3 + i])
-                for i in (0, 1):
-                    live = [e for e in queues[i] + pushed[i] if e[1] not in popped[i]]
-                    heapq.heapify(live)
-                    queues[i] = live
+                    for i, queue in enumerate(queues):
+                        for entry in frame[1 + i]:
+                            heapq.heappush(queue, entry)
+                        gone = set(frame[3 + i])
+                        while gone and queue and queue[0][1] in gone:
+                            gone.discard(heapq.heappop(queue)[1])
+                        stray[i] |= gone
+                for i, left in enumerate(stray):
+                    if left:
+                        queues[i] = [e for e in queues[i] if e[1] not in left]
+                        heapq.heapify(queues[i])
         except Exception:  # noqa: BLE001 - cut short or unreadable: rebuilt
             return None
         return [LoggedQueue(q) for q in queues]

@@ -5,6 +5,7 @@ its checkpointed blob (and is itself tested against Flink's model elsewhere)."""
 
 from __future__ import annotations
 
+import heapq
 import os
 import pickle
 import shutil
@@ -187,3 +188,36 @@ def test_a_call_appends_its_timer_changes_to_the_log_and_a_long_log_is_folded_in
     expected, _ = blob.batch([], watermark=10**9)
     got, _ = dl.batch([], watermark=10**9)
     assert sorted(got, key=_order) == sorted(expected, key=_order) and expected
+
+
+def test_queues_read_back_from_the_file_and_its_log_equal_the_queues_written(tmp_path):
+    """``SlotTable.timers`` reads what ``store_timers`` wrote: a whole file, then frames of
+    pushed entries and popped sequence numbers — popped the heap's smallest (as a call pops)
+    or not (removed all the same)."""
+    table = delta.SlotTable(str(tmp_path / "bucket"))
+    event = [(10, 1, "a"), (20, 2, "b"), (30, 3, "c")]
+    table.store_timers("v1", list(event), [(5, 4, "p")], rewrite=True)
+
+    def read(tag):
+        queues = table.timers(tag, lambda: pytest.fail("rebuilt: the file or the log was not read back"))
+        return [q.load() for q in queues]
+
+    ev, pr = read("v1")
+    assert sorted(ev) == event and pr == [(5, 4, "p")]
+    heapq.heappush(ev, (15, 5, "d"))
+    ev.pushed.append((15, 5, "d"))
+    for _ in range(2):  # (10, a) and (15, d): the smallest after the push
+        ev.popped.append(heapq.heappop(ev)[1])
+    table.store_timers("v2", ev, pr, rewrite=True)
+    ev, pr = read("v2")
+    assert sorted(ev) == [(20, 2, "b"), (30, 3, "c")] and pr == [(5, 4, "p")]
+    ev.remove((30, 3, "c"))  # not the smallest
+    heapq.heapify(ev)
+    ev.popped.append(3)
+    pr.pushed.append((7, 6, "q"))
+    heapq.heappush(pr, (7, 6, "q"))
+    table.store_timers("v3", ev, pr, rewrite=True)
+    assert os.path.getsize(tmp_path / "bucket" / "timers.log") > 0, "written whole: the log is not tested"
+    ev, pr = read("v3")
+    assert ev == [(20, 2, "b")] and sorted(pr) == [(5, 4, "p"), (7, 6, "q")]
+    assert table.timers("v2", lambda: None) is None  # the tag vouches for v3 only
