@@ -318,9 +318,9 @@ class SlotTable(LocalTable):
     pickled state values and timers) is appended when it changes; the same ``tag`` protocol
     as :class:`LocalTable`. Changing a key that exists appends its bytes and rewrites its
     offset in place; new or deleted keys rewrite the index (not the heap); the heap is
-    rewritten once it holds more than twice its live bytes. Beside it, ``timers.pkl`` and
-    ``timers.tag``: the bucket's timer queues, a cache like the rest (tagged; rebuilt from the slots, which hold
-    each key's timers): the log never holds them, so a batch writes to the checkpoint only
+    rewritten once it holds more than twice its live bytes. Beside it, ``timers.pkl``,
+    ``timers.log`` and ``timers.tag``: the bucket's timer queues, a cache like the rest (tagged; rebuilt from
+    the slots, which hold each key's timers): the checkpointed log never holds them, so a batch writes to the checkpoint only
     the slots it changed, however many timers wait."""
 
     GARBAGE_FACTOR, GARBAGE_MIN = 2, 1 << 20
@@ -473,7 +473,7 @@ class SlotTable(LocalTable):
             stored = pickle.loads(Path(self._timers_path("pkl")).read_bytes())  # (a file this executor wrote)
             if not (isinstance(stored, tuple) and len(stored) == 3 and stored[0] == stamp):
                 return None
-            queues = [list(stored[1]), list(stored[2])]
+            queues = [LoggedQueue(stored[1]), LoggedQueue(stored[2])]
             if log_bytes:
                 with open(self._timers_path("log"), "rb") as f:
                     frames = f.read(log_bytes)
@@ -497,11 +497,11 @@ class SlotTable(LocalTable):
                         stray[i] |= gone
                 for i, left in enumerate(stray):
                     if left:
-                        queues[i] = [e for e in queues[i] if e[1] not in left]
+                        queues[i] = LoggedQueue(e for e in queues[i] if e[1] not in left)
                         heapq.heapify(queues[i])
         except Exception:  # noqa: BLE001 - cut short or unreadable: rebuilt
             return None
-        return [LoggedQueue(q) for q in queues]
+        return queues
 
     def store_timers(self, tag: str, event: Any, processing: Any, rewrite: bool) -> None:
         """Vouch for the timer queues at copy version ``tag``. With ``rewrite`` (they
