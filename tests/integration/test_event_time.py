@@ -54,9 +54,9 @@ def _assigner(kind: str, size: int, slide: int | None):
     return EventTimeSessionWindows.with_gap(size)
 
 
-def _windowed(env, batches, bound_ms, assigner, path, *, declare=None):
+def _windowed(env, batches, bound_ms, assigner, path, *, declare=None, partitions=1):
     src = env.from_source(
-        ScriptedSource(batches, SCHEMA),
+        ScriptedSource(batches, SCHEMA, partitions=partitions),
         WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=bound_ms), "ts"), name="events",
     )
     windowed = src.key_by("k").window(assigner)
@@ -107,6 +107,17 @@ def test_windows_equal_the_model_batch_by_batch_on_a_random_stream(env, kind, si
     fired, result = _windowed(env, batches, 1_000, _assigner(kind, size, slide), path)
     assert fired == expected.fired
     assert result.late_dropped == expected.late
+
+
+@pytest.mark.parametrize(("kind", "size", "slide"), [CASES[0], CASES[2]], ids=["tumbling", "session"])
+def test_windows_read_in_two_partitions_fire_in_the_batch_the_model_says(env, kind, size, slide):
+    """Each batch's records dealt over two partitions: a bucket whose records all come from one
+    partition still learns the other's latest event time (keyed/reach.py: the task's first
+    call hears every partition), so its windows fire in the batch the model says."""
+    batches = model.random_batches(8)
+    expected = model.windows(batches, 1_000, kind, size, slide, in_batch=True)
+    fired, result = _windowed(env, batches, 1_000, _assigner(kind, size, slide), "operator", partitions=2)
+    assert (fired, result.late_dropped) == (expected.fired, expected.late)
 
 
 @pytest.mark.slow
@@ -172,20 +183,51 @@ class TimerAfter(KeyedProcessFunction):
         yield {"k": ctx.current_key, "at": timestamp, "wm": ctx.current_watermark}
 
 
-@pytest.mark.parametrize("seed", [3, 4])
-def test_timers_fire_as_the_model_says_on_a_random_stream(env, seed):
-    batches = model.random_batches(seed)
+def test_a_quiet_bucket_read_from_one_partition_learns_the_batch_s_latest_time(env):
+    """Key x's bucket has no timer before batch 1 (marked quiet: keyed/reach.py), and its record
+    of batch 1 comes from one partition while the other's record is 3 s later. x's bucket is not
+    its state partition's first, and no other bucket of that partition has records or timers: x
+    learns that later time only from the first bucket's call, which every partition reaches, and
+    then fires its timer (at 5,700) in batch 1, under the watermark the later record makes
+    (6,999), as the model says — not one batch late."""
+    from pyspark.sql import functions as F
+
+    from ember.runner.spark.keyed.reach import first_buckets, spark_hash_int
+
+    names = [f"k{i}" for i in range(40)]
+    buckets = dict(env.spark.createDataFrame([(n,) for n in names], "k string")
+                   .select("k", F.expr("pmod(xxhash64(k), 128)")).collect())
+    ordinary = [n for n in names if buckets[n] not in first_buckets(128, 2)]
+    x = ordinary[0]  # y and z in the other state partition: only x's partition's first bucket tells x
+    y, z = [n for n in ordinary if spark_hash_int(buckets[n]) % 2 != spark_hash_int(buckets[x]) % 2][:2]
+    batches = [[(1_000, z, 1)], [(5_000, x, 1), (8_000, y, 1)], []]
     expected = model.timer_firings(batches, 1_000, 700, in_batch=True)
-    src = env.from_source(ScriptedSource(batches, SCHEMA),
+    assert (x, 5_700, 1) in expected
+    fired, _ = _timers_fired(env, batches, partitions=2)
+    assert fired == expected
+
+
+def _timers_fired(env, batches, partitions=1):
+    """TimerAfter(700) on ``batches`` (1 s bound): the timers fired as (key, time, batch), sorted;
+    and the sink's batches."""
+    src = env.from_source(ScriptedSource(batches, SCHEMA, partitions=partitions),
                           WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts"))
     sink = CollectSink()
     src.key_by("k").process(TimerAfter(700), "k string, at bigint, wm bigint").sink_to(sink)
     env.execute("timers", progress=False)
     fired = sorted((r["k"], r["at"], b.batch_id if b.batch_id < len(batches) else model.END)
                    for b in sink.batches for r in b.rows)
+    return fired, sink.batches
+
+
+@pytest.mark.parametrize(("seed", "partitions"), [(3, 1), (4, 2)])
+def test_timers_fire_as_the_model_says_on_a_random_stream(env, seed, partitions):
+    batches = model.random_batches(seed)
+    expected = model.timer_firings(batches, 1_000, 700, in_batch=True)
+    fired, sink_batches = _timers_fired(env, batches, partitions)
     assert fired == expected
     watermarks = model.flink_watermarks(batches, 1_000, after_last=True)
-    for b in sink.batches:
+    for b in sink_batches:
         if b.batch_id < len(batches):  # fired after the batch's records, under the watermark they make
             assert {r["wm"] for r in b.rows} <= {watermarks[b.batch_id + 1]}  # ctx.current_watermark is Flink's
 

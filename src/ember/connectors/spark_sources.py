@@ -69,19 +69,26 @@ class ScriptedSource(Source):
     With ``ends=False`` the source stays open after its last batch (a stream that
     may yet bring more, as a message queue's): the job has no end of input and
     runs until another stop condition (``max_events``, ``duration``).
+    ``partitions``: each micro-batch's rows dealt over that many Spark partitions
+    (row ``i`` of a batch to partition ``i % partitions``), as a source read in
+    parallel delivers them.
     """
 
     batches: tuple[tuple[Any, ...], ...] = field(default=())
     schema: str = ""
     ends: bool = True
+    partitions: int = 1
 
-    def __init__(self, batches: Sequence[Sequence[Any]], schema: str, *, ends: bool = True) -> None:
+    def __init__(self, batches: Sequence[Sequence[Any]], schema: str, *, ends: bool = True, partitions: int = 1) -> None:
         if not schema:
             raise ConfigError("ScriptedSource: schema (Spark DDL string) is required")
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+            raise ConfigError(f"ScriptedSource: partitions must be a positive integer, got {partitions!r}")
         frozen = tuple(tuple(_row(r) for r in b) for b in batches)
         object.__setattr__(self, "batches", frozen)
         object.__setattr__(self, "schema", schema)
         object.__setattr__(self, "ends", bool(ends))
+        object.__setattr__(self, "partitions", partitions)
 
     @property
     def bounded(self) -> bool:

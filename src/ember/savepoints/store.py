@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ember.errors import SavepointError
-from ember.runner.spark.checkpoint import EMBER_DIR, checkpoint_partitions, is_runtime_marker, last_batch
+from ember.runner.spark.checkpoint import EMBER_DIR, QUIET, checkpoint_partitions, is_runtime_marker, last_batch
 
 __all__ = [
     "SavepointError",
@@ -75,7 +75,7 @@ def _wanted(rel: str, name: str, batch: int) -> bool:
         found = _STATE_FILE.match(name)
         return found is None or int(found.group(1)) <= batch + 1  # state version = batch + 1
     if top == EMBER_DIR:
-        return not is_runtime_marker(name)
+        return not is_runtime_marker(name) and rel.split(os.sep)[1:2] != [QUIET]  # (marks of one run: keyed/reach.py)
     return True
 
 

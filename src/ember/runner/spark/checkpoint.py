@@ -9,6 +9,7 @@ A checkpoint is Spark's (``offsets/``, ``commits/``, ``state/``, ``sources/``,
     ember/job-id              the job's identity, with which exactly-once sinks fence their writes
     ember/restored-from.json  the savepoint a restored job started from
     ember/spool/<step>/<batch>/  detoured side outputs of a micro-batch (spool.py)
+    ember/quiet/<step>/       a keyed step's buckets without timers, marked (keyed/reach.py)
     ember/running             while a job runs: its pid, host and name
     ember/stop                the runner asks Ember's sources to admit no more input
     ember/stop-request        `ember savepoint create --stop` asks the running job to stop
@@ -36,6 +37,7 @@ __all__ = [
     "CheckpointLayout",
     "RUNTIME_MARKERS",
     "EMBER_DIR",
+    "QUIET",
     "last_batch",
     "last_committed_batch",
     "planned_batch",
@@ -58,6 +60,7 @@ __all__ = [
 ]
 
 EMBER_DIR = "ember"
+QUIET = "quiet"  # ember/quiet/<step>/: a keyed step's quiet-bucket marks, believed only by the run that wrote them
 RUNNING, STOP, STOP_REQUEST, END_OF_INPUT = "running", "stop", "stop-request", "end-of-input"
 RUNTIME_MARKERS = frozenset({RUNNING, STOP, STOP_REQUEST, END_OF_INPUT})
 
@@ -139,12 +142,20 @@ class CheckpointLayout:
         return self._file(f"origin-{step}")
 
     def spool(self, step: str) -> str:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
-        return os.path.join(self.ember_dir, "spool", safe)
+        return os.path.join(self.ember_dir, "spool", _safe(step))
+
+    def quiet(self, step: str) -> str:
+        """A keyed step's marks of its buckets without timers (keyed/reach.py); never part of a savepoint."""
+        return os.path.join(self.ember_dir, QUIET, _safe(step))
 
     def has_progress(self) -> bool:
         """Spark planned at least one batch from this checkpoint (its offset log is not empty)."""
         return last_batch(self.path, "offsets") >= 0
+
+
+def _safe(step: str) -> str:
+    """A step's name as a folder name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in step)
 
 
 # The pipeline manifest's mark of a checkpoint whose in-batch keyed step runs without Spark's

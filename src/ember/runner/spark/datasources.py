@@ -155,11 +155,12 @@ class ScriptedReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
         s, e = int(start["batch"]), int(end["batch"])
-        return [_Range(0, s, e)] if e > s else []
+        return [_Range(p, s, e) for p in range(int(self.options.get("partitions") or 1))] if e > s else []
 
     def read(self, part: _Range) -> Iterator[tuple]:
+        n = int(self.options.get("partitions") or 1)  # row i of a batch goes to partition i % n
         for b in range(part.start, part.end):
-            for row in self.batches[b]:
+            for row in self.batches[b][part.partition::n]:
                 yield tuple(row)
 
 

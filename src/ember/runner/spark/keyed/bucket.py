@@ -25,6 +25,7 @@ import pandas as pd
 from ember.errors import UserFunctionError
 from ember.functions import KeyedProcessFunction
 from ember.runner.spark.keyed.contracts import BatchHandler, GroupState, failed_call, user_name
+from ember.runner.spark.keyed.reach import QuietMarks, TaskLatest
 from ember.runner.spark.keyed.runtime import (
     EVENT_TIMERS,
     PRE,
@@ -72,6 +73,7 @@ class BucketFunction:
         tie_break: str | None = None,
         advance_ms: int | None = None,
         dead_letter: str | None = None,
+        quiet_marks: str | None = None,
     ) -> None:
         self.fn, self.step, self.keys, self.fields = fn, step, keys, fields
         self.out_fields, self.time_column, self.event_time = out_fields, time_column, event_time
@@ -97,6 +99,12 @@ class BucketFunction:
         # on (``process(dead_letter=)``): such a record (the timer's key and time) becomes a dead
         # letter, what the call emitted is discarded, the job goes on.
         self.dead_letter = dead_letter
+        # Where each call marks its bucket when it ends without timers (or unmarks it), so the
+        # packing leaves quiet buckets without records out of the batch (keyed/reach.py); a
+        # bucket's call then learns the batch's latest time from the task's first call.
+        self.quiet_marks = quiet_marks
+        self._quiet: QuietMarks | None = None
+        self._task_latest: TaskLatest | None = None
         self.columns_out = list(out_fields)
         if self.side_outputs:
             self.columns_out += [TAG] + [side_column(t, f) for t, fs in self.side_outputs.items() for f in fs]
@@ -106,12 +114,14 @@ class BucketFunction:
         self.touched = False  # whether the current call changed the bucket's state (or may have)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_rt": None}  # a runtime belongs to one task, never shipped
+        return {**self.__dict__, "_rt": None, "_quiet": None, "_task_latest": None}  # a task's own, never shipped
 
     def runtime(self) -> KeyedRuntime:
         if self._rt is None:
             self._rt = KeyedRuntime(self.event_time, frozenset(self.side_outputs))
             self.fn.open(self._rt)
+            if self.quiet_marks is not None:
+                self._quiet, self._task_latest = QuietMarks(self.quiet_marks), TaskLatest()
         return self._rt
 
     def __call__(self, bucket: Any, frames: Iterator[pd.DataFrame], state: GroupState,
@@ -129,6 +139,8 @@ class BucketFunction:
         """The call up to its output: (the runtime, the rows out, how many came before the
         watermark reached the batch's)."""
         rt = self.runtime()
+        if self._task_latest is not None:
+            latest = self._task_latest(latest)
         rt.side, rt.counts = [], {}
         self.touched = False
         load = getattr(state, "load_blob", None)  # design B (keyed/delta.py): the batch's keys, loaded as needed
@@ -184,6 +196,8 @@ class BucketFunction:
             state.setTimeoutTimestamp(max(rt.blob[EVENT_TIMERS][0][0], spark_watermark, 1))
         elif not self.event_time and rt.blob[PROCESSING_TIMERS]:
             state.setTimeoutDuration(max(1, rt.blob[PROCESSING_TIMERS][0][0] - 1 - rt.now))
+        if self._quiet is not None:
+            self._quiet.note(int(bucket[0]), not rt.blob[EVENT_TIMERS] and not rt.blob[PROCESSING_TIMERS])
         for name, n in rt.counts.items():
             if name in self.counters:
                 self.counters[name].add(n)

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ember.connectors.hashing import spark_xxhash64
+from ember.runner.spark.keyed.reach import Reach
 
 __all__ = ["PACKED_ROWS", "LATEST", "PackSpec", "packer", "pack_at_source", "unpacking"]
 
@@ -44,6 +45,7 @@ class PackSpec:
     time_field: str | None = None
     time_column: str | None = None
     every_bucket: bool = False  # a row for every bucket (the step's in-batch watermark, bucket.py)
+    quiet_marks: str | None = None  # ... but the quiet ones (keyed/reach.py)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -56,15 +58,14 @@ class PackSpec:
 
 
 def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, time_field: str | None = None,
-            latest: str | None = None, every_bucket: int | None = None) -> Iterator[pa.RecordBatch]:
+            latest: str | None = None, reach: Reach | None = None) -> Iterator[pa.RecordBatch]:
     """One ``(bucket, Arrow IPC stream)`` row per bucket of the ``(records, their buckets)``
     in ``batches``; row order within a bucket is kept.
 
     ``time_field``: the records' event time (ms); then every row also carries, as
     ``latest``, the latest event time of the partition's records (for Spark's watermark and
-    the step's in-batch watermark, bucket.py). ``every_bucket``: the number of state
-    buckets, when every one of them must hear of that time — buckets without records then
-    get a row with an empty stream, so each bucket's call sees the batch's latest time."""
+    the step's in-batch watermark, bucket.py). ``reach``: the buckets that must hear of
+    that time (keyed/reach.py) — those without records get a row with an empty stream."""
     parts: dict[int, list[pa.RecordBatch]] = {}
     newest: int | None = None
     schema = None
@@ -93,8 +94,8 @@ def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, t
                 writer.write_batch(s)
         blobs.append(sink.getvalue().to_pybytes())
     ids = list(parts)
-    if every_bucket is not None and newest is not None:
-        ids += [b for b in range(every_bucket) if b not in parts]
+    if reach is not None and newest is not None:
+        ids += [b for b in reach.targets() if b not in parts]
         blobs += [b""] * (len(ids) - len(blobs))
     columns = [pa.array(ids, pa.int32()), pa.array(blobs, pa.binary())]
     names = [bucket, PACKED_ROWS]
@@ -105,18 +106,18 @@ def _packed(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], bucket: str, t
 
 
 def packer(bucket: str, drop: tuple[str, ...], time_column: str | None = None,
-           every_bucket: int | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+           reach: Reach | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function: a partition's rows -> ``(bucket, Arrow IPC stream)``
     per bucket, without the ``bucket`` and ``drop`` columns. With ``time_column`` (event
     time in ms) each row also carries the partition's latest as ``LATEST``, and with
-    ``every_bucket`` every bucket gets a row (see :func:`_packed`)."""
+    ``reach`` the buckets it names get a row too (see :func:`_packed`)."""
 
     def split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
         records = batch.drop_columns([bucket, *[c for c in drop if c in batch.schema.names]])
         return records, batch.column(bucket).to_numpy(zero_copy_only=False)
 
     def pack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _packed((split(b) for b in batches), bucket, time_column, LATEST if time_column else None, every_bucket)
+        yield from _packed((split(b) for b in batches), bucket, time_column, LATEST if time_column else None, reach)
 
     return pack
 
@@ -136,7 +137,7 @@ def pack_at_source(batches: Iterator[pa.RecordBatch], spec: PackSpec) -> Iterato
         return batch, buckets
 
     yield from _packed((split(b) for b in batches), spec.bucket_column, spec.time_column, spec.time_field,
-                       spec.buckets if spec.every_bucket else None)
+                       Reach(spec.buckets, spec.quiet_marks) if spec.every_bucket else None)
 
 
 BucketFunction = Callable[[Any, Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]

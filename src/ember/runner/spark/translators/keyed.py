@@ -25,13 +25,14 @@ from ember.errors import PipelineError
 from ember.graph.graph import ancestors
 from ember.graph.nodes import ChainedProcessNode, KeyByNode, KeyedProcessNode, Node, SideOutputNode, SourceNode, VectorizedProcessNode, WindowNode
 from ember.rolling import RollingField
-from ember.runner.spark.checkpoint import checkpoint_keyed_operator, group_timeouts_everywhere
+from ember.runner.spark.checkpoint import CheckpointLayout, checkpoint_keyed_operator, group_timeouts_everywhere
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.datasources import PreviousWatermark
 from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT, combined_struct, dead_letter_tags, read_dead_letters
 from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
+from ember.runner.spark.keyed.reach import Reach
 from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor, DeltaBucketProcessor, DeltaSlotProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
@@ -137,9 +138,10 @@ def keyed_operator(
     fields = _fields(up)
     emit_time = event_time and comp.plan.read_by_step(node)
     advance_ms = _advance_ms(comp, node, up, event_time)
+    quiet_marks = _quiet_marks(comp, node, advance_ms)
     partials = None
     if combiner is not None and not comp.plan.lane(node):
-        combine, partial_type = combiner(fields, STATE_BUCKETS if advance_ms is not None else None)
+        combine, partial_type = combiner(fields, Reach(STATE_BUCKETS, quiet_marks) if advance_ms is not None else None)
         partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
         fields = [f.name for f in partial_type.fields if f.name not in (TIME, MARKER)]
@@ -159,7 +161,7 @@ def keyed_operator(
         fn, node.name, list(keys), fields, out.names, TIME if event_time else None, event_time,
         side_outputs={t: s.names for t, s in sides.items()}, counters=counters,
         emit_time=emit_time, previous_watermark=_previous_watermark(comp, node, event_time), tie_break=tie_break,
-        advance_ms=advance_ms, dead_letter=dead_letter,
+        advance_ms=advance_ms, dead_letter=dead_letter, quiet_marks=quiet_marks,
     )
     timeout = GroupStateTimeout.EventTimeTimeout if event_time else GroupStateTimeout.ProcessingTimeTimeout
     processor = None
@@ -209,6 +211,16 @@ def _advance_ms(comp: Compilation, node: Node, up: Frame, event_time: bool) -> i
             or comp.plan.lane(node):  # (a lane of a fan-out: its operator's rows are packed per lane)
         return None
     return up.time.max_out_of_orderness_ms
+
+
+def _quiet_marks(comp: Compilation, node: Node, advance_ms: int | None) -> str | None:
+    """Where a step advancing its watermark within the batch marks its buckets without timers,
+    which the packing then leaves out unless they have records (keyed/reach.py): on
+    ``applyInPandasWithState`` with a checkpoint; None (every bucket called) elsewhere."""
+    if advance_ms is None or comp.checkpoint is None or on_tws(comp) \
+            or uses_delta(node, comp.config.state_layout, comp.graph):
+        return None
+    return CheckpointLayout(comp.checkpoint).quiet(node.name)
 
 
 def without_group_timeout(comp: Compilation, advance_ms: int | None) -> bool:
@@ -287,7 +299,8 @@ def _buckets(
     # A step advancing its watermark within the batch hears the batch's latest event time
     # in every bucket: every partition's packing tells every bucket (keyed/packing.py).
     advancing = getattr(bucket_fn, "advance_ms", None) is not None
-    fused = None if timed else _fused_source(comp, node, up, keys, event_time, advancing)
+    quiet_marks = getattr(bucket_fn, "quiet_marks", None)
+    fused = None if timed else _fused_source(comp, node, up, keys, event_time, advancing, quiet_marks)
     if fused is not None:
         return fused.groupBy(BUCKET), unpacking(bucket_fn, up.time.timestamp_field if advancing else None)
     bucketed = _timed(comp, node, up, event_time, timed)
@@ -296,7 +309,7 @@ def _buckets(
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
     if advancing:
         schema = schema.add(LATEST, T.LongType())
-    pack = packer(BUCKET, (ANCHOR,), TIME if advancing else None, STATE_BUCKETS if advancing else None)
+    pack = packer(BUCKET, (ANCHOR,), TIME if advancing else None, Reach(STATE_BUCKETS, quiet_marks) if advancing else None)
     rows = bucketed.mapInArrow(pack, schema)
     if event_time:
         rows = restore_anchor(rows)
@@ -309,7 +322,7 @@ def bucket_of(keys: tuple[str, ...]) -> Any:
 
 
 def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool,
-                  every_bucket: bool = False) -> Any | None:
+                  every_bucket: bool = False, quiet_marks: str | None = None) -> Any | None:
     """The keyed step's input packed per state bucket by its source itself, when
     the step reads a Python source directly (``source.key_by(...).process(...)``)
     whose key fields (and event-time field) are integers, nothing else reads that
@@ -328,7 +341,8 @@ def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...
     time_field = up.time.timestamp_field if event_time else None
     if any(k not in INT_KINDS for k in kinds) or (time_field and schema[time_field].dataType.simpleString() not in ("int", "bigint")):
         return None
-    spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None, every_bucket)
+    spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None, every_bucket,
+                    quiet_marks)
     df = packed_source(comp, source, spec)
     return None if df is None else _timed(comp, node, Frame(df, up.time), event_time)
 
@@ -371,7 +385,7 @@ def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, even
 
     from ember.runner.spark.keyed.rolling import partial_schema, rolling_combiner
 
-    def combiner(fields: list[str], every_bucket: int | None) -> tuple[Any, T.StructType]:
+    def combiner(fields: list[str], reach: Reach | None) -> tuple[Any, T.StructType]:
         time_column = TIME if event_time else None  # epoch ms (bigint) before a keyed step: eventtime.keep_late_rows
         struct = partial_schema(fields, up.df.schema, time_column)
         arrow = to_arrow_schema(struct)
@@ -438,9 +452,9 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
                T.StructField(PARTIAL_COUNT, T.LongType()), T.StructField(TIME, T.TimestampType())]
         )
 
-        def combiner(fields: list[str], every_bucket: int | None) -> tuple[Any, T.StructType]:
-            struct = partial_type.add(MARKER, T.IntegerType()) if every_bucket else partial_type
-            return make_combiner(spec, fields, node.keys, TIME, every_bucket), struct
+        def combiner(fields: list[str], reach: Reach | None) -> tuple[Any, T.StructType]:
+            struct = partial_type.add(MARKER, T.IntegerType()) if reach is not None else partial_type
+            return make_combiner(spec, fields, node.keys, TIME, reach), struct
 
         spec = replace(spec, combined=True)
     return keyed_operator(comp, node, up, node.keys, WindowOperator(spec), out, event_time, late, combiner)

@@ -90,6 +90,7 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
         comp.spark.readStream.format("ember_scripted")
         .option("schema", src.schema)
         .option("batches", json.dumps(batches))
+        .option("partitions", str(src.partitions))
         .option("stop_marker", comp.stop_marker or "")
         .option("done_file", comp.done_file(node))
         .load()

@@ -14,6 +14,7 @@ from bucket_driver import BucketDriver, SumX
 
 from ember.functions import KeyedProcessFunction
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, pack_at_source, packer, unpacking
+from ember.runner.spark.keyed.reach import Reach
 from ember.runner.spark.keyed.windows import MARKER, PARTIAL_ACC, PARTIAL_START, WindowOperator, WindowSpec, make_combiner
 from ember.windowing.assigners import TumblingEventTimeWindows
 from ember.windowing.triggers import EventTimeTrigger
@@ -117,7 +118,7 @@ def test_the_watermark_never_goes_back_behind_sparks():
 
 def test_the_packer_tells_every_bucket_the_partitions_latest_time():
     batch = pa.RecordBatch.from_pydict({"b": pa.array([3, 1, 3], pa.int32()), "ts": [10, 70, 40], "k": ["x", "y", "x"]})
-    rows = pa.Table.from_batches(list(packer("b", (), "ts", 5)(iter([batch])))).to_pylist()
+    rows = pa.Table.from_batches(list(packer("b", (), "ts", Reach(5))(iter([batch])))).to_pylist()
     assert sorted(r["b"] for r in rows) == [0, 1, 2, 3, 4]
     assert {r[LATEST] for r in rows} == {70}
     blobs = {r["b"]: r[PACKED_ROWS] for r in rows}
@@ -140,7 +141,7 @@ def test_a_fused_source_tells_every_bucket_too():
 
 def test_unpacking_hands_the_latest_time_and_only_real_rows():
     batch = pa.RecordBatch.from_pydict({"b": pa.array([0, 0], pa.int32()), "ts": [10, 20]})
-    packed = pa.Table.from_batches(list(packer("b", (), "ts", 3)(iter([batch])))).to_pandas()
+    packed = pa.Table.from_batches(list(packer("b", (), "ts", Reach(3))(iter([batch])))).to_pandas()
     seen = {}
 
     def run(key, frames, state, latest):
@@ -156,7 +157,7 @@ def test_unpacking_hands_the_latest_time_and_only_real_rows():
 
 def test_the_combiner_adds_one_marker_per_bucket_that_the_window_step_skips():
     spec = _spec()
-    combine = make_combiner(spec, FIELDS, ("k",), "ts", every_bucket=3)
+    combine = make_combiner(spec, FIELDS, ("k",), "ts", reach=Reach(3))
     batch = pa.RecordBatch.from_pydict({"ts": pa.array([1_000, 4_000, 12_000], pa.int64()), "k": ["a", "a", "b"],
                                         "x": [1, 2, 4]})
     rows = pa.Table.from_batches(list(combine(iter([batch])))).to_pylist()

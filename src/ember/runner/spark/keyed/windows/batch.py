@@ -19,6 +19,7 @@ import pandas as pd
 
 from ember.errors import UserFunctionError
 from ember.runner.spark.keyed.contracts import RecordsBuilder
+from ember.runner.spark.keyed.reach import Reach
 from ember.runner.spark.keyed.runtime import KeyedRuntime, records_builder
 from ember.runner.spark.keyed.windows.contexts import WindowTriggerContext
 from ember.runner.spark.keyed.windows.spec import (
@@ -287,13 +288,13 @@ class PartialsPath(BatchPath):
 
 
 def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], time_column: str,
-                  every_bucket: int | None = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
+                  reach: Reach | None = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function that pre-aggregates a partition's records per
     (key, window) with the user's ``add``; the window step ``merge`` s the partials
     (:class:`PartialsPath`). Records of a (key, window) are added in timestamp order.
-    With ``every_bucket`` (the number of state buckets) the output also has one marker row
-    per bucket (``MARKER`` = the bucket, no partial) with the partition's latest event time,
-    so every bucket's call learns it (the step's in-batch watermark, bucket.py)."""
+    With ``reach`` the output also has one marker row per bucket it names (``MARKER`` = the
+    bucket, no partial) with the partition's latest event time, so those buckets' calls learn
+    it (the step's in-batch watermark, bucket.py; keyed/reach.py)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -357,16 +358,17 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
         # (bucket.py) advances as far as the records would have moved it.
         names = [*keys, PARTIAL_START, PARTIAL_ACC, PARTIAL_COUNT, time_column]
         markers: list[Any] = []
-        if every_bucket is not None:  # one marker row per bucket: no key, no partial, the partition's latest time
-            markers = [None] * len(starts_out) + list(range(every_bucket))
-            columns = [c + [None] * every_bucket for c in columns]
-            starts_out += [None] * every_bucket
-            accs += [None] * every_bucket
-            counts += [0] * every_bucket
-            latest_out += [max(latest_out)] * every_bucket
+        if reach is not None:  # one marker row per bucket reached: no key, no partial, the partition's latest time
+            reached = list(reach.targets())
+            markers = [None] * len(starts_out) + reached
+            columns = [c + [None] * len(reached) for c in columns]
+            starts_out += [None] * len(reached)
+            accs += [None] * len(reached)
+            counts += [0] * len(reached)
+            latest_out += [max(latest_out)] * len(reached)
         times = pc.multiply(pa.array(latest_out, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC"))
         arrays = [*columns, starts_out, accs, counts, times]
-        if every_bucket is not None:
+        if reach is not None:
             names.append(MARKER)
             arrays.append(pa.array(markers, pa.int32()))
         yield pa.RecordBatch.from_pydict(dict(zip(names, arrays)))
