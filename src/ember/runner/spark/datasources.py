@@ -41,6 +41,7 @@ from ember.runner.spark.checkpoint import (
     offset_log_entry,
     sources_done,
 )
+from ember.runner.spark.keyed.reach import BATCH_ID_PROPERTY
 
 __all__ = ["register_sources", "END_OF_TIME_MS"]
 
@@ -215,7 +216,6 @@ class EndOfInputSource(DataSource):
 
 
 # --------------------------------------------------------------------------- the batch's watermark
-BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the local property Spark sets on a micro-batch's jobs
 
 
 class BatchWatermarkReader(DataSourceReader):

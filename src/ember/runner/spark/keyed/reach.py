@@ -34,11 +34,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable
 
-from ember.runner.spark.datasources import BATCH_ID_PROPERTY
-
 __all__ = ["Reach", "QuietMarks", "TaskLatest", "first_buckets", "spark_hash_int"]
 
-# Spark's local properties of a micro-batch's tasks (besides datasources.BATCH_ID_PROPERTY)
+# Spark's local properties of a micro-batch's tasks
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # the micro-batch's id (on every job of the batch)
 RUN_ID = "spark.jobGroup.id"  # the query run's id (a new one on every start)
 STATE_PARTITIONS = "spark.sql.streaming.internal.stateStore.partitions"
 
