@@ -39,6 +39,7 @@ def checkpoint(tmp_path):
     _write(str(root / "ember" / "pipeline.json"), "{}")
     _write(str(root / "ember" / "running"), '{"pid": 1}')
     _write(str(root / "ember" / "stop-request"))
+    _write(str(root / "ember" / "quiet" / "w" / "7.2.run-a"), "")  # a quiet bucket's mark (keyed/reach.py)
     return str(root)
 
 
@@ -53,6 +54,7 @@ def test_cut_keeps_the_committed_batch_and_its_state_version_only(checkpoint, tm
     assert {f for f in files if f.endswith(".changelog")} == {f"state/0/1/{v}.changelog" for v in (1, 2, 3)}
     assert "state/0/1/SSTs/000008-abc.sst" in files and "state/0/_metadata/metadata" in files
     assert "ember/pipeline.json" in files and "ember/running" not in files and "ember/stop-request" not in files
+    assert not any(f.startswith("ember/quiet") for f in files)  # one run's marks, never restored
     assert not any(f.endswith((".crc", ".tmp")) for f in files)
     assert verify(dest)["batch_id"] == 2
     assert [s.path for s in list_savepoints(str(tmp_path / "sp"))] == [dest]
