@@ -10,7 +10,7 @@ import random
 import pytest
 
 from ember.runner.spark.keyed import reach
-from ember.runner.spark.keyed.reach import QuietMarks, Reach, first_buckets, spark_hash_int
+from ember.runner.spark.keyed.reach import QuietMarks, Reach, TaskLatest, first_buckets, spark_hash_int
 
 
 @pytest.fixture
@@ -133,3 +133,34 @@ def test_random_calls_never_hide_a_bucket_with_timers(tmp_path, task):
         else:
             committed = state
             batch += 1
+
+
+def test_a_task_s_calls_share_the_latest_time_until_the_next_task(monkeypatch):
+    import pyspark
+
+    class Context:
+        def __init__(self, batch, partition, attempt=0):
+            self.batch, self.partition, self.attempt = batch, partition, attempt
+
+        def getLocalProperty(self, key):  # noqa: N802 - Spark's names
+            return str(self.batch) if key == reach.BATCH_ID_PROPERTY else None
+
+        def partitionId(self):  # noqa: N802
+            return self.partition
+
+        def attemptNumber(self):  # noqa: N802
+            return self.attempt
+
+    current = {"context": None}
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: current["context"]))
+    latest = TaskLatest()
+    assert latest(700) == 700 and latest(None) is None  # outside a task: each call its own
+    current["context"] = Context(3, 0)
+    assert latest(900) == 900
+    assert latest(None) == 900 and latest(400) == 900 and latest(1_200) == 1_200
+    current["context"] = Context(3, 1)  # another partition's task
+    assert latest(None) is None and latest(500) == 500
+    current["context"] = Context(3, 1, attempt=1)  # the task retried
+    assert latest(None) is None
+    current["context"] = Context(4, 1)  # the next batch
+    assert latest(300) == 300
