@@ -4,7 +4,7 @@ watermark within the batch (bucket.py, ``advance_ms``).
 Such a step fires in the batch what the batch's latest event time makes due, so a
 bucket's call must know that time, and a bucket with a due timer must be called though
 no record of the batch falls into it. Sending every one of the 128 buckets a row costs
-128 calls per batch, ~3.5-5 ms each in pyspark's per-group conversion, whatever the key
+128 calls per batch, a few ms each in pyspark's per-group conversion, whatever the key
 count (docs/design/latency.md). Two things let the packing send fewer:
 
 - **Quiet marks.** A bucket whose call ends with no timer at all leaves a mark
@@ -113,8 +113,7 @@ class Reach:
     def targets(self) -> Iterable[int]:
         every = range(self.buckets)
         task = _task_properties() if self.marks is not None else None
-
-        if task is None or self.marks is None:
+        if task is None or self.marks is None:  # (marks None: no task properties read)
             return every
         batch, run, partitions = task
         quiet = {b for b, found in _marks(self.marks).items()
