@@ -12,7 +12,6 @@ import pytest
 from test_chains import BOUND, SCHEMA, CountSum, Dedupe, Report, _distinct, _fired, _reported
 
 from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, TumblingEventTimeWindows
-from ember.errors import PipelineError
 from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -210,14 +209,49 @@ def test_filters_and_a_map_on_a_side_output_read_by_lanes_see_its_records(env):
     assert result.late_dropped == big.late + small.late + mapped.late + even.late
 
 
-def test_a_second_map_on_a_side_output_read_in_a_fan_out_is_refused_naming_it(env):
-    src = env.from_source(ScriptedSource([[(1, "a", 1)]], SCHEMA), BOUND, name="events")
+DROP = "\0dropped"  # the model's stand-in for a record a lane's steps drop (its time still moves the watermark)
+
+
+def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env):
+    """Each lane reads the records through a chain of its own: on the side output a map,
+    a Python filter, a flat_map and a select; on the main output a SQL filter, a map and a
+    SQL filter on the mapped fields; between that lane's window and a process function (a
+    second level) a map, a Python filter and a select. Every output equals the model's on the
+    records its chain makes, with the event time each map kept."""
+    batches = model.random_batches(8)
+
+    def side(ts, k, v):  # map (upper key, tenfold) -> filter (> 20) -> flat_map (itself and its negation)
+        return [(ts, k.upper(), v * 10), (ts, k.upper(), -v * 10)] if v % 2 and v * 10 > 20 else [(ts, DROP, 0)]
+
+    def main(ts, k, v):  # filter (v > 2) -> map (v // 2) -> filter (k <> 'b')
+        return (ts, k, v // 2) if v % 2 == 0 and v > 2 and k != "b" else (ts, DROP, 0)
+
+    odd = model.windows([[r for t in b for r in side(*t)] for b in batches], 1_000, "tumbling", 2_000,
+                        keep=lambda r: r[1] != DROP)
+    seen, fired = model.window_then_timers([[main(*t) for t in b] for b in batches], 1_000, 2_000, 1_500,
+                                           keep=lambda k, n: k != DROP and n * 10 > 10)
+    seen = [(k, end, n * 10, *rest) for k, end, n, *rest in seen]
+    assert odd.fired and seen and fired
+    odd_out, reports, raw = CollectSink(), CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
     split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
-    split.get_side_output(ODD).map(lambda r: r, SCHEMA, name="same").map(lambda r: r, SCHEMA, name="again").key_by(
-        "k").process(SplitOdd(), SCHEMA, name="b").sink_to(CollectSink())
-    split.sink_to(CollectSink(), name="raw")
-    with pytest.raises(PipelineError, match="step 'again'.*only filters, then one map, flat_map or select, then key_by"):
-        env.execute("refused", progress=False)
+    (split.get_side_output(ODD).map(lambda r: {"ts": r["ts"], "k": r["k"].upper(), "v": r["v"] * 10}, SCHEMA, name="ten")
+        .filter(lambda r: r["v"] > 20, name="big").flat_map(lambda r: [r, {**r, "v": -r["v"]}], SCHEMA, name="twice")
+        .select("ts", "k", "v", name="fields").key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="odd-windows").sink_to(odd_out, name="odd-out"))
+    (split.filter("v > 2", name="over-two").map(lambda r: {**r, "v": r["v"] // 2}, SCHEMA, name="half")
+        .filter("k <> 'b'", name="not-b").key_by("k").window(TumblingEventTimeWindows.of(2_000))
+        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
+        .map(lambda r: {**r, "n": r["n"] * 10}, "k string, window_start bigint, window_end bigint, n bigint, v bigint",
+             name="tenfold").filter(lambda r: r["n"] > 10, name="several")
+        .select("k", "window_start", "window_end", "n", name="result")
+        .key_by("k").process(Report(1_500), "k string, what string, end bigint, n bigint, ts bigint, wm bigint",
+                             name="report").sink_to(reports, name="reports"))
+    split.sink_to(raw, name="raw")
+    env.execute("fan-out-chains", progress=False)
+    assert _fired(odd_out, batches, "v") == odd.fired
+    assert _reported(reports, batches) == (seen, fired)
+    assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in batches for r in b if r[2] % 2 == 0)
 
 
 def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(env):

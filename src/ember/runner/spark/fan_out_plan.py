@@ -33,14 +33,14 @@ from ember.graph.nodes import (
 )
 from ember.runner.spark.placement import CARRIES_TIME, runtime_steps, upstream_steps
 
-__all__ = ["FanOut", "Level", "fan_out_of", "root_fan_out"]
+__all__ = ["FanOut", "Level", "LANE_STEPS", "fan_out_of", "on_a_lanes_path", "root_fan_out"]
 
 
 @dataclass(frozen=True)
 class FanOut:
     """A keyed-runtime step (``source``) whose output several readers take: the keyed
-    steps reading it (``lanes``, each through ``key_by`` and filters only after the
-    ``stem``: ``paths``) run as lanes of one Spark operator, and ``through`` says whether
+    steps reading it (``lanes``, each through its own stateless steps after the ``stem``,
+    :data:`LANE_STEPS`: ``paths``) run as lanes of one Spark operator, and ``through`` says whether
     other branches (sinks, through stateless steps) read the stem's rows too — they then
     pass the operator on a lane of their own. The job splits after that operator: the lanes' outputs (and
     ``source``'s, with ``through``) start its stateless branches."""
@@ -80,13 +80,24 @@ class FanOut:
 class Level:
     """Keyed steps of a fan-out reading the lanes of the level before (``reads``: per lane,
     the lane it reads there and which of its outputs — None for the main one, else a side
-    output's tag; through filters, then one ``map``, ``flat_map`` or ``select``, then ``key_by``:
-    per lane its ``filters`` in graph order and its ``maps``' one step or None)."""
+    output's tag; ``steps``: per lane the stateless steps it reads through, in graph order,
+    ``key_by`` left out — filters, maps, flat_maps and selects, see :data:`LANE_STEPS`)."""
 
     lanes: tuple[Node, ...]
     reads: tuple[tuple[int, str | None], ...]
-    filters: tuple[tuple[FilterNode, ...], ...] = ()
-    maps: tuple[MapNode | FlatMapNode | SelectNode | None, ...] = ()
+    steps: tuple[tuple[Node, ...], ...] = ()
+
+
+# What a lane may read its rows through after the point where the lanes part (each runs on that
+# lane's copies only, translators/fanout.py); a step with dead letters is not among them yet.
+LANE_STEPS = (FilterNode, MapNode, FlatMapNode, SelectNode)
+_ALLOWED = ("only filter, map, flat_map and select steps (without dead letters), in any order and number, then "
+            "key_by, are supported yet")
+
+
+def on_a_lanes_path(step: Node) -> bool:
+    """Whether ``step`` may sit on one lane's own path (between where the lanes part and the lane)."""
+    return isinstance(step, KeyByNode) or (isinstance(step, LANE_STEPS) and getattr(step, "dead_letter", None) is None)
 
 
 def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | None:
@@ -166,19 +177,12 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
     for lane in lanes:
         path = _between(graph, stem, lane)
         side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
-        mapped = False  # a lane's own map / flat_map / select: one, after its filters (translators/fanout.py)
         for step in path[1:] if side else path:
-            if isinstance(step, KeyByNode):
-                continue
-            plain = not mapped and getattr(step, "dead_letter", None) is None
-            if plain and isinstance(step, MapNode | FlatMapNode | SelectNode):
-                mapped = True
-            elif not (plain and isinstance(step, FilterNode)):
+            if not on_a_lanes_path(step):
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
-                    f"one of several steps reading '{source.name}'; after the point where they part only filters, "
-                    "then one map, flat_map or select, then key_by are supported yet (without dead letters): let every "
-                    f"reader share it (one step before they part), or do it {instead}", step.name,
+                    f"one of several steps reading '{source.name}'; after the point where they part {_ALLOWED}: "
+                    f"let every reader share it (one step before they part), or do it {instead}", step.name,
                 )
         paths.append(path)
     after = _levels(graph, source, lanes)
@@ -232,7 +236,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
     previous = lanes
     rest = [n for n in runtime_steps(graph) if any(a is source for a in ancestors(n)) and not any(n is lane for lane in lanes)]
     while rest:
-        level, reads, filters, maps = [], [], [], []
+        level, reads, steps = [], [], []
         for node in rest:
             direct = upstream_steps(node, graph)
             if len(direct) > 1:
@@ -247,30 +251,20 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
                 continue
             path = _between(graph, upstream, node)
             side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
-            tests: list[FilterNode] = []
-            mapping: MapNode | FlatMapNode | SelectNode | None = None
-            for step in path[1:] if side is not None else path:
-                if isinstance(step, KeyByNode):
-                    continue
-                plain = mapping is None and getattr(step, "dead_letter", None) is None
-                if plain and isinstance(step, FilterNode):
-                    tests.append(step)
-                elif plain and isinstance(step, MapNode | FlatMapNode | SelectNode):
-                    mapping = step
-                else:
+            own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))
+            for step in own:
+                if not on_a_lanes_path(step):
                     raise PipelineError(
                         f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
-                        f"the fan-out after '{source.name}'; there only filters, then one map, flat_map or select, then "
-                        f"key_by are supported yet (without dead letters): move it into '{upstream.name}' or "
+                        f"the fan-out after '{source.name}'; there {_ALLOWED}: move it into '{upstream.name}' or "
                         f"'{node.name}'", step.name,
                     )
             level.append(node)
             reads.append((j, side))
-            filters.append(tuple(tests))
-            maps.append(mapping)
+            steps.append(own)
         if not level:  # not reached: every keyed step after source reads a lane of some level
             raise PipelineError(f"'{rest[0].name}' cannot be placed after the fan-out after '{source.name}'", rest[0].name)
-        levels.append(Level(tuple(level), tuple(reads), tuple(filters), tuple(maps)))
+        levels.append(Level(tuple(level), tuple(reads), tuple(steps)))
         rest = [n for n in rest if not any(n is lane for lane in level)]
         previous = tuple(level)
     return tuple(levels)

@@ -16,6 +16,7 @@ from ember import (
     TumblingEventTimeWindows,
     YahooSource,
 )
+from ember.graph.nodes import KeyByNode
 from ember.runner.spark.placement import native_window
 from ember.runner.spark.planner import plan
 
@@ -272,18 +273,29 @@ def test_a_readers_own_map_after_its_filters_is_part_of_its_lanes_path(env, even
     assert [s.name for s in fan.paths[0]][:2] == ["not-x", "reshape"] and len(fan.paths[1]) == 1
 
 
-@pytest.mark.parametrize("shape", ["filter after the map", "two maps", "map_batches"])
+def test_a_readers_own_path_may_chain_filters_maps_flat_maps_and_selects_in_any_order(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    (first.filter("k <> 'x'", name="f1").map(lambda r: r, name="m1").filter(lambda r: True, name="f2")
+     .flat_map(lambda r: [r], name="fm").select("k", "ts", name="sel").key_by("k")
+     .process(_Count(), KEYED, name="a").sink_to(CollectSink()))
+    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
+    fan = plan(env.graph()).fan_out
+    assert [s.name for s in fan.paths[0] if not isinstance(s, KeyByNode)] == ["f1", "m1", "f2", "fm", "sel"]
+
+
+@pytest.mark.parametrize("shape", ["map_batches", "map with dead letters", "filter with dead letters after a map"])
 def test_other_steps_on_a_readers_own_path_are_refused_naming_them(env, events, shape):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
-    if shape == "filter after the map":
-        path = first.map(lambda r: r, name="m").filter("k <> 'x'", name="reshape")
-    elif shape == "two maps":
-        path = first.map(lambda r: r, name="m").map(lambda r: r, name="reshape")
-    else:
+    letters = OutputTag("bad")
+    if shape == "map_batches":
         path = first.map_batches(lambda pdf: pdf, name="reshape")
+    elif shape == "map with dead letters":
+        path = first.map(lambda r: r, dead_letter=letters, name="reshape")
+    else:
+        path = first.map(lambda r: r, name="m").filter(lambda r: True, dead_letter=letters, name="reshape")
     path.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    said = "only filters, then one map"
+    said = "only filter, map, flat_map and select steps \\(without dead letters\\)"
     with pytest.raises(PipelineError, match=f"step 'reshape'.*between the stateful steps? 'first' and 'a'.*{said}"):
         plan(env.graph())
 
@@ -301,24 +313,23 @@ def test_keyed_steps_after_the_lanes_run_as_further_levels(env, events):
     assert fan.where(_node(p, "b3")) == (2, 0) and fan.where(_node(p, "first")) is None
 
 
-def test_filters_and_a_map_between_two_levels_are_the_lanes_own(env, events):
+def test_the_steps_between_two_levels_are_the_lanes_own_in_graph_order(env, events):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     a = first.key_by("k").process(_Count(), KEYED, name="a")
-    (a.filter("ts > 0", name="later").filter(lambda r: True, name="any").map(lambda r: r, name="reshape")
-        .key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink()))
+    (a.filter("ts > 0", name="later").map(lambda r: r, name="reshape").filter(lambda r: True, name="any")
+        .map(lambda r: r, name="again").key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink()))
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
     (level,) = plan(env.graph()).fan_out.after
-    assert [[f.name for f in fs] for fs in level.filters] == [["later", "any"]]
-    assert [m.name for m in level.maps] == ["reshape"]
+    assert [[s.name for s in own] for own in level.steps] == [["later", "reshape", "any", "again"]]
 
 
-def test_a_second_map_between_two_levels_of_a_fan_out_is_refused_naming_it(env, events):
+def test_a_map_batches_between_two_levels_of_a_fan_out_is_refused_naming_it(env, events):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     a = first.key_by("k").process(_Count(), KEYED, name="a")
-    (a.map(lambda r: r, name="reshape").map(lambda r: r, name="again")
+    (a.map(lambda r: r, name="reshape").map_batches(lambda pdf: pdf, name="again")
         .key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink()))
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'again'.*between 'a' and 'a2'.*only filters, then one map"):
+    with pytest.raises(PipelineError, match="step 'again'.*between 'a' and 'a2'.*only filter, map, flat_map and select"):
         plan(env.graph())
 
 

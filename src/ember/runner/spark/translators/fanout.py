@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import FilterNode, FlatMapNode, MapNode, Node, SelectNode, SideOutputNode
+from ember.graph.nodes import FilterNode, FlatMapNode, KeyByNode, MapNode, Node, SelectNode, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.fan_out_plan import FanOut, Level
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
@@ -129,18 +129,15 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     # Each output's records: its columns -> their fields (a side output's are side columns).
     records = {tag: ({f: f for f in fields} if tag is None else
                      {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names}) for tag in set(reads)}
-    df = _filters(fan, df, reads, records, comp)
+    heads, tails = zip(*(_head_and_tail(path) for path in fan.paths))
+    df = _filters(df, heads, reads, records, comp)
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
-    for i, (lane, tag, path) in enumerate(zip(lanes, reads, fan.paths)):
-        mapping = next((s for s in path if isinstance(s, MapNode | FlatMapNode | SelectNode)), None)
-        if mapping is not None:  # the lane's own map / select: its records in columns of their own, on its rows only
-            prefix = f"__ember_mapped{i}_"
-            df, mapped = _on_lanes(comp, _named(df, records[tag], True), mapping, LANE, [i], list(records[tag].values()),
-                                   prefix)
-            df = _named(df, records[tag], False)
-            keys.append(tuple(prefix + k for k in lane.keys))
-            names.append({prefix + f: f for f in mapped})
+    for i, (lane, tag, tail) in enumerate(zip(lanes, reads, tails)):
+        if tail:  # the lane's own steps from its first map / flat_map / select on: on its rows only
+            df, renamed = _lane_steps(comp, df, tail, LANE, i, records[tag], f"__ember_mapped0_{i}_")
+            keys.append(_key_columns(lane, renamed))
+            names.append(renamed)
             continue
         keys.append(lane.keys if tag is None else tuple(side_column(tag, k) for k in lane.keys))
         names.append(None if tag is None else records[tag])
@@ -171,25 +168,19 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
     df = rows.withColumn(lane, F.explode(F.concat(*copies, F.array(F.lit(n)))))
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
-    for i, (node, (j, tag), tests, mapping) in enumerate(
-            zip(lanes, after.reads, after.filters or [()] * n, after.maps or [None] * n)):
+    for i, (node, (j, tag), own) in enumerate(zip(lanes, after.reads, after.steps or [()] * n)):
         fields = before.columns[j]
         if tag is None:
             renamed = {lane_column(j, f): f for f in fields if f != TAG and not f.startswith(SIDE_PREFIX)}
         else:
             renamed = {lane_column(j, side_column(tag, f)): f for f in comp.side_types[id(before.seeds[j])][tag].names}
             renamed.update({lane_column(j, h): h for h in HIDDEN if h in fields})
-        if tests or mapping is not None:  # the lane's own filters, then map / select: on its copies only
+        if own:  # the lane's own filters, maps, flat_maps and selects: on its copies only
+            hidden = {c: f for c, f in renamed.items() if f in HIDDEN}
             visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
-            df = _named(df, visible, True)  # (the records under their own names while they run)
-            for step in tests:
-                df, _ = _on_lanes(comp, df, step, lane, [i], list(visible.values()))
-            if mapping is not None:  # its records in columns of their own (as on level 0)
-                prefix = f"__ember_mapped{k}_{i}_"
-                df, mapped = _on_lanes(comp, df, mapping, lane, [i], list(visible.values()), prefix)
-                renamed = {**{prefix + f: f for f in mapped}, **{c: f for c, f in renamed.items() if f in HIDDEN}}
-            df = _named(df, visible, False)
-        keys.append(tuple(next(c for c, f in renamed.items() if f == key) for key in node.keys))
+            df, records = _lane_steps(comp, df, own, lane, i, visible, f"__ember_mapped{k}_{i}_")
+            renamed = {**records, **hidden}
+        keys.append(_key_columns(node, renamed))
         names.append(renamed)
     through = T.StructType([f for f in rows.schema.fields if f.name != ANCHOR])
     seeds = after.lanes + (before.seeds[0],)  # the last seed stands for the level before (its rows)
@@ -260,20 +251,62 @@ def _renamed(run: Any, names: dict[str, str]) -> Any:
     return call
 
 
-def _filters(fan: FanOut, df: Any, reads: list[str | None], records: dict[str | None, dict[str, str]],
+def _head_and_tail(path: tuple[Node, ...]) -> tuple[list[Node], list[Node]]:
+    """A first-level lane's own steps (``key_by`` and the side output it reads left out),
+    split where the first that reshapes its records (map, flat_map, select) stands: the
+    filters before it, which lanes may share (:func:`_filters`), and the rest, its own."""
+    own = [s for s in path if not isinstance(s, KeyByNode | SideOutputNode)]
+    first = next((j for j, s in enumerate(own) if not isinstance(s, FilterNode)), len(own))
+    return own[:first], own[first:]
+
+
+def _filters(df: Any, heads: tuple[list[Node], ...], reads: list[str | None], records: dict[str | None, dict[str, str]],
              comp: Compilation) -> Any:
-    """``df`` with each filter on the lanes' paths applied to the rows of the lanes it is on,
-    to the records of the output they read (``records``: its columns -> their fields)."""
+    """``df`` with each filter of the lanes' ``heads`` (the filters before a lane's first map)
+    applied once, to the rows of the lanes it is on, to the records of the output they read
+    (``records``: its columns -> their fields)."""
     done: list[Node] = []
-    for step in (s for path in fan.paths for s in path):
-        if not isinstance(step, FilterNode) or any(step is d for d in done):
+    for step in (s for head in heads for s in head):
+        if any(step is d for d in done):
             continue
         done.append(step)
-        users = [i for i, path in enumerate(fan.paths) if any(step is s for s in path)]
+        users = [i for i, head in enumerate(heads) if any(step is s for s in head)]
         named = records[reads[users[0]]]  # (every user of a filter reads the one output it follows)
         df, _ = _on_lanes(comp, _named(df, named, True), step, LANE, users, list(named.values()))
         df = _named(df, named, False)
     return df
+
+
+def _lane_steps(comp: Compilation, df: Any, steps: Any, lane: str, i: int, renamed: dict[str, str],
+                prefix: str) -> tuple[Any, dict[str, str]]:
+    """Lane ``i``'s own ``steps`` (filters, maps, flat_maps, selects), in order, on its copies
+    only (in column ``lane``), the other lanes' rows passing. ``renamed``: the columns holding
+    its records -> their fields. Each reshaping step writes its records into columns of its own
+    (``prefix`` and its place); the lane's earlier ones are dropped. Returns the frame and the
+    lane's columns -> fields after the steps."""
+    for s, step in enumerate(steps):
+        df, mapped = _on_lanes(comp, _named(df, renamed, True), step, lane, [i], list(renamed.values()), f"{prefix}{s}_")
+        df = _named(df, renamed, False)
+        if isinstance(step, FilterNode):
+            continue
+        spent = [c for c in renamed if c.startswith(prefix)]  # this lane's records of an earlier step
+        renamed = {f"{prefix}{s}_{f}": f for f in mapped}
+        df = df.drop(*spent) if spent else df
+    return df, renamed
+
+
+def _key_columns(lane: Any, renamed: dict[str, str]) -> tuple[str, ...]:
+    """The columns of ``renamed`` (column -> field) holding the key fields of ``lane`` (a
+    keyed step's ``translators.keyed.Lane``)."""
+    keys = []
+    for key in lane.keys:
+        column_ = next((c for c, f in renamed.items() if f == key), None)
+        if column_ is None:
+            name = lane.node.name
+            raise PipelineError(f"'{name}' keys by '{key}', a field its input does not have (it has: "
+                                f"{', '.join(f for f in renamed.values() if f not in HIDDEN)})", name)
+        keys.append(column_)
+    return tuple(keys)
 
 
 def _on_lanes(comp: Compilation, df: Any, step: Node, lane: str, users: list[int], fields: list[str],
