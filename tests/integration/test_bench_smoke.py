@@ -44,7 +44,8 @@ def test_benchmark_runs_and_verifies_at_a_tiny_size(spark, variant):
     for key in ("workload", "events", "seconds", "events_per_second", "cores", "verified", "peak_rss_mb", "checkpoint_mb"):
         assert key in report, key
     assert report["events"] > 0 and report["events_per_second"] > 0 and report["cores"] == 2
-    assert report["verified"] is True, {k: v for k, v in report.items() if not isinstance(v, (list, dict))}  # in full: pytest cuts a long dict
+    scalars = {k: v for k, v in report.items() if not isinstance(v, (list, dict))}
+    assert report["verified"] is True, json.dumps(scalars, default=str)  # (as text: pytest cuts a long dict's repr)
     assert report["peak_rss_mb"] > 0
     if WORKLOADS[name][1] is not None:
         assert report["baseline_events_per_second"] > 0 and report["ratio_to_baseline"] > 0, report

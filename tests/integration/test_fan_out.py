@@ -5,6 +5,7 @@ invariant, and through a savepoint rescaled 2 -> 4."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 
 import flink_model as model
@@ -212,39 +213,65 @@ def test_filters_and_a_map_on_a_side_output_read_by_lanes_see_its_records(env):
 DROP = "\0dropped"  # the model's stand-in for a record a lane's steps drop (its time still moves the watermark)
 
 
-def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env):
-    """Each lane reads the records through a chain of its own: on the side output a map,
-    a Python filter, a flat_map and a select; on the main output a SQL filter, a map and a
-    SQL filter on the mapped fields; between that lane's window and a process function (a
-    second level) a map, a Python filter and a select. Every output equals the model's on the
-    records its chain makes, with the event time each map kept."""
-    batches = model.random_batches(8)
+WEIGHTS = {"A": 1, "B": 3}  # (no "C": an inner lookup drops its records)
 
-    def side(ts, k, v):  # map (upper key, tenfold) -> filter (> 20) -> flat_map (itself and its negation)
-        return [(ts, k.upper(), v * 10), (ts, k.upper(), -v * 10)] if v % 2 and v * 10 > 20 else [(ts, DROP, 0)]
+
+def _tenfold(r):
+    if r["k"] == "a" and r["v"] in (3, 7):
+        raise ValueError("no tenfold a")
+    return {"ts": r["ts"], "k": r["k"].upper(), "v": r["v"] * 10}
+
+
+def _several(r):
+    if r["k"] == "c":
+        raise ValueError("c cannot be counted")
+    return r["n"] > 10
+
+
+def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env):
+    """Each lane reads the records through a chain of its own: on the side output a map
+    (with dead letters), a Python filter, a lookup join, a flat_map and a select; on the main output a SQL
+    filter, a map and a SQL filter on the mapped fields; between that lane's window and a
+    process function (a second level) a map, a Python filter (with dead letters) and a select.
+    Every output equals the model's on the records its chain makes, with the event time each
+    map kept; the records a step raised on are its dead letters, once each, the job going on."""
+    batches = model.random_batches(32)  # (a seed whose records reach every path: kept, dropped, failed)
+
+    def side(ts, k, v):  # map (upper key, tenfold) -> filter (> 20) -> lookup (weight; C: none) -> flat_map (+/-)
+        w = WEIGHTS.get(k.upper())
+        if v % 2 and v > 2 and w is not None and not (k == "a" and v in (3, 7)):
+            return [(ts, k.upper(), v * 10 * w), (ts, k.upper(), -v * 10 * w)]
+        return [(ts, DROP, 0)]
 
     def main(ts, k, v):  # filter (v > 2) -> map (v // 2) -> filter (k <> 'b')
         return (ts, k, v // 2) if v % 2 == 0 and v > 2 and k != "b" else (ts, DROP, 0)
 
     odd = model.windows([[r for t in b for r in side(*t)] for b in batches], 1_000, "tumbling", 2_000,
                         keep=lambda r: r[1] != DROP)
+    results, _ = model.window_then_timers([[main(*t) for t in b] for b in batches], 1_000, 2_000, 1_500,
+                                          keep=lambda k, n: k != DROP)
     seen, fired = model.window_then_timers([[main(*t) for t in b] for b in batches], 1_000, 2_000, 1_500,
-                                           keep=lambda k, n: k != DROP and n * 10 > 10)
+                                           keep=lambda k, n: k not in (DROP, "c") and n > 1)
     seen = [(k, end, n * 10, *rest) for k, end, n, *rest in seen]
-    assert odd.fired and seen and fired
-    odd_out, reports, raw = CollectSink(), CollectSink(), CollectSink()
+    failed_maps = Counter((ts, k, v) for b in batches for ts, k, v in b if v % 2 and k == "a" and v in (3, 7))
+    failed_filters = Counter((k, end) for k, end, *_ in results if k == "c")
+    assert odd.fired and seen and fired and failed_maps and failed_filters
+    odd_out, reports, raw, dead_maps, dead_filters = (CollectSink() for _ in range(5))
     src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
     split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
-    (split.get_side_output(ODD).map(lambda r: {"ts": r["ts"], "k": r["k"].upper(), "v": r["v"] * 10}, SCHEMA, name="ten")
-        .filter(lambda r: r["v"] > 20, name="big").flat_map(lambda r: [r, {**r, "v": -r["v"]}], SCHEMA, name="twice")
+    ten = split.get_side_output(ODD).map(_tenfold, SCHEMA, dead_letter=OutputTag("no_ten"), name="ten")
+    ten.get_side_output(OutputTag("no_ten")).sink_to(dead_maps, name="dead-maps")
+    (ten.filter(lambda r: r["v"] > 20, name="big").join_lookup([{"k": k, "w": w} for k, w in WEIGHTS.items()], "k", name="weigh")
+        .flat_map(lambda r: [{**r, "v": r["v"] * r["w"]}, {**r, "v": -r["v"] * r["w"]}], SCHEMA, name="twice")
         .select("ts", "k", "v", name="fields").key_by("k").window(TumblingEventTimeWindows.of(2_000))
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="odd-windows").sink_to(odd_out, name="odd-out"))
-    (split.filter("v > 2", name="over-two").map(lambda r: {**r, "v": r["v"] // 2}, SCHEMA, name="half")
-        .filter("k <> 'b'", name="not-b").key_by("k").window(TumblingEventTimeWindows.of(2_000))
-        .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
-        .map(lambda r: {**r, "n": r["n"] * 10}, "k string, window_start bigint, window_end bigint, n bigint, v bigint",
-             name="tenfold").filter(lambda r: r["n"] > 10, name="several")
-        .select("k", "window_start", "window_end", "n", name="result")
+    several = (split.filter("v > 2", name="over-two").map(lambda r: {**r, "v": r["v"] // 2}, SCHEMA, name="half")
+               .filter("k <> 'b'", name="not-b").key_by("k").window(TumblingEventTimeWindows.of(2_000))
+               .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
+               .map(lambda r: {**r, "n": r["n"] * 10}, "k string, window_start bigint, window_end bigint, n bigint, v bigint",
+                    name="tenfold").filter(_several, dead_letter=OutputTag("unsure"), name="several"))
+    several.get_side_output(OutputTag("unsure")).sink_to(dead_filters, name="dead-filters")
+    (several.select("k", "window_start", "window_end", "n", name="result")
         .key_by("k").process(Report(1_500), "k string, what string, end bigint, n bigint, ts bigint, wm bigint",
                              name="report").sink_to(reports, name="reports"))
     split.sink_to(raw, name="raw")
@@ -252,6 +279,12 @@ def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env
     assert _fired(odd_out, batches, "v") == odd.fired
     assert _reported(reports, batches) == (seen, fired)
     assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in batches for r in b if r[2] % 2 == 0)
+    letters = [(json.loads(r["raw"]), r["error"]) for r in dead_maps.rows()]
+    assert Counter((d["ts"], d["k"], d["v"]) for d, _ in letters) == failed_maps
+    assert all(e == "step 'ten': _tenfold raised ValueError: no tenfold a" for _, e in letters)
+    letters = [(json.loads(r["raw"]), r["error"]) for r in dead_filters.rows()]
+    assert Counter((d["k"], d["window_end"]) for d, _ in letters) == failed_filters
+    assert all(e == "step 'several': _several raised ValueError: c cannot be counted" for _, e in letters)
 
 
 def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(env):

@@ -25,6 +25,7 @@ from ember.graph.nodes import (
     FlatMapNode,
     IntervalJoinNode,
     KeyByNode,
+    LookupJoinNode,
     MapNode,
     Node,
     SelectNode,
@@ -33,7 +34,7 @@ from ember.graph.nodes import (
 )
 from ember.runner.spark.placement import CARRIES_TIME, runtime_steps, upstream_steps
 
-__all__ = ["FanOut", "Level", "LANE_STEPS", "fan_out_of", "on_a_lanes_path", "root_fan_out"]
+__all__ = ["FanOut", "Level", "LANE_STEPS", "fan_out_of", "root_fan_out"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ class FanOut:
     # Whether ``source`` is no keyed step: the stream parts before the job's first keyed steps
     # (root_fan_out), so its rows get their event time at the stem, before they are copied.
     root: bool = False
+    # The dead-letter outputs of steps on the lanes' own paths: they leave the query beside it
+    # (planner.py, spool.py), each read by sinks through stateless steps only.
+    detours: tuple[SideOutputNode, ...] = ()
 
     @property
     def seeds(self) -> tuple[Node, ...]:
@@ -89,15 +93,31 @@ class Level:
 
 
 # What a lane may read its rows through after the point where the lanes part (each runs on that
-# lane's copies only, translators/fanout.py); a step with dead letters is not among them yet.
-LANE_STEPS = (FilterNode, MapNode, FlatMapNode, SelectNode)
-_ALLOWED = ("only filter, map, flat_map and select steps (without dead letters), in any order and number, then "
-            "key_by, are supported yet")
+# lane's copies only, translators/fanout.py); their dead letters leave the query beside it (a detour).
+LANE_STEPS = (FilterNode, MapNode, FlatMapNode, SelectNode, LookupJoinNode)
+_ALLOWED = ("only filter, map, flat_map, select and join_lookup steps (their dead letters read by sinks, through "
+            "stateless steps, only; a join_lookup without unmatched=), in any order and number, then key_by, are "
+            "supported yet")
 
 
-def on_a_lanes_path(step: Node) -> bool:
-    """Whether ``step`` may sit on one lane's own path (between where the lanes part and the lane)."""
-    return isinstance(step, KeyByNode) or (isinstance(step, LANE_STEPS) and getattr(step, "dead_letter", None) is None)
+def _dead_letter_outputs(step: Node, graph: Graph) -> list[SideOutputNode]:
+    """The side outputs reading ``step``'s dead letters (none for a step without)."""
+    tag = getattr(step, "dead_letter", None)
+    if tag is None:
+        return []
+    return [r for r in graph.readers().get(id(step), []) if isinstance(r, SideOutputNode) and r.tag == tag]
+
+
+def _on_a_lanes_path(step: Node, graph: Graph, ignore: frozenset[int]) -> bool:
+    """Whether ``step`` may sit on one lane's own path (between where the lanes part and the
+    lane): a ``key_by``, or one of :data:`LANE_STEPS` whose dead letters, if any, detour
+    (``ignore``: the dead-letter outputs that may leave the query beside it)."""
+    if isinstance(step, KeyByNode):
+        return True
+    if not isinstance(step, LANE_STEPS) or getattr(step, "unmatched", None) is not None:
+        return False
+    outputs = _dead_letter_outputs(step, graph)
+    return getattr(step, "dead_letter", None) is None or (bool(outputs) and all(id(o) in ignore for o in outputs))
 
 
 def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | None:
@@ -134,7 +154,7 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
             "step; a job fans out after one stateful step only, yet: run the rest as its own job", top[1][0].name
         )
     source, lanes, through = top[0]
-    return _fan_out(graph, source, lanes, through, readers)
+    return _fan_out(graph, source, lanes, through, readers, ignore=ignore)
 
 
 def root_fan_out(graph: Graph) -> FanOut | None:
@@ -160,7 +180,7 @@ def root_fan_out(graph: Graph) -> FanOut | None:
 
 
 def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool, readers: dict[int, list[Node]],
-             root: bool = False) -> FanOut:
+             root: bool = False, ignore: frozenset[int] = frozenset()) -> FanOut:
     """The fan-out of ``source``'s rows into ``lanes`` (and the pass-through lane with
     ``through``), checked: what the runner cannot run there is refused, naming the step."""
     for lane in lanes:
@@ -178,14 +198,14 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
         path = _between(graph, stem, lane)
         side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
         for step in path[1:] if side else path:
-            if not on_a_lanes_path(step):
+            if not _on_a_lanes_path(step, graph, ignore):
                 raise PipelineError(
                     f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
                     f"one of several steps reading '{source.name}'; after the point where they part {_ALLOWED}: "
                     f"let every reader share it (one step before they part), or do it {instead}", step.name,
                 )
         paths.append(path)
-    after = _levels(graph, source, lanes)
+    after = _levels(graph, source, lanes, ignore)
     every_lane = [lane for level in (lanes, *(lv.lanes for lv in after)) for lane in level]
     for node in graph.nodes:
         stateful = isinstance(node, (*STATEFUL, SourceNode))
@@ -203,7 +223,9 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
                 "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
             )
     _check_branches(graph, stem, source)
-    return FanOut(source, lanes, tuple(paths), through, stem, after, root)
+    steps = {id(s): s for path in (*paths, *(own for level in after for own in level.steps)) for s in path}
+    detours = tuple(o for s in steps.values() for o in _dead_letter_outputs(s, graph))
+    return FanOut(source, lanes, tuple(paths), through, stem, after, root, detours)
 
 
 def _check_branches(graph: Graph, stem: Node, source: Node) -> None:
@@ -230,7 +252,7 @@ def _between(graph: Graph, upstream: Node, node: Node) -> tuple[Node, ...]:
     return tuple(a for a in graph.nodes if any(b is upstream for b in ancestors(a)) and any(a is b for b in ancestors(node)))
 
 
-def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level, ...]:
+def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozenset[int]) -> tuple[Level, ...]:
     """The keyed steps after a fan-out's first lanes, level by level (:class:`Level`)."""
     levels: list[Level] = []
     previous = lanes
@@ -253,7 +275,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...]) -> tuple[Level,
             side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
             own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))
             for step in own:
-                if not on_a_lanes_path(step):
+                if not _on_a_lanes_path(step, graph, ignore):
                     raise PipelineError(
                         f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
                         f"the fan-out after '{source.name}'; there {_ALLOWED}: move it into '{upstream.name}' or "

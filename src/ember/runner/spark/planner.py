@@ -190,7 +190,8 @@ def plan(graph: Graph) -> Plan:
                 f"'{sql.name}' reads keyed steps or is read by one; a SQL step in a fan-out is not supported yet: give "
                 "it (and the steps it reads) one reader, or run that part as its own job", sql.name,
             )
-        return Plan(graph, None, (), tuple(graph.sinks), fan)
+        detoured = {id(s) for d in fan.detours for s in graph.sinks_after(d)}
+        return Plan(graph, None, fan.detours, tuple(s for s in graph.sinks if id(s) not in detoured), fan)
     fork, detours, streamed = _split(graph)
     return Plan(graph, fork, tuple(detours), tuple(streamed))
 
@@ -227,11 +228,16 @@ def _keyed_fan_out(graph: Graph) -> FanOut | None:
             raise
         try:
             fan = fan_out_of(graph, detourable)
+            if fan is not None:  # the dead letters of steps on its lanes' paths leave the query beside it
+                own = frozenset(id(d) for d in fan.detours)
+                fan = fan_out_of(graph, own) if own else None
+                if fan is None or frozenset(id(d) for d in fan.detours) != own:
+                    raise problem
+                if any(_check_detour(graph, side) is not None for side in fan.detours):
+                    raise problem
         except PipelineError:
             raise problem from None
-        if fan is not None:
-            raise problem from None
-        return None
+        return fan
 
 
 def _detourable(graph: Graph) -> list[SideOutputNode]:
@@ -262,22 +268,32 @@ def _split(graph: Graph) -> tuple[Node | None, list[SideOutputNode], list[SinkNo
         rest = [s for s in graph.sinks if id(s) not in detoured]
         if not detours or not rest:
             raise
-        for d in detours:  # a detour is a stateless branch of its own, from the side output to its sinks
-            branch = [n for n in graph.nodes if id(d) in {id(a) for a in ancestors(n)} and not isinstance(n, SinkNode)]
-            if _branch_problem(branch, {id(a) for a in ancestors(d)} | {id(d)}, d, d.name) is not None:
+        for d in detours:
+            if _check_detour(graph, d) is not None:
                 raise problem from None
-            inside = {id(n) for n in branch} | {id(d)}
-            for node in branch:
-                foreign = next((p for p in node.inputs if id(p) not in inside), None)
-                if foreign is not None:
-                    other = (f"the side output '{foreign.tag.name}' of '{foreign.inputs[0].name}'"
-                             if isinstance(foreign, SideOutputNode) else f"'{foreign.name}'")
-                    raise PipelineError(
-                        f"'{node.name}' reads the dead letters of '{d.inputs[0].name}', which leave the query beside "
-                        f"it (a detour: its records feed a stateful step), and {other} too; read each such "
-                        "dead-letter output into its own sink(s)", node.name,
-                    ) from None
         return _fork(graph, rest), detours, rest
+
+
+def _check_detour(graph: Graph, d: SideOutputNode) -> PipelineError | None:
+    """A detour is a stateless branch of its own, from the side output ``d`` to its sinks:
+    returns why its steps cannot run so (None: they can); raises when one of them reads
+    something else too."""
+    branch = [n for n in graph.nodes if id(d) in {id(a) for a in ancestors(n)} and not isinstance(n, SinkNode)]
+    problem = _branch_problem(branch, {id(a) for a in ancestors(d)} | {id(d)}, d, d.name)
+    if problem is not None:
+        return problem
+    inside = {id(n) for n in branch} | {id(d)}
+    for node in branch:
+        foreign = next((p for p in node.inputs if id(p) not in inside), None)
+        if foreign is not None:
+            other = (f"the side output '{foreign.tag.name}' of '{foreign.inputs[0].name}'"
+                     if isinstance(foreign, SideOutputNode) else f"'{foreign.name}'")
+            raise PipelineError(
+                f"'{node.name}' reads the dead letters of '{d.inputs[0].name}', which leave the query beside "
+                f"it (a detour: its records feed a stateful step), and {other} too; read each such "
+                "dead-letter output into its own sink(s)", node.name,
+            )
+    return None
 
 
 def _fork(graph: Graph, sinks: list[SinkNode]) -> Node | None:

@@ -276,26 +276,47 @@ def test_a_readers_own_map_after_its_filters_is_part_of_its_lanes_path(env, even
 def test_a_readers_own_path_may_chain_filters_maps_flat_maps_and_selects_in_any_order(env, events):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     (first.filter("k <> 'x'", name="f1").map(lambda r: r, name="m1").filter(lambda r: True, name="f2")
-     .flat_map(lambda r: [r], name="fm").select("k", "ts", name="sel").key_by("k")
+     .flat_map(lambda r: [r], name="fm").join_lookup([{"k": "a", "w": 1}], "k", name="lk").select("k", "ts", name="sel").key_by("k")
      .process(_Count(), KEYED, name="a").sink_to(CollectSink()))
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
     fan = plan(env.graph()).fan_out
-    assert [s.name for s in fan.paths[0] if not isinstance(s, KeyByNode)] == ["f1", "m1", "f2", "fm", "sel"]
+    assert [s.name for s in fan.paths[0] if not isinstance(s, KeyByNode)] == ["f1", "m1", "f2", "fm", "lk", "sel"]
 
 
-@pytest.mark.parametrize("shape", ["map_batches", "map with dead letters", "filter with dead letters after a map"])
+def test_dead_letters_of_a_step_on_a_readers_own_path_detour(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    bad, worse = OutputTag("bad"), OutputTag("worse")
+    m = first.map(lambda r: r, dead_letter=bad, name="m")
+    f = m.filter(lambda r: True, dead_letter=worse, name="f")
+    f.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink(), name="a-out")
+    dead = m.get_side_output(bad).select("raw", name="raw-only").sink_to(CollectSink(), name="dead")
+    also = f.get_side_output(worse).sink_to(CollectSink(), name="also-dead")
+    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink(), name="b-out")
+    p = plan(env.graph())
+    assert [d.tag for d in p.detours] == [bad, worse] and p.fan_out.detours == p.detours
+    assert p.detoured_sinks(p.detours[0]) == [dead] and p.detoured_sinks(p.detours[1]) == [also]
+    assert [s.name for s in p.streamed_sinks] == ["a-out", "b-out"] and not p.fan_out.through
+
+
+@pytest.mark.parametrize("shape", ["map_batches", "map with unread dead letters", "dead letters meeting another stream",
+                                   "join_lookup with unmatched"])
 def test_other_steps_on_a_readers_own_path_are_refused_naming_them(env, events, shape):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     letters = OutputTag("bad")
     if shape == "map_batches":
         path = first.map_batches(lambda pdf: pdf, name="reshape")
-    elif shape == "map with dead letters":
+    elif shape == "join_lookup with unmatched":
+        path = first.join_lookup([{"k": "a", "w": 1}], "k", unmatched=letters, name="reshape")
+        path.get_side_output(letters).sink_to(CollectSink(), name="no-match")
+    elif shape == "map with unread dead letters":
         path = first.map(lambda r: r, dead_letter=letters, name="reshape")
     else:
         path = first.map(lambda r: r, name="m").filter(lambda r: True, dead_letter=letters, name="reshape")
+        other = first.select("CAST(ts AS STRING) AS raw", "k AS error", name="other")
+        path.get_side_output(letters).union(other).sink_to(CollectSink(), name="mixed")
     path.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    said = "only filter, map, flat_map and select steps \\(without dead letters\\)"
+    said = "only filter, map, flat_map, select and join_lookup steps \\(their dead letters read by sinks"
     with pytest.raises(PipelineError, match=f"step 'reshape'.*between the stateful steps? 'first' and 'a'.*{said}"):
         plan(env.graph())
 
@@ -329,7 +350,7 @@ def test_a_map_batches_between_two_levels_of_a_fan_out_is_refused_naming_it(env,
     (a.map(lambda r: r, name="reshape").map_batches(lambda pdf: pdf, name="again")
         .key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink()))
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'again'.*between 'a' and 'a2'.*only filter, map, flat_map and select"):
+    with pytest.raises(PipelineError, match="step 'again'.*between 'a' and 'a2'.*only filter, map, flat_map, select and join_lookup"):
         plan(env.graph())
 
 
@@ -375,12 +396,13 @@ def test_a_select_on_one_branch_of_a_fan_out_is_that_lanes_own_reshaping_step(en
     assert [s.name for s in fan.paths[0]][0] == "narrow" and len(fan.paths[1]) == 1
 
 
-def test_a_lookup_join_on_one_branch_of_a_fan_out_at_the_source_is_refused_naming_it(env, events):
+def test_a_lookup_join_on_one_branch_of_a_fan_out_at_the_source_is_that_lanes_own(env, events):
     src = events()
-    src.join_lookup([("a", "x")], on="k", name="lookup").key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
+    src.join_lookup([{"k": "a", "w": 1}], on="k", name="lookup").key_by("k").process(
+        _Count(), KEYED, name="a").sink_to(CollectSink())
     src.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'lookup'.*sits between 'events' and 'a'.*or do it in the path's map"):
-        plan(env.graph())
+    fan = plan(env.graph()).fan_out
+    assert fan.root and [[s.name for s in path if not isinstance(s, KeyByNode)] for path in fan.paths] == [["lookup"], []]
 
 
 def test_a_two_input_step_reading_a_source_read_by_a_keyed_step_is_refused_naming_it(env, events):

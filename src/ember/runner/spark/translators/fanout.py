@@ -25,7 +25,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import FilterNode, FlatMapNode, KeyByNode, MapNode, Node, SelectNode, SideOutputNode
+from ember.graph.nodes import FilterNode, FlatMapNode, KeyByNode, LookupJoinNode, MapNode, Node, SelectNode, SideOutputNode
 from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.fan_out_plan import FanOut, Level
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
@@ -35,7 +35,7 @@ from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
 from ember.runner.spark.translators.python_ops import lane_map, python_filter
-from ember.runner.spark.translators.transforms import column, lane_select
+from ember.runner.spark.translators.transforms import column, lane_lookup, lane_select
 
 __all__ = ["FannedOut", "fan_out"]
 
@@ -315,14 +315,21 @@ def _on_lanes(comp: Compilation, df: Any, step: Node, lane: str, users: list[int
     passing: a filter (no fields of its own: ``[]``), or a map / flat_map / select writing its
     records into columns ``prefix + field`` (and its fields). ``fields``: the records' fields,
     columns of ``df`` under those names."""
+    spool = None
+    if getattr(step, "dead_letter", None) is not None:  # they leave the query beside it (planner.py, spool.py)
+        spool = comp.detoured.get(id(step))
+        if spool is None:  # (the planner detours every such step's dead letters: not reached)
+            raise PipelineError("its dead letters have no detour on this lane's path", step.name)
     if isinstance(step, FilterNode):
         if step.is_python:
-            return python_filter(comp, df, step, (lane, users, fields)), []
+            return python_filter(comp, df, step, (lane, users, fields), spool), []
         return df.filter(~F.col(lane).isin(users) | column(step.predicate)), []
     if isinstance(step, SelectNode):
         return lane_select(df, step, (lane, users[0], fields), prefix)
+    if isinstance(step, LookupJoinNode):
+        return lane_lookup(comp, df, step, (lane, users[0], fields), prefix)
     assert isinstance(step, MapNode | FlatMapNode)
-    return lane_map(df, step, (lane, users[0], fields), prefix)
+    return lane_map(df, step, (lane, users[0], fields), prefix, spool)
 
 
 ASIDE = "__ember_aside_"

@@ -184,21 +184,7 @@ def _per_record(comp: Compilation, node: MapNode | FlatMapNode, many: bool) -> F
                 except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
                     raws.append(record_text(record))
                     errors.append(_reason(step, fn, exc))
-            rows = [row for _, out_rows in produced for row in out_rows]
-            try:
-                built = pa.RecordBatch.from_pylist(rows, schema=schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):  # find the records whose output does not fit
-                rows = []
-                for record, out_rows in produced:
-                    try:
-                        pa.RecordBatch.from_pylist(out_rows, schema=schema)
-                        rows.extend(out_rows)
-                    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
-                        raws.append(record_text(record))
-                        errors.append(f"step '{step}': {_fn_name(fn)} returned {out_rows!r}, which does not fit "
-                                      f"the output schema: {exc}")
-                built = pa.RecordBatch.from_pylist(rows, schema=schema)
-            yield from letters.emit(built, raws, errors)
+            yield from letters.emit(_fitting(produced, schema, step, fn, raws, errors), raws, errors)
         letters.close()
 
     return Frame(up.df.mapInArrow(run_with_dead_letters, combined), up.time)
@@ -246,25 +232,52 @@ def _flat_map(comp: Compilation, node: FlatMapNode) -> Frame:
     return _per_record(comp, node, many=True)
 
 
-def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[int], list[str]] | None = None) -> Any:
+def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[int], list[str]] | None = None,
+                  spool: str | None = None) -> Any:
     """``node``'s Python predicate on ``df``'s rows. ``lanes``: ``(lane column, lanes, fields)``
     — only the rows of those lanes of a fan-out (translators/fanout.py) are tested, on
-    ``fields``; the others pass."""
+    ``fields``; the others pass; a record the predicate raises on then goes to ``spool``
+    (the step's dead letters, which detour there) when given, else fails the job."""
     fn, step, tag = node.predicate, node.name, node.dead_letter
     ship_by_value(fn)
+    if lanes is not None:
+        column, tested, visible = lanes[0], set(lanes[1]), lanes[2]
+        full = arrow_schema(df.schema)
+
+        def run_on_lanes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            letters = _DeadLetters(spool, full, "") if spool is not None else None
+            for batch in batches:
+                keep, raws, errors = [], [], []
+                which = batch.column(column).to_pylist()
+                for i, record in enumerate(batch.select(visible).to_pylist()):
+                    if which[i] not in tested:
+                        keep.append(True)
+                        continue
+                    try:
+                        keep.append(bool(fn(record)))
+                    except Exception as exc:
+                        if letters is None:
+                            raise user_function_failed(step, fn, record, exc) from exc
+                        keep.append(False)
+                        raws.append(record_text(record))
+                        errors.append(_reason(step, fn, exc))
+                kept = batch.filter(pa.array(keep, type=pa.bool_()))
+                if letters is None:
+                    yield kept
+                else:
+                    yield from letters.emit(kept, raws, errors)
+            if letters is not None:
+                letters.close()
+
+        return df.mapInArrow(run_on_lanes, df.schema)
     if tag is None:
 
-        visible = without_hidden(df.schema).names if lanes is None else lanes[2]  # never a row's hidden columns
-        tested = None if lanes is None else set(lanes[1])
+        visible = without_hidden(df.schema).names  # never a row's hidden columns
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 keep = []
-                which = None if lanes is None else batch.column(lanes[0]).to_pylist()
-                for i, record in enumerate(batch.select(visible).to_pylist()):
-                    if which is not None and which[i] not in tested:  # type: ignore[operator]
-                        keep.append(True)
-                        continue
+                for record in batch.select(visible).to_pylist():
                     try:
                         keep.append(bool(fn(record)))
                     except Exception as exc:
@@ -297,12 +310,15 @@ def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[
     return df.mapInArrow(run_with_dead_letters, combined)
 
 
-def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[str]], prefix: str) -> tuple[Any, list[str]]:
+def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[str]], prefix: str,
+             spool: str | None = None) -> tuple[Any, list[str]]:
     """``node`` (a map or flat_map) on the rows of one lane of a fan-out only
     (translators/fanout.py). ``lane``: ``(lane column, the lane, the records' fields)``. Each
     output record becomes a row with its input row's columns (its event time among them:
     Flink's map keeps the timestamp) and the record's fields in columns ``prefix + field``;
-    other lanes' rows pass with those columns null. Returns the frame and the output's fields."""
+    other lanes' rows pass with those columns null. A record the function raises on, or whose
+    output does not fit the output schema, goes to ``spool`` (the step's dead letters, which
+    detour there) when given, else fails the job. Returns the frame and the output's fields."""
     from pyspark.sql import types as T
 
     column, lane_id, visible = lane
@@ -317,20 +333,61 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
+        letters = _DeadLetters(spool, schema, "") if spool is not None else None
         for batch in batches:
             mine = pc.equal(batch.column(column), lane_id)
             others = batch.filter(pc.invert(mine))
             if others.num_rows:
                 nulls = [pa.nulls(others.num_rows, type=schema.field(c).type) for c in added]
                 yield pa.RecordBatch.from_arrays(list(others.columns) + nulls, schema=schema)
-            rows = []
+            produced: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+            raws: list[str] = []
+            errors: list[str] = []
             for row in batch.filter(mine).to_pylist():
-                for out_row in _outputs(fn, {f: row[f] for f in visible}, many, names, step):
-                    rows.append({**row, **{prefix + k: v for k, v in out_row.items()}})
-            if rows:
-                yield build_batch(rows, schema, step)
+                record = {f: row[f] for f in visible}
+                if letters is None:
+                    outputs = _outputs(fn, record, many, names, step)
+                else:
+                    try:
+                        values: Iterable[Any] = (fn(record) or ()) if many else (fn(record),)
+                        outputs = [_to_row(v, names, step, fn) for v in values]
+                    except Exception as exc:  # noqa: BLE001 - the record becomes a dead letter
+                        raws.append(record_text(record))
+                        errors.append(_reason(step, fn, exc))
+                        continue
+                produced.append((record, [{**row, **{prefix + k: v for k, v in o.items()}} for o in outputs]))
+            if letters is None:
+                rows = [r for _, out_rows in produced for r in out_rows]
+                if rows:
+                    yield build_batch(rows, schema, step)
+                continue
+            built = _fitting(produced, schema, step, fn, raws, errors)
+            yield from letters.emit(built, raws, errors)
+        if letters is not None:
+            letters.close()
 
     return df.mapInArrow(run, full), names
+
+
+def _fitting(produced: list[tuple[dict[str, Any], list[dict[str, Any]]]], schema: pa.Schema, step: str,
+             fn: Callable[..., Any], raws: list[str], errors: list[str]) -> pa.RecordBatch:
+    """The rows of ``produced`` (each input record with its output rows) as one batch of
+    ``schema``; a record whose output rows do not fit it becomes a dead letter (added to
+    ``raws`` and ``errors``) instead."""
+    rows = [r for _, out_rows in produced for r in out_rows]
+    try:
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):  # find the records whose output does not fit
+        rows = []
+        for record, out_rows in produced:
+            try:
+                pa.RecordBatch.from_pylist(out_rows, schema=schema)
+                rows.extend(out_rows)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+                raws.append(record_text(record))
+                errors.append(f"step '{step}': {_fn_name(fn)} returned {out_rows!r}, which does not fit "
+                              f"the output schema: {exc}")
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
 @translates(MapBatchesNode)

@@ -14,7 +14,7 @@ from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, PRE, TIME_OUT, with
 from ember.runner.spark.translators.eventtime import own_watermark
 from ember.runner.spark.translators.python_ops import python_filter
 
-__all__ = ["column", "key_columns", "check_paired_keys", "lane_select"]
+__all__ = ["column", "key_columns", "check_paired_keys", "lane_lookup", "lane_select"]
 
 
 def column(expr: Any) -> Any:
@@ -135,23 +135,56 @@ def _timed_like_steps(comp: Compilation, node: UnionNode, frames: list[Frame]) -
     return out
 
 
+def _checked_table(comp: Compilation, node: LookupJoinNode, fields: list[str]) -> Any:
+    """``node``'s lookup table, checked against the stream's ``fields``: both have the join
+    fields, and no other field of the same name."""
+    table = _static_table(comp, node)
+    for key in node.on:
+        if key not in fields:
+            raise PipelineError(f"join field '{key}' is not in the stream (fields: {', '.join(fields)})", node.name)
+        if key not in table.columns:
+            raise PipelineError(f"join field '{key}' is not in the lookup table (fields: {', '.join(table.columns)})", node.name)
+    clash = (set(fields) & set(table.columns)) - set(node.on)
+    if clash:
+        raise PipelineError(f"stream and lookup table both have fields {sorted(clash)}; rename one side", node.name)
+    return table
+
+
 @translates(LookupJoinNode)
 def _lookup_join(comp: Compilation, node: LookupJoinNode) -> Frame:
     up = comp.frame(node.inputs[0])
-    table = _static_table(comp, node)
-    for key in node.on:
-        if key not in up.df.columns:
-            raise PipelineError(f"join field '{key}' is not in the stream (fields: {', '.join(up.df.columns)})", node.name)
-        if key not in table.columns:
-            raise PipelineError(f"join field '{key}' is not in the lookup table (fields: {', '.join(table.columns)})", node.name)
-    clash = (set(up.df.columns) & set(table.columns)) - set(node.on)
-    if clash:
-        raise PipelineError(f"stream and lookup table both have fields {sorted(clash)}; rename one side", node.name)
+    table = _checked_table(comp, node, list(up.df.columns))
     if node.unmatched is not None:
         from ember.runner.spark.translators.decoding import lookup_with_unmatched
 
         return Frame(lookup_with_unmatched(comp, node, up.df, table), up.time)
     return Frame(up.df.join(F.broadcast(table), list(node.on), node.how), up.time)
+
+
+def lane_lookup(comp: Compilation, df: Any, node: LookupJoinNode, lane: tuple[str, int, list[str]],
+                prefix: str) -> tuple[Any, list[str]]:
+    """``node`` (a ``join_lookup``) on the rows of one lane of a fan-out only
+    (translators/fanout.py), as python_ops.lane_map does a map: a lane's row joins the table's
+    rows of its key (one output row each; none, with ``how="inner"``, when no row matches), the
+    record's and the table's fields in columns ``prefix + field`` beside the row's columns (its
+    event time among them); the other lanes' rows pass once each, those columns null.
+    ``lane``: ``(lane column, the lane, the records' fields)``. Returns the frame and the
+    output's fields (the join fields, the record's others, the table's others: Spark's order)."""
+    column_name, lane_id, visible = lane
+    table = _checked_table(comp, node, visible)
+    extra = [c for c in table.columns if c not in node.on]
+    right = table.select(*[F.col(k).alias(f"{prefix}on_{k}") for k in node.on],
+                         *[F.col(c).alias(prefix + c) for c in extra], F.lit(True).alias(f"{prefix}matched"))
+    mine = F.col(column_name) == F.lit(lane_id)
+    condition = mine
+    for key in node.on:
+        condition = condition & (F.col(key) == F.col(f"{prefix}on_{key}"))
+    joined = df.join(F.broadcast(right), condition, "left")  # (another lane's row matches nothing: it passes once)
+    if node.how == "inner":
+        joined = joined.filter(~mine | F.col(f"{prefix}matched").isNotNull())
+    names = [*node.on, *(f for f in visible if f not in node.on), *extra]
+    own = [F.when(mine, F.col(f)).alias(prefix + f) for f in visible]
+    return joined.select(*[F.col(c) for c in df.columns], *own, *[F.col(prefix + c) for c in extra]), names
 
 
 def _static_table(comp: Compilation, node: LookupJoinNode) -> Any:
