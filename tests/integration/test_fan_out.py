@@ -230,11 +230,12 @@ def _several(r):
 
 def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env):
     """Each lane reads the records through a chain of its own: on the side output a map
-    (with dead letters), a Python filter, a lookup join, a flat_map and a select; on the main output a SQL
-    filter, a map and a SQL filter on the mapped fields; between that lane's window and a
-    process function (a second level) a map, a Python filter (with dead letters) and a select.
-    Every output equals the model's on the records its chain makes, with the event time each
-    map kept; the records a step raised on are its dead letters, once each, the job going on."""
+    (with dead letters), a Python filter, a lookup join (its unmatched records to a sink), a
+    flat_map and a select; on the main output a SQL filter, a map and a SQL filter on the
+    mapped fields; between that lane's window and a process function (a second level) a map,
+    a Python filter (with dead letters) and a select. Every output equals the model's on the
+    records its chain makes, with the event time each map kept; the records a step raised on
+    (or found no match for) are its dead letters, once each, the job going on."""
     batches = model.random_batches(32)  # (a seed whose records reach every path: kept, dropped, failed)
 
     def side(ts, k, v):  # map (upper key, tenfold) -> filter (> 20) -> lookup (weight; C: none) -> flat_map (+/-)
@@ -255,14 +256,17 @@ def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env
     seen = [(k, end, n * 10, *rest) for k, end, n, *rest in seen]
     failed_maps = Counter((ts, k, v) for b in batches for ts, k, v in b if v % 2 and k == "a" and v in (3, 7))
     failed_filters = Counter((k, end) for k, end, *_ in results if k == "c")
-    assert odd.fired and seen and fired and failed_maps and failed_filters
-    odd_out, reports, raw, dead_maps, dead_filters = (CollectSink() for _ in range(5))
+    unmatched = Counter((ts, k.upper(), v * 10) for b in batches for ts, k, v in b if v % 2 and v > 2 and k.upper() not in WEIGHTS)
+    assert odd.fired and seen and fired and failed_maps and failed_filters and unmatched
+    odd_out, reports, raw, dead_maps, dead_filters, unweighed = (CollectSink() for _ in range(6))
     src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
     split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
     ten = split.get_side_output(ODD).map(_tenfold, SCHEMA, dead_letter=OutputTag("no_ten"), name="ten")
     ten.get_side_output(OutputTag("no_ten")).sink_to(dead_maps, name="dead-maps")
-    (ten.filter(lambda r: r["v"] > 20, name="big").join_lookup([{"k": k, "w": w} for k, w in WEIGHTS.items()], "k", name="weigh")
-        .flat_map(lambda r: [{**r, "v": r["v"] * r["w"]}, {**r, "v": -r["v"] * r["w"]}], SCHEMA, name="twice")
+    weighed = ten.filter(lambda r: r["v"] > 20, name="big").join_lookup(
+        [{"k": k, "w": w} for k, w in WEIGHTS.items()], "k", unmatched=OutputTag("unweighed"), name="weigh")
+    weighed.get_side_output(OutputTag("unweighed")).sink_to(unweighed, name="unweighed")
+    (weighed.flat_map(lambda r: [{**r, "v": r["v"] * r["w"]}, {**r, "v": -r["v"] * r["w"]}], SCHEMA, name="twice")
         .select("ts", "k", "v", name="fields").key_by("k").window(TumblingEventTimeWindows.of(2_000))
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="odd-windows").sink_to(odd_out, name="odd-out"))
     several = (split.filter("v > 2", name="over-two").map(lambda r: {**r, "v": r["v"] // 2}, SCHEMA, name="half")
@@ -285,6 +289,9 @@ def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env
     letters = [(json.loads(r["raw"]), r["error"]) for r in dead_filters.rows()]
     assert Counter((d["k"], d["window_end"]) for d, _ in letters) == failed_filters
     assert all(e == "step 'several': _several raised ValueError: c cannot be counted" for _, e in letters)
+    letters = [(json.loads(r["raw"]), r["error"]) for r in unweighed.rows()]
+    assert Counter((d["ts"], d["k"], d["v"]) for d, _ in letters) == unmatched
+    assert all(e == 'no match in the lookup table for k = {"k":"C"}' for _, e in letters)
 
 
 def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(env):

@@ -32,7 +32,7 @@ from ember.graph.nodes import (
     SideOutputNode,
     SourceNode,
 )
-from ember.runner.spark.placement import CARRIES_TIME, runtime_steps, upstream_steps
+from ember.runner.spark.placement import CARRIES_TIME, dead_letters_of, runtime_steps, upstream_steps
 
 __all__ = ["FanOut", "Level", "LANE_STEPS", "fan_out_of", "root_fan_out"]
 
@@ -96,13 +96,13 @@ class Level:
 # lane's copies only, translators/fanout.py); their dead letters leave the query beside it (a detour).
 LANE_STEPS = (FilterNode, MapNode, FlatMapNode, SelectNode, LookupJoinNode)
 _ALLOWED = ("only filter, map, flat_map, select and join_lookup steps (their dead letters read by sinks, through "
-            "stateless steps, only; a join_lookup without unmatched=), in any order and number, then key_by, are "
-            "supported yet")
+            "stateless steps, only), in any order and number, then key_by, are supported yet")
 
 
 def _dead_letter_outputs(step: Node, graph: Graph) -> list[SideOutputNode]:
-    """The side outputs reading ``step``'s dead letters (none for a step without)."""
-    tag = getattr(step, "dead_letter", None)
+    """The side outputs reading ``step``'s dead letters (a lookup join's: its unmatched
+    records; none for a step without)."""
+    tag = dead_letters_of(step)
     if tag is None:
         return []
     return [r for r in graph.readers().get(id(step), []) if isinstance(r, SideOutputNode) and r.tag == tag]
@@ -114,10 +114,10 @@ def _on_a_lanes_path(step: Node, graph: Graph, ignore: frozenset[int]) -> bool:
     (``ignore``: the dead-letter outputs that may leave the query beside it)."""
     if isinstance(step, KeyByNode):
         return True
-    if not isinstance(step, LANE_STEPS) or getattr(step, "unmatched", None) is not None:
+    if not isinstance(step, LANE_STEPS):
         return False
     outputs = _dead_letter_outputs(step, graph)
-    return getattr(step, "dead_letter", None) is None or (bool(outputs) and all(id(o) in ignore for o in outputs))
+    return dead_letters_of(step) is None or (bool(outputs) and all(id(o) in ignore for o in outputs))
 
 
 def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | None:

@@ -288,26 +288,24 @@ def test_dead_letters_of_a_step_on_a_readers_own_path_detour(env, events):
     bad, worse = OutputTag("bad"), OutputTag("worse")
     m = first.map(lambda r: r, dead_letter=bad, name="m")
     f = m.filter(lambda r: True, dead_letter=worse, name="f")
-    f.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink(), name="a-out")
+    lookup = f.join_lookup([{"k": "a", "w": 1}], "k", unmatched=OutputTag("unknown"), name="lookup")
+    lookup.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink(), name="a-out")
+    lookup.get_side_output(OutputTag("unknown")).sink_to(CollectSink(), name="unknown")
     dead = m.get_side_output(bad).select("raw", name="raw-only").sink_to(CollectSink(), name="dead")
     also = f.get_side_output(worse).sink_to(CollectSink(), name="also-dead")
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink(), name="b-out")
     p = plan(env.graph())
-    assert [d.tag for d in p.detours] == [bad, worse] and p.fan_out.detours == p.detours
+    assert [d.tag.name for d in p.detours] == ["bad", "worse", "unknown"] and p.fan_out.detours == p.detours
     assert p.detoured_sinks(p.detours[0]) == [dead] and p.detoured_sinks(p.detours[1]) == [also]
     assert [s.name for s in p.streamed_sinks] == ["a-out", "b-out"] and not p.fan_out.through
 
 
-@pytest.mark.parametrize("shape", ["map_batches", "map with unread dead letters", "dead letters meeting another stream",
-                                   "join_lookup with unmatched"])
+@pytest.mark.parametrize("shape", ["map_batches", "map with unread dead letters", "dead letters meeting another stream"])
 def test_other_steps_on_a_readers_own_path_are_refused_naming_them(env, events, shape):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     letters = OutputTag("bad")
     if shape == "map_batches":
         path = first.map_batches(lambda pdf: pdf, name="reshape")
-    elif shape == "join_lookup with unmatched":
-        path = first.join_lookup([{"k": "a", "w": 1}], "k", unmatched=letters, name="reshape")
-        path.get_side_output(letters).sink_to(CollectSink(), name="no-match")
     elif shape == "map with unread dead letters":
         path = first.map(lambda r: r, dead_letter=letters, name="reshape")
     else:

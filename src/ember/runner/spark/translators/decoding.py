@@ -181,7 +181,14 @@ def lookup_with_unmatched(comp: Compilation, node: LookupJoinNode, stream: Any, 
     )
     if spool is None:
         return tagged
-    raw, why = side_column(tag, "raw"), side_column(tag, "error")
+    return spooled_letters(tagged, side_column(tag, "raw"), side_column(tag, "error"), spool, main)
+
+
+def spooled_letters(df: Any, raw: str, why: str, spool: str, main: list[str]) -> Any:
+    """``df``'s rows whose column ``raw`` is null, with columns ``main``; the others'
+    ``raw`` and ``why`` (a dead letter's record and reason) spooled beside the query
+    (spool.py) once a task's input is consumed."""
+    schema = df.select(*main).schema
 
     def spooled(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ember.runner.spark.spool import write_dead_letters
@@ -189,12 +196,12 @@ def lookup_with_unmatched(comp: Compilation, node: LookupJoinNode, stream: Any, 
         raws: list[str] = []
         errors: list[str] = []
         for batch in batches:
-            unmatched = pc.is_valid(batch.column(TAG))
-            letters = batch.filter(unmatched)
+            dead = pc.is_valid(batch.column(raw))
+            letters = batch.filter(dead)
             raws += letters.column(raw).to_pylist()
             errors += letters.column(why).to_pylist()
-            yield batch.filter(pc.invert(unmatched)).select(main)
+            yield batch.filter(pc.invert(dead)).select(main)
         if errors:
             write_dead_letters(spool, raws, errors)
 
-    return tagged.mapInArrow(spooled, joined.select(*main).schema)
+    return df.mapInArrow(spooled, schema)

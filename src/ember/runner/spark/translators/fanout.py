@@ -32,6 +32,7 @@ from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
 from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
 from ember.runner.spark.keyed.runtime import SIDE_PREFIX, STATE_BUCKETS, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
+from ember.runner.spark.placement import dead_letters_of
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
 from ember.runner.spark.translators.python_ops import lane_map, python_filter
@@ -316,7 +317,7 @@ def _on_lanes(comp: Compilation, df: Any, step: Node, lane: str, users: list[int
     records into columns ``prefix + field`` (and its fields). ``fields``: the records' fields,
     columns of ``df`` under those names."""
     spool = None
-    if getattr(step, "dead_letter", None) is not None:  # they leave the query beside it (planner.py, spool.py)
+    if dead_letters_of(step) is not None:  # they leave the query beside it (planner.py, spool.py)
         spool = comp.detoured.get(id(step))
         if spool is None:  # (the planner detours every such step's dead letters: not reached)
             raise PipelineError("its dead letters have no detour on this lane's path", step.name)
@@ -327,7 +328,7 @@ def _on_lanes(comp: Compilation, df: Any, step: Node, lane: str, users: list[int
     if isinstance(step, SelectNode):
         return lane_select(df, step, (lane, users[0], fields), prefix)
     if isinstance(step, LookupJoinNode):
-        return lane_lookup(comp, df, step, (lane, users[0], fields), prefix)
+        return lane_lookup(comp, df, step, (lane, users[0], fields), prefix, spool)
     assert isinstance(step, MapNode | FlatMapNode)
     return lane_map(df, step, (lane, users[0], fields), prefix, spool)
 

@@ -11,6 +11,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode, UnionNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, PRE, TIME_OUT, without_hidden
+from ember.runner.spark.translators.decoding import spooled_letters
 from ember.runner.spark.translators.eventtime import own_watermark
 from ember.runner.spark.translators.python_ops import python_filter
 
@@ -162,14 +163,15 @@ def _lookup_join(comp: Compilation, node: LookupJoinNode) -> Frame:
 
 
 def lane_lookup(comp: Compilation, df: Any, node: LookupJoinNode, lane: tuple[str, int, list[str]],
-                prefix: str) -> tuple[Any, list[str]]:
+                prefix: str, spool: str | None = None) -> tuple[Any, list[str]]:
     """``node`` (a ``join_lookup``) on the rows of one lane of a fan-out only
     (translators/fanout.py), as python_ops.lane_map does a map: a lane's row joins the table's
-    rows of its key (one output row each; none, with ``how="inner"``, when no row matches), the
-    record's and the table's fields in columns ``prefix + field`` beside the row's columns (its
-    event time among them); the other lanes' rows pass once each, those columns null.
-    ``lane``: ``(lane column, the lane, the records' fields)``. Returns the frame and the
-    output's fields (the join fields, the record's others, the table's others: Spark's order)."""
+    rows of its key (one output row each; none, with ``how="inner"``, when no row matches — with
+    ``unmatched``, it is a dead letter, spooled to ``spool``), the record's and the table's
+    fields in columns ``prefix + field`` beside the row's columns (its event time among them);
+    the other lanes' rows pass once each, those columns null. ``lane``: ``(lane column, the
+    lane, the records' fields)``. Returns the frame and the output's fields (the join fields,
+    the record's others, the table's others: Spark's order)."""
     column_name, lane_id, visible = lane
     table = _checked_table(comp, node, visible)
     extra = [c for c in table.columns if c not in node.on]
@@ -180,11 +182,22 @@ def lane_lookup(comp: Compilation, df: Any, node: LookupJoinNode, lane: tuple[st
     for key in node.on:
         condition = condition & (F.col(key) == F.col(f"{prefix}on_{key}"))
     joined = df.join(F.broadcast(right), condition, "left")  # (another lane's row matches nothing: it passes once)
-    if node.how == "inner":
-        joined = joined.filter(~mine | F.col(f"{prefix}matched").isNotNull())
+    missing = mine & F.col(f"{prefix}matched").isNull()
+    if node.unmatched is None and node.how == "inner":
+        joined = joined.filter(~missing)
     names = [*node.on, *(f for f in visible if f not in node.on), *extra]
     own = [F.when(mine, F.col(f)).alias(prefix + f) for f in visible]
-    return joined.select(*[F.col(c) for c in df.columns], *own, *[F.col(prefix + c) for c in extra]), names
+    out = [F.col(c) for c in df.columns] + own + [F.col(prefix + c) for c in extra]
+    if node.unmatched is None:
+        return joined.select(*out), names
+    if spool is None:  # (the planner detours a lane step's dead letters: not reached)
+        raise PipelineError("its unmatched records have no detour on this lane's path", node.name)
+    keys = ", ".join(node.on)
+    error = F.concat(F.lit(f"no match in the lookup table for {keys} = "), F.to_json(F.struct(*[F.col(k) for k in node.on])))
+    raw, why = f"{prefix}letter_raw", f"{prefix}letter_error"
+    letters = [F.when(missing, F.to_json(F.struct(*[F.col(f) for f in visible]))).alias(raw), F.when(missing, error).alias(why)]
+    tagged = joined.select(*out, *letters)
+    return spooled_letters(tagged, raw, why, spool, [c for c in tagged.columns if c not in (raw, why)]), names
 
 
 def _static_table(comp: Compilation, node: LookupJoinNode) -> Any:
