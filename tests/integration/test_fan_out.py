@@ -222,6 +222,12 @@ def _tenfold(r):
     return {"ts": r["ts"], "k": r["k"].upper(), "v": r["v"] * 10}
 
 
+def _threefold(pdf):
+    if ((pdf["k"] == "c") & (pdf["v"] == 2)).any():
+        raise ValueError("no threefold c 2")
+    return pdf.assign(v=pdf["v"] * 3)
+
+
 def _several(r):
     if r["k"] == "c":
         raise ValueError("c cannot be counted")
@@ -231,8 +237,9 @@ def _several(r):
 def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env):
     """Each lane reads the records through a chain of its own: on the side output a map
     (with dead letters), a Python filter, a lookup join (its unmatched records to a sink), a
-    flat_map and a select; on the main output a SQL filter, a map and a SQL filter on the
-    mapped fields; between that lane's window and a process function (a second level) a map,
+    flat_map and a select; on the main output a SQL filter, a map, a map_batches (with dead
+    letters: a failing batch narrowed down to its bad record) and a SQL filter on the mapped
+    fields; between that lane's window and a process function (a second level) a map,
     a Python filter (with dead letters) and a select. Every output equals the model's on the
     records its chain makes, with the event time each map kept; the records a step raised on
     (or found no match for) are its dead letters, once each, the job going on."""
@@ -244,8 +251,8 @@ def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env
             return [(ts, k.upper(), v * 10 * w), (ts, k.upper(), -v * 10 * w)]
         return [(ts, DROP, 0)]
 
-    def main(ts, k, v):  # filter (v > 2) -> map (v // 2) -> filter (k <> 'b')
-        return (ts, k, v // 2) if v % 2 == 0 and v > 2 and k != "b" else (ts, DROP, 0)
+    def main(ts, k, v):  # filter (v > 2) -> map (v // 2) -> map_batches (threefold; fails on c 2) -> filter (k <> 'b')
+        return (ts, k, v // 2 * 3) if v % 2 == 0 and v > 2 and k != "b" and (k, v // 2) != ("c", 2) else (ts, DROP, 0)
 
     odd = model.windows([[r for t in b for r in side(*t)] for b in batches], 1_000, "tumbling", 2_000,
                         keep=lambda r: r[1] != DROP)
@@ -256,9 +263,10 @@ def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env
     seen = [(k, end, n * 10, *rest) for k, end, n, *rest in seen]
     failed_maps = Counter((ts, k, v) for b in batches for ts, k, v in b if v % 2 and k == "a" and v in (3, 7))
     failed_filters = Counter((k, end) for k, end, *_ in results if k == "c")
+    failed_batches = Counter((ts, k, v // 2) for b in batches for ts, k, v in b if v % 2 == 0 and (k, v // 2) == ("c", 2))
     unmatched = Counter((ts, k.upper(), v * 10) for b in batches for ts, k, v in b if v % 2 and v > 2 and k.upper() not in WEIGHTS)
-    assert odd.fired and seen and fired and failed_maps and failed_filters and unmatched
-    odd_out, reports, raw, dead_maps, dead_filters, unweighed = (CollectSink() for _ in range(6))
+    assert odd.fired and seen and fired and failed_maps and failed_filters and unmatched and failed_batches
+    odd_out, reports, raw, dead_maps, dead_filters, unweighed, dead_batches = (CollectSink() for _ in range(7))
     src = env.from_source(ScriptedSource(batches, SCHEMA), BOUND, name="events")
     split = src.key_by("k").process(SplitOdd(), SCHEMA, name="split")
     ten = split.get_side_output(ODD).map(_tenfold, SCHEMA, dead_letter=OutputTag("no_ten"), name="ten")
@@ -269,8 +277,10 @@ def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env
     (weighed.flat_map(lambda r: [{**r, "v": r["v"] * r["w"]}, {**r, "v": -r["v"] * r["w"]}], SCHEMA, name="twice")
         .select("ts", "k", "v", name="fields").key_by("k").window(TumblingEventTimeWindows.of(2_000))
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="odd-windows").sink_to(odd_out, name="odd-out"))
-    several = (split.filter("v > 2", name="over-two").map(lambda r: {**r, "v": r["v"] // 2}, SCHEMA, name="half")
-               .filter("k <> 'b'", name="not-b").key_by("k").window(TumblingEventTimeWindows.of(2_000))
+    tripled = (split.filter("v > 2", name="over-two").map(lambda r: {**r, "v": r["v"] // 2}, SCHEMA, name="half")
+               .map_batches(_threefold, SCHEMA, batch_format="pandas", dead_letter=OutputTag("not_tripled"), name="triple"))
+    tripled.get_side_output(OutputTag("not_tripled")).sink_to(dead_batches, name="dead-batches")
+    several = (tripled.filter("k <> 'b'", name="not-b").key_by("k").window(TumblingEventTimeWindows.of(2_000))
                .aggregate(CountSum(), output_schema="n bigint, v bigint", name="w")
                .map(lambda r: {**r, "n": r["n"] * 10}, "k string, window_start bigint, window_end bigint, n bigint, v bigint",
                     name="tenfold").filter(_several, dead_letter=OutputTag("unsure"), name="several"))
@@ -289,6 +299,9 @@ def test_chains_of_filters_maps_flat_maps_and_selects_on_the_lanes_own_paths(env
     letters = [(json.loads(r["raw"]), r["error"]) for r in dead_filters.rows()]
     assert Counter((d["k"], d["window_end"]) for d, _ in letters) == failed_filters
     assert all(e == "step 'several': _several raised ValueError: c cannot be counted" for _, e in letters)
+    letters = [(json.loads(r["raw"]), r["error"]) for r in dead_batches.rows()]
+    assert Counter((d["ts"], d["k"], d["v"]) for d, _ in letters) == failed_batches
+    assert all(e == "step 'triple': _threefold raised ValueError: no threefold c 2" for _, e in letters)
     letters = [(json.loads(r["raw"]), r["error"]) for r in unweighed.rows()]
     assert Counter((d["ts"], d["k"], d["v"]) for d, _ in letters) == unmatched
     assert all(e == 'no match in the lookup table for k = {"k":"C"}' for _, e in letters)

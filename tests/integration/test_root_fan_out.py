@@ -5,6 +5,7 @@ raw records pass it. Checked against the independent model (tests/flink_model.py
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from ember import (
     CollectSink,
     CountSink,
     KeyedProcessFunction,
+    OutputTag,
     ScriptedSource,
     StreamEnvironment,
     TumblingEventTimeWindows,
@@ -28,20 +30,31 @@ from ember.state.descriptors import ValueStateDescriptor
 pytestmark = pytest.mark.spark
 
 
+def _positive(r):
+    if (r["k"], r["v"]) == ("c", 9):
+        raise ValueError("c 9 is unsure")
+    return r["v"] > 0
+
+
 def test_a_dedupe_two_windows_and_a_raw_sink_reading_one_source_equal_the_flink_model(env):
     """The dedupe forwards each record's first occurrence; a Python window (through a Python
-    filter) and a built-in count (which alone would run natively) read the raw records and
-    fire in the micro-batch Flink fires them, each dropping its own late records; the raw
-    sink gets every record as read."""
+    filter, whose failures are dead letters) and a built-in count (which alone would run
+    natively) read the raw records and fire in the micro-batch Flink fires them, each dropping
+    its own late records; the raw sink gets every record as read, the dead letters' sink each
+    record the filter raised on."""
     batches = model.random_batches(5)
     with_duplicates = [b + b[:2] for b in batches]
-    sums = model.windows(with_duplicates, 1_000, "tumbling", 2_000, keep=lambda r: r[2] > 0)
+    sums = model.windows(with_duplicates, 1_000, "tumbling", 2_000, keep=lambda r: r[2] > 0 and r[1:] != ("c", 9))
+    failed = Counter(r for b in with_duplicates for r in b if r[1:] == ("c", 9))
+    assert failed
     counts = model.windows(with_duplicates, 1_000, "tumbling", 4_000)
     assert sums.late > 0 and counts.late > 0
-    distinct, small, large, raw = CollectSink(), CollectSink(), CollectSink(), CollectSink()
+    distinct, small, large, raw, dead = CollectSink(), CollectSink(), CollectSink(), CollectSink(), CollectSink()
     src = env.from_source(ScriptedSource(with_duplicates, SCHEMA), BOUND, name="events")
     src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe").sink_to(distinct, name="distinct")
-    (src.filter(lambda r: r["v"] > 0).key_by("k").window(TumblingEventTimeWindows.of(2_000))
+    positive = src.filter(_positive, dead_letter=OutputTag("unsure"), name="positive")
+    positive.get_side_output(OutputTag("unsure")).sink_to(dead, name="dead")
+    (positive.key_by("k").window(TumblingEventTimeWindows.of(2_000))
         .aggregate(CountSum(), output_schema="n bigint, v bigint", name="sums").sink_to(small))
     src.key_by("k").window(TumblingEventTimeWindows.of(4_000)).aggregate(n=Agg.count(), v=Agg.sum("v"), name="counts") \
         .sink_to(large)
@@ -54,6 +67,8 @@ def test_a_dedupe_two_windows_and_a_raw_sink_reading_one_source_equal_the_flink_
     assert _fired(large, batches, "v") == counts.fired
     assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in with_duplicates for r in b)
     assert result.late_dropped == sums.late + counts.late
+    assert Counter(tuple(json.loads(r["raw"]).values()) for r in dead.rows()) == failed
+    assert {r["error"] for r in dead.rows()} == {"step 'positive': _positive raised ValueError: c 9 is unsure"}
 
 
 def test_one_window_beside_a_raw_sink_fires_as_flink_fires_it(env):

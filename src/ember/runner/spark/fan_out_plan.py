@@ -26,6 +26,7 @@ from ember.graph.nodes import (
     IntervalJoinNode,
     KeyByNode,
     LookupJoinNode,
+    MapBatchesNode,
     MapNode,
     Node,
     SelectNode,
@@ -84,8 +85,8 @@ class FanOut:
 class Level:
     """Keyed steps of a fan-out reading the lanes of the level before (``reads``: per lane,
     the lane it reads there and which of its outputs — None for the main one, else a side
-    output's tag; ``steps``: per lane the stateless steps it reads through, in graph order,
-    ``key_by`` left out — filters, maps, flat_maps and selects, see :data:`LANE_STEPS`)."""
+    output's tag; ``steps``: per lane the stateless steps it reads through (:data:`LANE_STEPS`),
+    in graph order, ``key_by`` left out)."""
 
     lanes: tuple[Node, ...]
     reads: tuple[tuple[int, str | None], ...]
@@ -94,9 +95,9 @@ class Level:
 
 # What a lane may read its rows through after the point where the lanes part (each runs on that
 # lane's copies only, translators/fanout.py); their dead letters leave the query beside it (a detour).
-LANE_STEPS = (FilterNode, MapNode, FlatMapNode, SelectNode, LookupJoinNode)
-_ALLOWED = ("only filter, map, flat_map, select and join_lookup steps (their dead letters read by sinks, through "
-            "stateless steps, only), in any order and number, then key_by, are supported yet")
+LANE_STEPS = (FilterNode, MapNode, FlatMapNode, SelectNode, LookupJoinNode, MapBatchesNode)
+_ALLOWED = ("only filter, map, flat_map, select, join_lookup and map_batches steps (their dead letters read by sinks, "
+            "through stateless steps, only), in any order and number, then key_by, are supported yet")
 
 
 def _dead_letter_outputs(step: Node, graph: Graph) -> list[SideOutputNode]:
@@ -157,18 +158,21 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
     return _fan_out(graph, source, lanes, through, readers, ignore=ignore)
 
 
-def root_fan_out(graph: Graph) -> FanOut | None:
+def root_fan_out(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | None:
     """The fan-out of a stream before any keyed step reads it: the job's first keyed steps
     (``lanes``: no keyed step before them) and the sinks beside them (reading no keyed step:
     the pass-through lane) all read one step, the last they share (``source``: a source, or
     a stateless step after it). None when there is no such step, or only one keyed step
     reads it and nothing else; raises :class:`PipelineError` for what this runner cannot
     run there yet, naming the step. For jobs the planner cannot split otherwise
-    (planner.job_fan_out): a job that runs without it plans as it did."""
+    (planner.job_fan_out): a job that runs without it plans as it did. ``ignore``: the
+    dead-letter outputs that leave the query beside it (as for :func:`fan_out_of`): their
+    sinks are not beside the lanes."""
     firsts = tuple(n for n in runtime_steps(graph) if not upstream_steps(n, graph))
     if not firsts:
         return None
-    beside = [s for s in graph.sinks if not any(a is f for f in firsts for a in ancestors(s))]
+    detoured = {id(s) for n in graph.nodes if id(n) in ignore for s in graph.sinks_after(n)}
+    beside = [s for s in graph.sinks if not any(a is f for f in firsts for a in ancestors(s)) and id(s) not in detoured]
     ends = [*firsts, *beside]
     shared = [n for n in graph.nodes if all(n is e or any(a is n for a in ancestors(e)) for e in ends)]
     if not shared or (len(firsts) < 2 and not beside):
@@ -176,7 +180,8 @@ def root_fan_out(graph: Graph) -> FanOut | None:
     source = shared[-1]
     if any(source is f for f in firsts):
         return None
-    return _fan_out(graph, source, firsts, bool(beside), graph.readers(), root=True)
+    readers = {k: [r for r in rs if id(r) not in ignore] for k, rs in graph.readers().items()}
+    return _fan_out(graph, source, firsts, bool(beside), readers, root=True, ignore=ignore)
 
 
 def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool, readers: dict[int, list[Node]],

@@ -201,11 +201,12 @@ def job_fan_out(graph: Graph) -> FanOut | None:
     reader is a dead-letter output that detours (a ``map`` with dead letters between two keyed
     steps, say); raises :class:`PipelineError` for a fan-out this runner cannot run, naming it.
     A job that cannot run otherwise may fan out before its first keyed steps (root_fan_out):
-    a stream read by several keyed steps, or by one and by a sink of its raw records."""
+    a stream read by several keyed steps, or by one and by a sink of its raw records. Dead
+    letters of steps on a lane's own path detour (``FanOut.detours``)."""
     try:
-        fan = _keyed_fan_out(graph)
+        fan = _with_detours(graph, fan_out_of)
     except PipelineError:
-        root = root_fan_out(graph)
+        root = _with_detours(graph, root_fan_out)
         if root is None:
             raise
         return root
@@ -214,23 +215,29 @@ def job_fan_out(graph: Graph) -> FanOut | None:
     try:
         _split(graph)
     except PipelineError:
-        return root_fan_out(graph)  # None: plan() raises the split's problem
+        return _with_detours(graph, root_fan_out)  # None: plan() raises the split's problem
     return None
 
 
-def _keyed_fan_out(graph: Graph) -> FanOut | None:
-    """The fan-out after a keyed step (fan_out_plan.fan_out_of), or None, also with detours."""
+def _with_detours(graph: Graph, find: Callable[[Graph, frozenset[int]], FanOut | None]) -> FanOut | None:
+    """``find(graph, ignore)`` (fan_out_plan's ``fan_out_of`` or ``root_fan_out``) — or, when it
+    refuses the job, the fan-out it finds with the dead-letter outputs that may detour left out
+    of the readers: None (the job may split with detours: planner._split), or a fan-out whose
+    lanes' paths send dead letters beside the query (``FanOut.detours``, each checked as
+    :func:`_split` checks a detour). The first refusal stands when neither works."""
     try:
-        return fan_out_of(graph)
+        return find(graph, frozenset())
     except PipelineError as problem:
         detourable = frozenset(id(n) for n in _detourable(graph))
         if not detourable:
             raise
         try:
-            fan = fan_out_of(graph, detourable)
-            if fan is not None:  # the dead letters of steps on its lanes' paths leave the query beside it
+            fan = find(graph, detourable)
+            if fan is not None:  # only its own detours left out: what it needs, checked
                 own = frozenset(id(d) for d in fan.detours)
-                fan = fan_out_of(graph, own) if own else None
+                if not own:  # (a fan-out all the same: the refusal stands)
+                    raise problem
+                fan = find(graph, own)
                 if fan is None or frozenset(id(d) for d in fan.detours) != own:
                     raise problem
                 if any(_check_detour(graph, side) is not None for side in fan.detours):

@@ -114,7 +114,11 @@ class BucketProcessor(StatefulProcessor):
         """The bucket function's output frames, each with the null anchor column if asked."""
         for pdf in self.call(bucket, self._named(frames), state):
             if self.anchor is not None:
-                pdf[self.anchor] = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]")
+                nulls = pd.Series([None] * len(pdf), dtype="datetime64[us, UTC]", index=pdf.index)
+                if self.anchor in pdf.columns:
+                    pdf[self.anchor] = nulls
+                else:  # (insert: a frame sliced from another takes the column without pandas' copy warning)
+                    pdf.insert(len(pdf.columns), self.anchor, nulls)
             yield pdf
 
     def _named(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

@@ -25,7 +25,17 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from ember.errors import PipelineError
-from ember.graph.nodes import FilterNode, FlatMapNode, KeyByNode, LookupJoinNode, MapNode, Node, SelectNode, SideOutputNode
+from ember.graph.nodes import (
+    FilterNode,
+    FlatMapNode,
+    KeyByNode,
+    LookupJoinNode,
+    MapBatchesNode,
+    MapNode,
+    Node,
+    SelectNode,
+    SideOutputNode,
+)
 from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.fan_out_plan import FanOut, Level
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
@@ -35,7 +45,7 @@ from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.placement import dead_letters_of
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.keyed import BUCKET, bucket_of
-from ember.runner.spark.translators.python_ops import lane_map, python_filter
+from ember.runner.spark.translators.python_ops import lane_map, lane_map_batches, python_filter
 from ember.runner.spark.translators.transforms import column, lane_lookup, lane_select
 
 __all__ = ["FannedOut", "fan_out"]
@@ -135,7 +145,7 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
     for i, (lane, tag, tail) in enumerate(zip(lanes, reads, tails)):
-        if tail:  # the lane's own steps from its first map / flat_map / select on: on its rows only
+        if tail:  # the lane's own steps from its first that is no filter on: on its rows only
             df, renamed = _lane_steps(comp, df, tail, LANE, i, records[tag], f"__ember_mapped0_{i}_")
             keys.append(_key_columns(lane, renamed))
             names.append(renamed)
@@ -176,7 +186,7 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
         else:
             renamed = {lane_column(j, side_column(tag, f)): f for f in comp.side_types[id(before.seeds[j])][tag].names}
             renamed.update({lane_column(j, h): h for h in HIDDEN if h in fields})
-        if own:  # the lane's own filters, maps, flat_maps and selects: on its copies only
+        if own:  # the lane's own steps: on its copies only
             hidden = {c: f for c, f in renamed.items() if f in HIDDEN}
             visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
             df, records = _lane_steps(comp, df, own, lane, i, visible, f"__ember_mapped{k}_{i}_")
@@ -254,8 +264,9 @@ def _renamed(run: Any, names: dict[str, str]) -> Any:
 
 def _head_and_tail(path: tuple[Node, ...]) -> tuple[list[Node], list[Node]]:
     """A first-level lane's own steps (``key_by`` and the side output it reads left out),
-    split where the first that reshapes its records (map, flat_map, select) stands: the
-    filters before it, which lanes may share (:func:`_filters`), and the rest, its own."""
+    split where the first that is no filter stands (a map, a lookup...: it reshapes the
+    records): the filters before it, which lanes may share (:func:`_filters`), and the rest,
+    its own."""
     own = [s for s in path if not isinstance(s, KeyByNode | SideOutputNode)]
     first = next((j for j, s in enumerate(own) if not isinstance(s, FilterNode)), len(own))
     return own[:first], own[first:]
@@ -280,7 +291,7 @@ def _filters(df: Any, heads: tuple[list[Node], ...], reads: list[str | None], re
 
 def _lane_steps(comp: Compilation, df: Any, steps: Any, lane: str, i: int, renamed: dict[str, str],
                 prefix: str) -> tuple[Any, dict[str, str]]:
-    """Lane ``i``'s own ``steps`` (filters, maps, flat_maps, selects), in order, on its copies
+    """Lane ``i``'s own ``steps`` (fan_out_plan.LANE_STEPS), in order, on its copies
     only (in column ``lane``), the other lanes' rows passing. ``renamed``: the columns holding
     its records -> their fields. Each reshaping step writes its records into columns of its own
     (``prefix`` and its place); the lane's earlier ones are dropped. Returns the frame and the
@@ -313,9 +324,10 @@ def _key_columns(lane: Any, renamed: dict[str, str]) -> tuple[str, ...]:
 def _on_lanes(comp: Compilation, df: Any, step: Node, lane: str, users: list[int], fields: list[str],
               prefix: str = "") -> tuple[Any, list[str]]:
     """A lane's own ``step`` on the rows of lanes ``users`` (in column ``lane``), the others
-    passing: a filter (no fields of its own: ``[]``), or a map / flat_map / select writing its
-    records into columns ``prefix + field`` (and its fields). ``fields``: the records' fields,
-    columns of ``df`` under those names."""
+    passing: a filter (no fields of its own: ``[]``), or a map / flat_map / select / lookup /
+    map_batches writing its records into columns ``prefix + field`` (and its fields). ``fields``:
+    the records' fields, columns of ``df`` under those names. A step's dead letters go to its
+    detour's spool."""
     spool = None
     if dead_letters_of(step) is not None:  # they leave the query beside it (planner.py, spool.py)
         spool = comp.detoured.get(id(step))
@@ -329,6 +341,8 @@ def _on_lanes(comp: Compilation, df: Any, step: Node, lane: str, users: list[int
         return lane_select(df, step, (lane, users[0], fields), prefix)
     if isinstance(step, LookupJoinNode):
         return lane_lookup(comp, df, step, (lane, users[0], fields), prefix, spool)
+    if isinstance(step, MapBatchesNode):
+        return lane_map_batches(df, step, (lane, users[0], fields), prefix, spool)
     assert isinstance(step, MapNode | FlatMapNode)
     return lane_map(df, step, (lane, users[0], fields), prefix, spool)
 

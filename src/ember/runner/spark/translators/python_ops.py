@@ -369,6 +369,79 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
     return df.mapInArrow(run, full), names
 
 
+def lane_map_batches(df: Any, node: MapBatchesNode, lane: tuple[str, int, list[str]], prefix: str,
+                     spool: str | None = None) -> tuple[Any, list[str]]:
+    """``node`` (a ``map_batches``) on the rows of one lane of a fan-out only
+    (translators/fanout.py), as :func:`lane_map` does a map: ``fn`` gets the lane's records of
+    each Arrow batch (a pandas DataFrame or a pyarrow RecordBatch, per ``batch_format``) and must
+    return one row per record, in order — row i goes beside record i's row, keeping its event
+    time (the rule of ``map_batches`` between two keyed steps). Its fields go to columns
+    ``prefix + field``; other lanes' rows pass with those columns null. With ``spool`` (the
+    step's dead letters detour there) a failing call is narrowed down to the records that fail
+    alone (:func:`narrowed`), which become dead letters; else a failure fails the job, naming
+    the step. Returns the frame and the output's fields."""
+    from pyspark.sql import types as T
+
+    column, lane_id, visible = lane
+    out = output_struct(node.output_schema, T.StructType([df.schema[f] for f in visible]), node.name)
+    full = T.StructType(list(df.schema.fields) + [T.StructField(prefix + f.name, f.dataType, True) for f in out.fields])
+    schema, results = arrow_schema(full), arrow_schema(out)
+    added = schema.names[len(df.schema.fields):]
+    fn, step, pandas = node.fn, node.name, node.batch_format == "pandas"
+    ship_by_value(fn)
+
+    def called(rows: pa.RecordBatch) -> pa.RecordBatch:
+        """Record batch ``rows`` (the lane's rows, every column) with ``fn``'s fields beside."""
+        records = rows.select(visible)
+        try:
+            result = fn(records.to_pandas() if pandas else records)
+        except Exception as exc:
+            raise UserFunctionError(f"step '{step}': {_fn_name(fn)} raised {type(exc).__name__}: {exc}") from exc
+        try:
+            if pandas:
+                table = pa.Table.from_pandas(result, preserve_index=False)
+            else:
+                table = pa.Table.from_batches([result]) if isinstance(result, pa.RecordBatch) else result
+            if not isinstance(table, pa.Table):
+                raise TypeError(f"it returned a {type(result).__name__}")
+            table = table.select(results.names).cast(results)
+        except (KeyError, TypeError, AttributeError, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            what = "pandas DataFrame" if pandas else "pyarrow RecordBatch or Table"
+            raise UserFunctionError(f"step '{step}': {_fn_name(fn)} must return a {what} of the output schema "
+                                    f"{results}: {exc}") from exc
+        if table.num_rows != rows.num_rows:
+            raise UserFunctionError(
+                f"step '{step}': on a lane of a fan-out {_fn_name(fn)} must return one row per input row, in order "
+                f"(row i keeps record i's event time); it returned {table.num_rows} rows for {rows.num_rows}")
+        columns = [table.column(n).combine_chunks() for n in results.names]
+        return pa.RecordBatch.from_arrays(list(rows.columns) + columns, schema=schema)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        raws: list[str] = []
+        errors: list[str] = []
+
+        def failed(one: pa.RecordBatch, exc: Exception) -> None:
+            raws.append(record_text(one.select(visible).to_pylist()[0]))
+            errors.append(_reason(step, fn, exc))
+
+        for batch in batches:
+            mine = pc.equal(batch.column(column), lane_id)
+            others = batch.filter(pc.invert(mine))
+            if others.num_rows:
+                nulls = [pa.nulls(others.num_rows, type=schema.field(c).type) for c in added]
+                yield pa.RecordBatch.from_arrays(list(others.columns) + nulls, schema=schema)
+            own = batch.filter(mine)
+            if own.num_rows:
+                yield from ([called(own)] if spool is None else
+                            narrowed(called, own, lambda b: b.num_rows, lambda b, a, z: b.slice(a, z - a), failed))
+        if spool is not None and errors:
+            write_dead_letters(spool, raws, errors)
+
+    return df.mapInArrow(run, full), out.names
+
+
 def _fitting(produced: list[tuple[dict[str, Any], list[dict[str, Any]]]], schema: pa.Schema, step: str,
              fn: Callable[..., Any], raws: list[str], errors: list[str]) -> pa.RecordBatch:
     """The rows of ``produced`` (each input record with its output rows) as one batch of
