@@ -3,8 +3,10 @@
 Clicks arrive with duplicates (a client re-sends). Every click as sent goes to an audit sink,
 and one ``process`` step drops the duplicates; its output then feeds three readers at once:
 
-- clicks per campaign per 2 s of event time (a window keyed by campaign), whose results a
-  further process function reads: a campaign with 3 or more clicks in a window is hot,
+- clicks per campaign per 2 s of event time (a window keyed by campaign) — each click first
+  looked up in the campaign table on that branch alone, a click of an unknown campaign going to
+  a dead-letter sink — whose results a further process function reads: a campaign with 3 or
+  more clicks in a window is hot,
 - a running count per user that flags the user at 3 clicks (a process function keyed by
   user, with a side output of flagged users),
 - every deduplicated click, to a sink.
@@ -36,14 +38,17 @@ from ember import (
 from ember.state.descriptors import ValueStateDescriptor
 
 SCHEMA = "ts bigint, user string, campaign string, click_id bigint"
-# (event time ms, user, campaign, click id) in four micro-batches; click ids 3 and 6 are sent twice.
+# (event time ms, user, campaign, click id) in four micro-batches; click ids 3 and 6 are sent twice;
+# "socks" is no campaign of CAMPAIGNS.
 BATCHES = [
     [(1_000, "ann", "shoes", 1), (1_200, "bob", "shoes", 2), (1_500, "ann", "hats", 3)],
-    [(1_500, "ann", "hats", 3), (2_100, "cid", "hats", 4), (2_600, "ann", "shoes", 5)],
+    [(1_500, "ann", "hats", 3), (2_100, "cid", "hats", 4), (2_200, "dee", "socks", 10), (2_600, "ann", "shoes", 5)],
     [(3_100, "bob", "hats", 6), (3_100, "bob", "hats", 6), (3_900, "ann", "hats", 7)],
     [(6_000, "bob", "shoes", 8), (6_500, "bob", "shoes", 9)],
 ]
 FLAGGED = OutputTag("flagged", "user string, clicks bigint")
+CAMPAIGNS = [{"campaign": "shoes", "advertiser": "acme"}, {"campaign": "hats", "advertiser": "capco"}]
+UNKNOWN = OutputTag("unknown_campaign")  # dead letters: raw (the click as JSON) and error
 
 
 class Dedupe(KeyedProcessFunction):
@@ -82,7 +87,8 @@ class HotCampaigns(KeyedProcessFunction):
 
 def run() -> dict[str, CollectSink]:
     root = tempfile.mkdtemp(prefix="ember-fan-out-")
-    sinks = {name: CollectSink() for name in ("received", "per_campaign", "hot", "per_user", "flagged", "clicks")}
+    names = ("received", "per_campaign", "unknown", "hot", "per_user", "flagged", "clicks")
+    sinks = {name: CollectSink() for name in names}
     try:
         env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2)
         clicks = env.from_source(
@@ -90,7 +96,9 @@ def run() -> dict[str, CollectSink]:
             WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=500), "ts"), name="clicks")
         clicks.sink_to(sinks["received"], name="audit")  # every click as sent, duplicates too
         unique = clicks.key_by("click_id").process(Dedupe(), SCHEMA, name="dedupe")
-        per_campaign = unique.key_by("campaign").window(TumblingEventTimeWindows.of(2_000)).count(name="clicks-per-campaign")
+        known = unique.join_lookup(CAMPAIGNS, "campaign", unmatched=UNKNOWN, name="campaign-lookup")
+        known.get_side_output(UNKNOWN).sink_to(sinks["unknown"], name="unknown-campaigns")
+        per_campaign = known.key_by("campaign").window(TumblingEventTimeWindows.of(2_000)).count(name="clicks-per-campaign")
         per_campaign.sink_to(sinks["per_campaign"], name="per-campaign")
         (per_campaign.key_by("campaign").process(HotCampaigns(), "campaign string, window_start bigint, clicks bigint",
                                                  name="hot-campaigns").sink_to(sinks["hot"], name="hot"))
@@ -110,6 +118,7 @@ def main() -> int:
     print("\nclicks per campaign per 2 s window:")
     for r in sorted(sinks["per_campaign"].rows(), key=lambda r: (r["window_start"], r["campaign"])):
         print(f"  [{r['window_start']:>5}, {r['window_end']:>5}) {r['campaign']:5} {r['count']}")
+    print("clicks of unknown campaigns:", "; ".join(r["raw"] for r in sinks["unknown"].rows()) or "none")
     hot = sorted((r["window_start"], r["campaign"], r["clicks"]) for r in sinks["hot"].rows())
     print("hot campaigns (3+ clicks in a window):", ", ".join(f"{c} from {w} ({n})" for w, c, n in hot) or "none")
     counts = {}

@@ -336,10 +336,7 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
         letters = _DeadLetters(spool, schema, "") if spool is not None else None
         for batch in batches:
             mine = pc.equal(batch.column(column), lane_id)
-            others = batch.filter(pc.invert(mine))
-            if others.num_rows:
-                nulls = [pa.nulls(others.num_rows, type=schema.field(c).type) for c in added]
-                yield pa.RecordBatch.from_arrays(list(others.columns) + nulls, schema=schema)
+            yield from _other_lanes(batch, mine, schema, added)
             produced: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
             raws: list[str] = []
             errors: list[str] = []
@@ -367,6 +364,17 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
             letters.close()
 
     return df.mapInArrow(run, full), names
+
+
+def _other_lanes(batch: pa.RecordBatch, mine: Any, schema: pa.Schema, added: list[str]) -> Iterator[pa.RecordBatch]:
+    """The rows of ``batch`` that are not the lane's (``mine``: a mask of its rows), as rows of
+    ``schema``, the lane step's ``added`` columns null (none when every row is the lane's)."""
+    import pyarrow.compute as pc
+
+    others = batch.filter(pc.invert(mine))
+    if others.num_rows:
+        nulls = [pa.nulls(others.num_rows, type=schema.field(c).type) for c in added]
+        yield pa.RecordBatch.from_arrays(list(others.columns) + nulls, schema=schema)
 
 
 def lane_map_batches(df: Any, node: MapBatchesNode, lane: tuple[str, int, list[str]], prefix: str,
@@ -428,10 +436,7 @@ def lane_map_batches(df: Any, node: MapBatchesNode, lane: tuple[str, int, list[s
 
         for batch in batches:
             mine = pc.equal(batch.column(column), lane_id)
-            others = batch.filter(pc.invert(mine))
-            if others.num_rows:
-                nulls = [pa.nulls(others.num_rows, type=schema.field(c).type) for c in added]
-                yield pa.RecordBatch.from_arrays(list(others.columns) + nulls, schema=schema)
+            yield from _other_lanes(batch, mine, schema, added)
             own = batch.filter(mine)
             if own.num_rows:
                 yield from ([called(own)] if spool is None else
