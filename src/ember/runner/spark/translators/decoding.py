@@ -170,8 +170,7 @@ def lookup_with_unmatched(comp: Compilation, node: LookupJoinNode, stream: Any, 
     tag = node.unmatched.name
     joined = stream.join(F.broadcast(table.withColumn(marker, F.lit(True))), list(node.on), "left")
     missing = F.col(marker).isNull()
-    keys = ", ".join(node.on)
-    error = F.concat(F.lit(f"no match in the lookup table for {keys} = "), F.to_json(F.struct(*[F.col(k) for k in node.on])))
+    error = unmatched_reason(node)
     main = [c for c in joined.columns if c != marker]
     tagged = joined.select(
         *main,
@@ -182,6 +181,12 @@ def lookup_with_unmatched(comp: Compilation, node: LookupJoinNode, stream: Any, 
     if spool is None:
         return tagged
     return spooled_letters(tagged, side_column(tag, "raw"), side_column(tag, "error"), spool, main)
+
+
+def unmatched_reason(node: LookupJoinNode) -> Any:
+    """A lookup join's dead letter's ``error``: which key matched no row of the table."""
+    keys = ", ".join(node.on)
+    return F.concat(F.lit(f"no match in the lookup table for {keys} = "), F.to_json(F.struct(*[F.col(k) for k in node.on])))
 
 
 def spooled_letters(df: Any, raw: str, why: str, spool: str, main: list[str]) -> Any:

@@ -242,12 +242,12 @@ def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[
     ship_by_value(fn)
     if lanes is not None:
         column, tested, visible = lanes[0], set(lanes[1]), lanes[2]
-        full = arrow_schema(df.schema)
 
         def run_on_lanes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            letters = _DeadLetters(spool, full, "") if spool is not None else None
+            raws: list[str] = []
+            errors: list[str] = []
             for batch in batches:
-                keep, raws, errors = [], [], []
+                keep = []
                 which = batch.column(column).to_pylist()
                 for i, record in enumerate(batch.select(visible).to_pylist()):
                     if which[i] not in tested:
@@ -256,18 +256,14 @@ def python_filter(comp: Compilation, df: Any, node: Any, lanes: tuple[str, list[
                     try:
                         keep.append(bool(fn(record)))
                     except Exception as exc:
-                        if letters is None:
+                        if spool is None:
                             raise user_function_failed(step, fn, record, exc) from exc
                         keep.append(False)
                         raws.append(record_text(record))
                         errors.append(_reason(step, fn, exc))
-                kept = batch.filter(pa.array(keep, type=pa.bool_()))
-                if letters is None:
-                    yield kept
-                else:
-                    yield from letters.emit(kept, raws, errors)
-            if letters is not None:
-                letters.close()
+                yield batch.filter(pa.array(keep, type=pa.bool_()))
+            if spool is not None and errors:  # the task's dead letters, once its input is consumed
+                write_dead_letters(spool, raws, errors)
 
         return df.mapInArrow(run_on_lanes, df.schema)
     if tag is None:
@@ -333,16 +329,15 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow.compute as pc
 
-        letters = _DeadLetters(spool, schema, "") if spool is not None else None
+        raws: list[str] = []
+        errors: list[str] = []
         for batch in batches:
             mine = pc.equal(batch.column(column), lane_id)
             yield from _other_lanes(batch, mine, schema, added)
             produced: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
-            raws: list[str] = []
-            errors: list[str] = []
             for row in batch.filter(mine).to_pylist():
                 record = {f: row[f] for f in visible}
-                if letters is None:
+                if spool is None:
                     outputs = _outputs(fn, record, many, names, step)
                 else:
                     try:
@@ -353,15 +348,16 @@ def lane_map(df: Any, node: MapNode | FlatMapNode, lane: tuple[str, int, list[st
                         errors.append(_reason(step, fn, exc))
                         continue
                 produced.append((record, [{**row, **{prefix + k: v for k, v in o.items()}} for o in outputs]))
-            if letters is None:
+            if spool is None:
                 rows = [r for _, out_rows in produced for r in out_rows]
                 if rows:
                     yield build_batch(rows, schema, step)
                 continue
             built = _fitting(produced, schema, step, fn, raws, errors)
-            yield from letters.emit(built, raws, errors)
-        if letters is not None:
-            letters.close()
+            if built.num_rows:
+                yield built
+        if spool is not None and errors:  # the task's dead letters, once its input is consumed
+            write_dead_letters(spool, raws, errors)
 
     return df.mapInArrow(run, full), names
 

@@ -11,7 +11,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import FilterNode, KeyByNode, LookupJoinNode, SelectNode, UnionNode
 from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, PRE, TIME_OUT, without_hidden
-from ember.runner.spark.translators.decoding import spooled_letters
+from ember.runner.spark.translators.decoding import spooled_letters, unmatched_reason
 from ember.runner.spark.translators.eventtime import own_watermark
 from ember.runner.spark.translators.python_ops import python_filter
 
@@ -192,10 +192,9 @@ def lane_lookup(comp: Compilation, df: Any, node: LookupJoinNode, lane: tuple[st
         return joined.select(*out), names
     if spool is None:  # (the planner detours a lane step's dead letters: not reached)
         raise PipelineError("its unmatched records have no detour on this lane's path", node.name)
-    keys = ", ".join(node.on)
-    error = F.concat(F.lit(f"no match in the lookup table for {keys} = "), F.to_json(F.struct(*[F.col(k) for k in node.on])))
     raw, why = f"{prefix}letter_raw", f"{prefix}letter_error"
-    letters = [F.when(missing, F.to_json(F.struct(*[F.col(f) for f in visible]))).alias(raw), F.when(missing, error).alias(why)]
+    letters = [F.when(missing, F.to_json(F.struct(*[F.col(f) for f in visible]))).alias(raw),
+               F.when(missing, unmatched_reason(node)).alias(why)]
     tagged = joined.select(*out, *letters)
     return spooled_letters(tagged, raw, why, spool, [c for c in tagged.columns if c not in (raw, why)]), names
 
