@@ -35,7 +35,7 @@ from ember.graph.nodes import (
 )
 from ember.runner.spark.placement import CARRIES_TIME, dead_letters_of, runtime_steps, upstream_steps
 
-__all__ = ["FanOut", "Level", "LANE_STEPS", "fan_out_of", "root_fan_out"]
+__all__ = ["FanOut", "Level", "LANE_STEPS", "SharedDeadLetters", "fan_out_of", "root_fan_out"]
 
 
 @dataclass(frozen=True)
@@ -228,9 +228,34 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
                 "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
             )
     _check_branches(graph, stem, source)
-    steps = {id(s): s for path in (*paths, *(own for level in after for own in level.steps)) for s in path}
+    levels = [(lanes, tuple(paths)), *((level.lanes, level.steps) for level in after)]
+    for level_lanes, level_paths in levels:
+        _one_reporter(level_lanes, level_paths, graph)
+    steps = {id(s): s for _, level_paths in levels for path in level_paths for s in path}
     detours = tuple(o for s in steps.values() for o in _dead_letter_outputs(s, graph))
     return FanOut(source, lanes, tuple(paths), through, stem, after, root, detours)
+
+
+class SharedDeadLetters(PipelineError):
+    """A step with dead letters on the paths of several lanes (:func:`_one_reporter`): refused
+    in its own words, also where the planner retries with detours (planner._with_detours)."""
+
+
+def _one_reporter(lanes: tuple[Node, ...], paths: tuple[tuple[Node, ...], ...], graph: Graph) -> None:
+    """Refuses a step with dead letters on the paths of several lanes of one level: each lane
+    runs it on its own copies (translators/fanout.py), so a record it fails on would be a dead
+    letter once per lane."""
+    for step in {id(s): s for path in paths for s in path}.values():
+        if not _dead_letter_outputs(step, graph):
+            continue
+        on = [lane.name for lane, path in zip(lanes, paths) if any(step is s for s in path)]
+        if len(on) > 1:
+            raise SharedDeadLetters(
+                f"'{step.name}' ({step.kind}) sends dead letters and is on the paths of several keyed steps "
+                f"({', '.join(repr(n) for n in on)}) after the point where they part; each runs it on its own copy of "
+                "the rows, so a record it fails on would be a dead letter once for each: give each its own step, "
+                "or leave its dead letters out there (yet)", step.name,
+            )
 
 
 def _check_branches(graph: Graph, stem: Node, source: Node) -> None:

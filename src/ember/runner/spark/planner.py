@@ -53,7 +53,7 @@ from ember.graph.nodes import (
     UnionNode,
     WindowNode,
 )
-from ember.runner.spark.fan_out_plan import FanOut, fan_out_of, root_fan_out
+from ember.runner.spark.fan_out_plan import FanOut, SharedDeadLetters, fan_out_of, root_fan_out
 from ember.runner.spark.placement import (
     CARRIES_TIME,
     detours,
@@ -242,6 +242,8 @@ def _with_detours(graph: Graph, find: Callable[[Graph, frozenset[int]], FanOut |
                     raise problem
                 if any(_check_detour(graph, side) is not None for side in fan.detours):
                     raise problem
+        except SharedDeadLetters:
+            raise
         except PipelineError:
             raise problem from None
         return fan

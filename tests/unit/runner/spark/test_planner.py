@@ -301,6 +301,17 @@ def test_dead_letters_of_a_step_on_a_readers_own_path_detour(env, events):
     assert [s.name for s in p.streamed_sinks] == ["a-out", "b-out"] and not p.fan_out.through
 
 
+def test_a_step_with_dead_letters_on_several_lanes_paths_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.sink_to(CollectSink(), name="raw")  # (so the lanes part at 'first', before the map)
+    m = first.map(lambda r: r, dead_letter=OutputTag("bad"), name="m")
+    m.get_side_output(OutputTag("bad")).sink_to(CollectSink(), name="dead")
+    m.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink(), name="a-out")
+    m.key_by("ts").process(_Count(), KEYED, name="b").sink_to(CollectSink(), name="b-out")
+    with pytest.raises(PipelineError, match="step 'm'.*on the paths of several keyed steps \\('a', 'b'\\).*once for each"):
+        plan(env.graph())
+
+
 @pytest.mark.parametrize("shape", ["union", "map with unread dead letters", "dead letters meeting another stream"])
 def test_other_steps_on_a_readers_own_path_are_refused_naming_them(env, events, shape):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
