@@ -44,6 +44,7 @@ class EnvironmentConfig:
     keyed_operator: str = "auto"  # Spark's operator under keyed steps: auto, or always transformWithState
     state_layout: str = "blob"  # keyed state per bucket: one blob (design A) or a delta log (design B, keyed/delta.py)
     latency_target_ms: int | None = None  # adapt the per-batch bound at run time to keep latency under this (latency.py)
+    max_parallelism: int = 128  # state buckets (Flink's key groups): the most state partitions; fixed by a job's first run
 
 
 @dataclass

@@ -32,6 +32,7 @@ _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\
 _STATE_BACKENDS = ("rocksdb", "hdfs")
 KEYED_OPERATORS = ("auto", "transform_with_state")
 STATE_LAYOUTS = ("blob", "delta")
+MAX_STATE_BUCKETS = 32_768  # as Flink's upper bound on max parallelism
 
 
 class StreamEnvironment:
@@ -80,6 +81,15 @@ class StreamEnvironment:
       :class:`~ember.errors.LatencyTargetError` naming the floor it measured. Needs
       Ember's own sources (generators, Redis streams) and ``trigger_interval`` 0
       (docs/design/latency.md, "The latency-target knob").
+    - ``max_parallelism``: how many state buckets (Flink's key groups) keyed steps spread
+      their keys over — the most state partitions a job can be rescaled to, and how many
+      groups Spark hands Ember's Python operator per micro-batch. 128 by default (Flink's
+      default floor). Each bucket called costs a few ms of Spark's per-group work in a
+      micro-batch, so a small job that needs low latency runs faster with fewer (e.g. 16 on
+      one machine: docs/design/latency.md, "State buckets"); a job whose state is large, or
+      that will be rescaled to many machines, keeps more. Fixed by a job's first run
+      (a restart or savepoint with another value is refused, naming the step); ``parallelism``
+      may not exceed it.
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -98,6 +108,7 @@ class StreamEnvironment:
         keyed_operator: str = "auto",
         state_layout: str = "blob",
         latency_target: timedelta | int | None = None,
+        max_parallelism: int = 128,
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,
@@ -116,6 +127,13 @@ class StreamEnvironment:
             raise ConfigError(f"state_layout must be one of {', '.join(STATE_LAYOUTS)}, got {state_layout!r}")
         if state_layout == "delta" and state_backend != "rocksdb":
             raise ConfigError("state_layout='delta' needs state_backend='rocksdb' (it runs on Spark's transformWithStateInPandas)")
+        if not isinstance(max_parallelism, int) or isinstance(max_parallelism, bool) or not 1 <= max_parallelism <= MAX_STATE_BUCKETS:
+            raise ConfigError(f"max_parallelism must be an int from 1 to {MAX_STATE_BUCKETS:,}, got {max_parallelism!r}")
+        if parallelism is not None and parallelism > max_parallelism:
+            raise ConfigError(
+                f"parallelism {parallelism} is above max_parallelism {max_parallelism}: keys are spread over "
+                f"max_parallelism state buckets, so at most that many state partitions can hold state"
+            )
         if state_backend not in _STATE_BACKENDS:
             raise ConfigError(f"state_backend must be one of {', '.join(_STATE_BACKENDS)}, got {state_backend!r}")
         if keyed_operator == "transform_with_state" and state_backend != "rocksdb":
@@ -142,6 +160,7 @@ class StreamEnvironment:
             keyed_operator=keyed_operator,
             state_layout=state_layout,
             latency_target_ms=target_ms,
+            max_parallelism=max_parallelism,
         )
         self._spark = spark
         self.clock = clock or SystemClock()
@@ -341,7 +360,7 @@ class StreamEnvironment:
             if from_savepoint is not None:
                 restore_savepoint(
                     self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism, self.config.keyed_operator,
-                    self.config.state_layout, self.config.state_backend,
+                    self.config.state_layout, self.config.state_backend, self.config.max_parallelism,
                 )
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=ckpt,

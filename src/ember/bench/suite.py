@@ -80,8 +80,9 @@ def run_benchmark(name: str, cfg: BenchConfig, command: str = "") -> dict[str, A
         blat = percentiles(x for r in base_runs for x in r.latencies_ms)
         if blat is not None:
             report["baseline_latency_ms"] = blat
-    if cfg.options.get("state_layout"):
-        report["state_layout"] = cfg.options["state_layout"]
+    for option in ("state_layout", "max_parallelism"):
+        if cfg.options.get(option):
+            report[option] = cfg.options[option]
     report["peak_rss_mb"] = round(max(r.peak_rss_bytes for r in ember_runs) / 2**20)
     report["peak_anonymous_rss_mb"] = round(max(r.peak_anonymous_rss_bytes for r in ember_runs) / 2**20)
     report["checkpoint_mb"] = round(max(r.checkpoint_bytes for r in ember_runs) / 2**20, 1)

@@ -51,7 +51,7 @@ def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
         master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=cfg.max_events_per_batch,
         fuse_sources=cfg.options.get("fuse_sources", True), trigger_interval=cfg.options.get("trigger_interval_ms", 0),
         keyed_operator=cfg.options.get("keyed_operator", "auto"), state_layout=cfg.options.get("state_layout", "blob"),
-        parallelism=cfg.options.get("parallelism"),
+        parallelism=cfg.options.get("parallelism"), max_parallelism=cfg.options.get("max_parallelism", 128),
     )
 
 

@@ -57,6 +57,8 @@ def _env_from(args: argparse.Namespace) -> Any:
         kwargs["state_layout"] = args.state_layout
     if getattr(args, "latency_target_ms", None) is not None:
         kwargs["latency_target"] = args.latency_target_ms
+    if getattr(args, "max_parallelism", None) is not None:
+        kwargs["max_parallelism"] = args.max_parallelism
     return StreamEnvironment(**kwargs)
 
 
@@ -167,7 +169,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         options={k: v for k, v in (("pattern", args.pattern), ("keys", args.keys), ("window_ms", args.window_ms),
                                    ("skew", args.skew), ("state_layout", args.state_layout),
                                    ("prefill", args.prefill), ("drop_copies", args.drop_copies),
-                                   ("step", args.step)) if v},
+                                   ("step", args.step), ("max_parallelism", args.max_parallelism)) if v},
     )
     if args.drop_copies and not (args.prefill and args.state_layout == "delta"):
         raise ConfigError("bench: --drop-copies goes with --prefill --state-layout delta")
@@ -391,6 +393,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--trigger", type=int, metavar="MS", help="trigger interval in ms (default 0: back to back)")
         sp.add_argument("--max-events-per-batch", type=int, help="admission-control bound per micro-batch")
         sp.add_argument("--parallelism", type=int, help="state partitions")
+        sp.add_argument("--max-parallelism", type=int, metavar="N",
+                        help="state buckets keys are spread over (default 128; fixed by the job's first run)")
         sp.add_argument("--state-layout", choices=["blob", "delta"],
                         help="keyed state per bucket: one value (blob, default) or a log of changed rows (delta)")
 
@@ -467,6 +471,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="grouping-keyed: create every key first (2 M events per batch), then measure from that checkpoint")
     bench.add_argument("--state-layout", choices=["blob", "delta"],
                        help="grouping-keyed: keyed state as one value per bucket (blob, default) or a delta log (delta)")
+    bench.add_argument("--max-parallelism", type=int, metavar="N",
+                       help="the jobs' state buckets (StreamEnvironment(max_parallelism=N); default 128)")
     bench.add_argument("--drop-copies", action="store_true",
                        help="grouping-keyed --prefill --state-layout delta: remove the working copies before the measured run "
                             "(its first batch rebuilds them from the log: first_batch_after_restart_s)")

@@ -29,6 +29,7 @@ from ember.errors import RestartError, SavepointError
 from ember.graph.graph import Graph
 from ember.job import EnvironmentConfig
 from ember.runner.spark.checkpoint import EMBER_DIR, CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS
 from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids
 from ember.runner.spark.state_io import rescale_checkpoint
 from ember.savepoints.state import read_broadcast_state, read_state, write_state
@@ -175,7 +176,7 @@ def _clear_checkpoint(checkpoint: str) -> None:
 
 def restore_savepoint(
     spark: Any, path: str, checkpoint: str, graph: Graph, parallelism: int | None = None, keyed_operator: str = "auto",
-    state_layout: str = "blob", state_backend: str = "rocksdb",
+    state_layout: str = "blob", state_backend: str = "rocksdb", max_parallelism: int = STATE_BUCKETS,
 ) -> dict[str, Any]:
     """Make ``checkpoint`` (new) continue from the savepoint at ``path`` with the
     pipeline ``graph``: the savepoint is verified and the pipeline compared with
@@ -194,12 +195,18 @@ def restore_savepoint(
                 f"{manifest['partitions']} -> {parallelism}) needs the RocksDB state backend (Ember's default); "
                 "restore it without changing parallelism"
             )
-    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator, state_layout, manifest["pipeline"], state_backend))
+    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator, state_layout, manifest["pipeline"],
+                                                               state_backend, max_parallelism))
     if problems:
         listed = "\n  - ".join(problems)
         raise RestartError(
             f"this pipeline cannot start from the savepoint {path}:\n  - {listed}\n"
             "Changes to stateless steps, sinks and added state are fine."
+        )
+    if rescale and parallelism is not None and parallelism > max_parallelism:  # (the savepoint's, compared above)
+        raise SavepointError(
+            f"rescaling to parallelism {parallelism}: the job's keys are spread over {max_parallelism} state buckets "
+            f"(its max_parallelism), so at most {max_parallelism} state partitions can hold state"
         )
     _clear_checkpoint(checkpoint)
     copy_into_checkpoint(path, checkpoint)

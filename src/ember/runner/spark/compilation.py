@@ -118,6 +118,11 @@ class Compilation:
         return self.config.parallelism or self.spark.sparkContext.defaultParallelism
 
     @property
+    def buckets(self) -> int:
+        """How many state buckets keyed steps spread their keys over (``max_parallelism``)."""
+        return self.config.max_parallelism
+
+    @property
     def bounded(self) -> bool:
         return all(s.source.bounded for s in self.graph.sources)
 

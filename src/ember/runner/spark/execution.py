@@ -14,7 +14,7 @@ import re
 import socket
 from typing import Any, Callable
 
-from ember.errors import JobFailedError, LatencyTargetError, PipelineError
+from ember.errors import ConfigError, JobFailedError, LatencyTargetError, PipelineError
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import SqlNode
 from ember.job import EnvironmentConfig, JobResult, RunListener
@@ -29,6 +29,7 @@ from ember.runner.spark.checkpoint import (
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.latency import BELOW_FLOOR, BoundController
 from ember.runner.spark.leader import STOOD_DOWN, LeaderLock
+from ember.runner.spark.placement import runtime_steps
 from ember.runner.spark.progress import ProgressFollower
 from ember.runner.spark.restart import check_restart
 from ember.runner.spark.session import configure_for_query, lateness_setting, query_settings, session_settings, warm_up
@@ -63,6 +64,18 @@ def source_origins(checkpoint: str, graph: Graph) -> dict[str, int]:
     return out
 
 
+def _check_partitions(spark: Any, graph: Graph, config: EnvironmentConfig, layout: CheckpointLayout) -> None:
+    """A new job with keyed steps on Ember's runtime may not have more state partitions than
+    state buckets (``max_parallelism``): the partitions past them would hold no state. (A
+    checkpoint with progress keeps the partitions of its first run, which passed this.)"""
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    if partitions > config.max_parallelism and not layout.has_progress() and runtime_steps(graph):
+        raise ConfigError(
+            f"the job would run {partitions} state partitions (parallelism) over max_parallelism="
+            f"{config.max_parallelism} state buckets: give parallelism <= {config.max_parallelism} or a larger max_parallelism"
+        )
+
+
 def run_job(
     graph: Graph,
     spark: Any,
@@ -92,7 +105,8 @@ def run_job(
         if os.path.exists(left):
             os.remove(left)  # left by a run that did not finish stopping
     clear_done_marks(layout.end_of_input)  # this run's sources mark themselves when they reach their end
-    check_restart(checkpoint, graph, config.keyed_operator, config.state_layout, config.state_backend)
+    _check_partitions(spark, graph, config, layout)
+    check_restart(checkpoint, graph, config.keyed_operator, config.state_layout, config.state_backend, config.max_parallelism)
     job = compile_graph(
         graph, spark, config, job_name=name, checkpoint=checkpoint,
         end_of_input_marker=layout.end_of_input if bounded else None,

@@ -36,7 +36,7 @@ from ember.runner.spark.checkpoint import (
     write_json,
 )
 from ember.runner.spark.keyed.delta import uses_delta
-from ember.runner.spark.keyed.runtime import KeyedRuntime
+from ember.runner.spark.keyed.runtime import STATE_BUCKETS, KeyedRuntime
 from ember.runner.spark.placement import (
     APWS,
     TWS,
@@ -48,15 +48,20 @@ from ember.runner.spark.placement import (
 )
 from ember.runner.spark.planner import job_fan_out
 
-__all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids", "spark_operator_count"]
+__all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids", "spark_operator_count",
+           "state_buckets"]
 
 MANIFEST_VERSION = 1
+STATE_BUCKETS_FIELD = "state buckets"
 
 
 def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: str = "blob",
-                      stored: dict[str, Any] | None = None, state_backend: str = "rocksdb") -> dict[str, Any]:
+                      stored: dict[str, Any] | None = None, state_backend: str = "rocksdb",
+                      max_parallelism: int = STATE_BUCKETS) -> dict[str, Any]:
     """Sources and stateful operators of ``graph``, in the order Spark numbers them;
-    ``stored``: the manifest of the checkpoint or savepoint the pipeline continues."""
+    ``stored``: the manifest of the checkpoint or savepoint the pipeline continues. A step on
+    Ember's keyed runtime records its state buckets (``"state buckets"``) unless they are the
+    default 128 (a manifest without them, any written before they could change, means 128)."""
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
     stateful = [node for node in graph.nodes if _stateful(node)]
     operators = [_operator(node, graph) for node in stateful]
@@ -67,6 +72,8 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     for op, node in zip(operators, stateful):
         if any(node is step for step in keyed):  # on Ember's keyed runtime: a Spark Python state operator
             op["spark operator"] = spark_operator
+            if max_parallelism != STATE_BUCKETS:
+                op[STATE_BUCKETS_FIELD] = max_parallelism
         if uses_delta(node, state_layout, graph):  # keyed/delta.py, always on TWS
             op["spark operator"], op["state layout"] = TWS, "delta"
     if fan is not None:  # the readers of a fan-out share one Spark operator per level, one lane each (keyed/lanes.py)
@@ -125,6 +132,11 @@ def _numbering(operators: list[dict[str, Any]]) -> tuple[list[int], int]:
     return [order[owner] for owner in owners], next_id
 
 
+def state_buckets(op: dict[str, Any]) -> int:
+    """The state buckets a keyed step's manifest entry records (its job's ``max_parallelism``)."""
+    return int(op.get(STATE_BUCKETS_FIELD, STATE_BUCKETS))
+
+
 def _holder(op: dict[str, Any]) -> str:
     lane = op.get("lane")
     if lane is None:
@@ -133,7 +145,7 @@ def _holder(op: dict[str, Any]) -> str:
 
 
 def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", state_layout: str = "blob",
-                  state_backend: str = "rocksdb") -> None:
+                  state_backend: str = "rocksdb", max_parallelism: int = STATE_BUCKETS) -> None:
     """Writes the manifest of a new checkpoint; for one with progress, raises
     :class:`RestartError` listing every incompatibility with the stored manifest."""
     layout = CheckpointLayout(checkpoint)
@@ -144,7 +156,8 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
                 stored = json.load(f)
             except ValueError as exc:
                 raise RestartError(f"the checkpoint's pipeline manifest {path} is corrupt ({exc})") from exc
-        problems = compare(stored, pipeline_manifest(graph, keyed_operator, state_layout, stored, state_backend))
+        problems = compare(stored, pipeline_manifest(graph, keyed_operator, state_layout, stored, state_backend,
+                                                     max_parallelism))
         if problems:
             listed = "\n  - ".join(problems)
             raise RestartError(
@@ -155,7 +168,7 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
     # A checkpoint with progress and no manifest predates manifests, when a job's one keyed step
     # always ran on applyInPandasWithState: it keeps that operator (and its group timeouts).
     predating = {"operators": [{"spark operator": APWS}]} if layout.has_progress() else None
-    current = pipeline_manifest(graph, keyed_operator, state_layout, predating, state_backend)
+    current = pipeline_manifest(graph, keyed_operator, state_layout, predating, state_backend, max_parallelism)
     if not layout.has_progress():
         current[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
     write_json(path, current, indent=1)
@@ -194,7 +207,13 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
             continue
         if old["keys"] != new["keys"]:
             problems.append(f"{where}: key changed from {old['keys']} to {new['keys']}")
-        if old.get("state layout", "blob") != new.get("state layout", "blob"):
+        if state_buckets(old) != state_buckets(new) and "spark operator" in new:
+            problems.append(
+                f"{where}: its keys are spread over {state_buckets(old)} state buckets in the checkpoint, and this "
+                f"pipeline has max_parallelism={state_buckets(new)}; a job keeps the max_parallelism of its first run "
+                f"(give max_parallelism={state_buckets(old)}, or start from a new checkpoint directory)"
+            )
+        elif old.get("state layout", "blob") != new.get("state layout", "blob"):
             layouts = {"blob": "one value per state bucket (state_layout='blob')",
                        "delta": "a log of changed rows per state bucket (state_layout='delta')"}
             problems.append(

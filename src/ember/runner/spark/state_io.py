@@ -42,8 +42,9 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from ember.errors import SavepointError
-from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, STATE_BUCKETS, empty_bucket_state
+from ember.runner.spark.keyed.runtime import BROADCAST, EVENT_TIMERS, PROCESSING_TIMERS, empty_bucket_state
 from ember.runner.spark.placement import TWS
+from ember.runner.spark.restart import state_buckets
 from ember.runner.spark.translators.keyed import bucket_of
 
 __all__ = ["read_operator_state", "read_broadcast_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
@@ -197,7 +198,7 @@ def _place_new_keys(spark: Any, op: dict[str, Any], where: dict[Any, int], keys:
         )
     ddl = ", ".join(f"`{k}` {t}" for k, t in zip(names, types))
     df = spark.createDataFrame([k if len(names) > 1 else (k,) for k in new], ddl)
-    where.update(zip(new, (int(r[0]) for r in df.select(bucket_of(tuple(names))).collect())))
+    where.update(zip(new, (int(r[0]) for r in df.select(bucket_of(tuple(names), state_buckets(op))).collect())))
 
 
 def _new_keyed_blobs(
@@ -402,11 +403,12 @@ def _delta_rows(op: dict[str, Any], new: dict[int, Any], old: dict[int, Any]) ->
 
 def _lane(buckets: dict[int, Any], op: dict[str, Any]) -> dict[int, Any]:
     """The buckets of ``op`` among its Spark operator's: a fan-out's lane (``"lane"``) holds
-    the grouping keys ``lane * STATE_BUCKETS + bucket`` (keyed/lanes.py)."""
-    lane = op.get("lane")
+    the grouping keys ``lane * buckets + bucket`` (keyed/lanes.py; ``buckets``: the job's
+    ``max_parallelism``)."""
+    lane, stride = op.get("lane"), state_buckets(op)
     if lane is None:
         return buckets
-    return {k - lane * STATE_BUCKETS: v for k, v in buckets.items() if k // STATE_BUCKETS == lane}
+    return {k - lane * stride: v for k, v in buckets.items() if k // stride == lane}
 
 
 def _on_tws(op: dict[str, Any]) -> bool:
@@ -472,7 +474,7 @@ def write_operator_state(
             return df
 
         if tws:  # the "blob" value state's rows of this step's buckets (a lane's: offset by the lane)
-            offset = int(op.get("lane") or 0) * STATE_BUCKETS
+            offset = int(op.get("lane") or 0) * state_buckets(op)
             if delta:  # its log, the log's row counts and its version (or blob), rewritten whole
                 families = [*DELTA_FAMILIES, "version" if vectorised else "blob"]
                 rows = [({"__ember_bucket": b + offset}, _encode_key(b + offset), value, family)
@@ -482,7 +484,7 @@ def write_operator_state(
                 rows = [({"__ember_bucket": b + offset}, _encode_key(b + offset), _encode_binary_row(blob), "blob")
                         for b, blob in sorted(payload.items())]
             bucket = F.col("partition_key.__ember_bucket")
-            mine = F.col("column_family_name").isin(families) & (bucket >= offset) & (bucket < offset + STATE_BUCKETS)
+            mine = F.col("column_family_name").isin(families) & (bucket >= offset) & (bucket < offset + state_buckets(op))
             kept = df.filter(~mine)  # other lanes' buckets, and the timers Spark keeps for the step's buckets
             rewritten = kept.unionByName(spark.createDataFrame(rows, df.schema)) if rows else kept
         else:

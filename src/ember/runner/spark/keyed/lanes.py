@@ -3,7 +3,7 @@
 A Spark query is a tree: a stateful step whose output two steps read would be planned
 twice, state and user calls included. When several keyed steps read one keyed step's
 output (fan_out_plan.FanOut), they run instead as *lanes* of one operator: every input row
-carries its lane, the grouping key is ``lane * STATE_BUCKETS + state bucket``, and this
+carries its lane, the grouping key is ``lane * buckets + state bucket``, and this
 processor hands each group to its lane's processor (keyed/tws.py) with the bucket it
 would have alone — so a lane's state, timers and outputs are the step's own. A lane
 without a processor passes its rows through unchanged, still packed (one output row per
@@ -25,7 +25,6 @@ import pandas as pd
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, StatefulProcessor, StatefulProcessorHandle, TimerValues
 
 from ember.runner.spark.keyed.packing import PACKED_ROWS
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS
 
 __all__ = ["LANE", "lane_column", "LanesProcessor"]
 
@@ -71,11 +70,13 @@ class LanesProcessor(StatefulProcessor):
 
     ``lanes[i]``: lane ``i``'s processor (a keyed/tws.py ``BucketProcessor``), or None
     for the pass-through lane; ``outputs[i]``: its output columns; ``anchor``: the null
-    event-time column Spark's watermark rides on, or None; ``lane``: the output column
-    naming each row's lane (one per level of a fan-out)."""
+    event-time column Spark's watermark rides on, or None; ``buckets``: the state buckets
+    per lane (the job's ``max_parallelism``); ``lane``: the output column naming each row's
+    lane (one per level of a fan-out)."""
 
-    def __init__(self, lanes: list[Any], outputs: list[list[str]], anchor: str | None, lane: str = LANE) -> None:
-        self.lanes, self.outputs, self.anchor, self.lane = lanes, outputs, anchor, lane
+    def __init__(self, lanes: list[Any], outputs: list[list[str]], anchor: str | None, buckets: int,
+                 lane: str = LANE) -> None:
+        self.lanes, self.outputs, self.anchor, self.buckets, self.lane = lanes, outputs, anchor, buckets, lane
         self.columns: list[str] = []
         self.names = [lane] + [lane_column(i, c) for i, cols in enumerate(outputs) for c in cols]
         if anchor is not None:
@@ -96,7 +97,7 @@ class LanesProcessor(StatefulProcessor):
 
     def _dispatch(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: TimerValues,
                   fired: int | None) -> Iterator[pd.DataFrame]:
-        lane, bucket = divmod(int(key[0]), STATE_BUCKETS)
+        lane, bucket = divmod(int(key[0]), self.buckets)
         proc = self.lanes[lane]
         frames = self._through(rows) if proc is None else proc._run((bucket,), rows, timer_values, fired)
         for pdf in frames:

@@ -1,6 +1,6 @@
 """The keyed-state runtime inside Spark's Python workers (design A of docs/design/keyed-state.md).
 
-Records are grouped by a hash bucket of their key (``STATE_BUCKETS`` buckets,
+Records are grouped by a hash bucket of their key (``max_parallelism`` buckets, 128 by default,
 fixed: the bucket is part of the checkpoint's state layout). Spark calls a
 :class:`~ember.runner.spark.keyed.bucket.BucketFunction` once per bucket and
 micro-batch with all of that bucket's records; the bucket's keyed state is one
@@ -32,7 +32,7 @@ __all__ = [
     "KeyedRuntime", "empty_bucket_state", "side_column", "records_builder", "ember_watermark", "BROADCAST", "NO_KEY",
 ]
 
-STATE_BUCKETS = 128
+STATE_BUCKETS = 128  # the default number of state buckets (a job's max_parallelism)
 TAG = "__ember_tag"  # which output a row belongs to: null = the main output, else a side output's name
 SIDE_PREFIX = "__ember_side_"
 # On the output of a keyed step read by another: whether a row was emitted before the step's

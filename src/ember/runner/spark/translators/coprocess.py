@@ -26,7 +26,7 @@ from ember.runner.spark.compilation import Compilation, Frame, translates
 from ember.runner.spark.deadletters import read_dead_letters
 from ember.runner.spark.keyed.broadcast import BROADCAST_INPUT, FIRST, KEYED_INPUT, BroadcastAdapter, UnkeyedBroadcast
 from ember.runner.spark.keyed.intervaljoin import IntervalJoinFunction
-from ember.runner.spark.keyed.runtime import HIDDEN, PRE, STATE_BUCKETS, without_hidden
+from ember.runner.spark.keyed.runtime import HIDDEN, PRE, without_hidden
 from ember.runner.spark.keyed.windowjoin import window_join_function
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, own_watermark
@@ -194,9 +194,9 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     key_types = [ups[0].df.schema[k].dataType for k in row_keys]
     df, columns = _rows(comp, node, ups[0], 1, row_keys, key_types, structs, event_time, KEYED_INPUT)
     keys = tuple(key_column(i) for i in range(len(row_keys)))
-    events = df.select(*columns, F.lit(False).alias(FIRST)).withColumn(BUCKET, bucket_of(keys))
+    events = df.select(*columns, F.lit(False).alias(FIRST)).withColumn(BUCKET, bucket_of(keys, comp.buckets))
     df, columns = _rows(comp, node, ups[1], 2, (), key_types, structs, event_time, BROADCAST_INPUT)
-    copies = df.select(*columns, F.explode(F.sequence(F.lit(0), F.lit(STATE_BUCKETS - 1))).alias(BUCKET))
+    copies = df.select(*columns, F.explode(F.sequence(F.lit(0), F.lit(comp.buckets - 1))).alias(BUCKET))
     copies = copies.withColumn(FIRST, F.col(BUCKET) == 0)
     union = events.unionByName(copies)
     fn = node.fn if node.keys else UnkeyedBroadcast(node.fn)

@@ -6,7 +6,7 @@ once, at the stem, and every lane reads them as the first step of a chain reads 
 The planner (fan_out_plan.FanOut) finds the step (``source``) and its readers. Here
 ``source``'s rows go to every lane that reads them (``explode``), each lane's
 filters apply to its own rows only, each row gets its lane's state bucket offset by
-the lane (``lane * STATE_BUCKETS + pmod(xxhash64(keys), STATE_BUCKETS)``: the bucket
+the lane (``lane * buckets + pmod(xxhash64(keys), buckets)``, ``max_parallelism`` buckets: the bucket
 the step would have alone), and the rows are packed per group and run by one
 ``transformWithStateInPandas`` operator (keyed/lanes.py). Each lane is translated by
 its own translator (translators/keyed.py), which hands over its parts instead of an
@@ -40,7 +40,7 @@ from ember.runner.spark.compilation import Compilation, Frame
 from ember.runner.spark.fan_out_plan import FanOut, Level
 from ember.runner.spark.keyed.lanes import LANE, LanesProcessor, lane_column
 from ember.runner.spark.keyed.packing import PACKED_ROWS, packer, unpacking
-from ember.runner.spark.keyed.runtime import SIDE_PREFIX, STATE_BUCKETS, TAG, side_column, without_hidden
+from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.placement import dead_letters_of
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, keep_late_rows, restore_anchor, with_event_time
@@ -207,9 +207,10 @@ def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: lis
     packing, the lanes' processors (``names``: a lane's columns renamed for it)."""
     n = len(lanes)
     # The pass-through lane keeps no state: its rows go in one group per input partition.
-    bucket = F.lit(n * STATE_BUCKETS) + F.pmod(F.spark_partition_id(), F.lit(STATE_BUCKETS))
+    buckets = comp.buckets
+    bucket = F.lit(n * buckets) + F.pmod(F.spark_partition_id(), F.lit(buckets))
     for i in reversed(range(n)):
-        bucket = F.when(F.col(lane) == F.lit(i), F.lit(i * STATE_BUCKETS) + bucket_of(keys[i])).otherwise(bucket)
+        bucket = F.when(F.col(lane) == F.lit(i), F.lit(i * buckets) + bucket_of(keys[i], buckets)).otherwise(bucket)
     df = df.withColumn(BUCKET, bucket.cast("int"))
     if event_time:
         df = restore_anchor(df)
@@ -232,7 +233,7 @@ def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: lis
         outputs.append([PACKED_ROWS])
         out_fields.append(T.StructField(lane_column(n, PACKED_ROWS), T.BinaryType()))
     schema = T.StructType(out_fields)
-    processor = LanesProcessor(processors, outputs, ANCHOR if event_time else None, lane)
+    processor = LanesProcessor(processors, outputs, ANCHOR if event_time else None, buckets, lane)
     processor.read(list(rows.columns))
     if event_time:
         schema = schema.add(ANCHOR, T.TimestampType())

@@ -33,7 +33,7 @@ from ember.runner.spark.keyed.bucket import BucketFunction
 from ember.runner.spark.keyed.delta import DELTA_COUNTERS, delta_layout_problem, numpy_types, step_directory, uses_delta
 from ember.runner.spark.keyed.packing import LATEST, PACKED_ROWS, PackSpec, packer, unpacking
 from ember.runner.spark.keyed.reach import Reach
-from ember.runner.spark.keyed.runtime import PRE, STATE_BUCKETS, TAG, side_column, without_hidden
+from ember.runner.spark.keyed.runtime import PRE, TAG, side_column, without_hidden
 from ember.runner.spark.keyed.tws import BucketProcessor, DeltaBucketProcessor, DeltaSlotProcessor
 from ember.runner.spark.keyed.vectorized import make_vectorized_bucket_function
 from ember.runner.spark.keyed.windows import (
@@ -141,7 +141,7 @@ def keyed_operator(
     quiet_marks = _quiet_marks(comp, node, advance_ms)
     partials = None
     if combiner is not None and not comp.plan.lane(node):
-        combine, partial_type = combiner(fields, Reach(STATE_BUCKETS, quiet_marks) if advance_ms is not None else None)
+        combine, partial_type = combiner(fields, Reach(comp.buckets, quiet_marks) if advance_ms is not None else None)
         partials = _timed(comp, node, up, event_time, timed).mapInArrow(combine, partial_type)
         partials = restore_anchor(partials) if event_time else partials
         fields = [f.name for f in partial_type.fields if f.name not in (TIME, MARKER)]
@@ -294,8 +294,8 @@ def _buckets(
     window pre-aggregated them, its ``partials`` (few already), grouped unpacked."""
     if partials is not None:
         if MARKER in partials.columns:  # the combiner's rows telling each bucket the batch's latest time
-            return partials.withColumn(BUCKET, F.coalesce(F.col(MARKER), bucket_of(keys))).drop(MARKER).groupBy(BUCKET), bucket_fn
-        return partials.withColumn(BUCKET, bucket_of(keys)).groupBy(BUCKET), bucket_fn
+            return partials.withColumn(BUCKET, F.coalesce(F.col(MARKER), bucket_of(keys, comp.buckets))).drop(MARKER).groupBy(BUCKET), bucket_fn
+        return partials.withColumn(BUCKET, bucket_of(keys, comp.buckets)).groupBy(BUCKET), bucket_fn
     # A step advancing its watermark within the batch hears the batch's latest event time
     # in every bucket: every partition's packing tells every bucket (keyed/packing.py).
     advancing = getattr(bucket_fn, "advance_ms", None) is not None
@@ -305,20 +305,20 @@ def _buckets(
         return fused.groupBy(BUCKET), unpacking(bucket_fn, up.time.timestamp_field if advancing else None)
     bucketed = _timed(comp, node, up, event_time, timed)
     if BUCKET not in bucketed.columns:  # else chosen upstream
-        bucketed = bucketed.withColumn(BUCKET, bucket_of(keys))
+        bucketed = bucketed.withColumn(BUCKET, bucket_of(keys, comp.buckets))
     schema = T.StructType([T.StructField(BUCKET, T.IntegerType()), T.StructField(PACKED_ROWS, T.BinaryType())])
     if advancing:
         schema = schema.add(LATEST, T.LongType())
-    pack = packer(BUCKET, (ANCHOR,), TIME if advancing else None, Reach(STATE_BUCKETS, quiet_marks) if advancing else None)
+    pack = packer(BUCKET, (ANCHOR,), TIME if advancing else None, Reach(comp.buckets, quiet_marks) if advancing else None)
     rows = bucketed.mapInArrow(pack, schema)
     if event_time:
         rows = restore_anchor(rows)
     return rows.groupBy(BUCKET), unpacking(bucket_fn, LATEST if advancing else None)
 
 
-def bucket_of(keys: tuple[str, ...]) -> Any:
-    """A row's state bucket: ``pmod(xxhash64(keys), STATE_BUCKETS)`` (savepoints place new keys with it too)."""
-    return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(STATE_BUCKETS)).cast("int")
+def bucket_of(keys: tuple[str, ...], buckets: int) -> Any:
+    """A row's state bucket: ``pmod(xxhash64(keys), buckets)`` (savepoints place new keys with it too)."""
+    return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(buckets)).cast("int")
 
 
 def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool,
@@ -341,7 +341,7 @@ def _fused_source(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...
     time_field = up.time.timestamp_field if event_time else None
     if any(k not in INT_KINDS for k in kinds) or (time_field and schema[time_field].dataType.simpleString() not in ("int", "bigint")):
         return None
-    spec = PackSpec(tuple(keys), kinds, STATE_BUCKETS, BUCKET, time_field, TIME if event_time else None, every_bucket,
+    spec = PackSpec(tuple(keys), kinds, comp.buckets, BUCKET, time_field, TIME if event_time else None, every_bucket,
                     quiet_marks)
     df = packed_source(comp, source, spec)
     return None if df is None else _timed(comp, node, Frame(df, up.time), event_time)
