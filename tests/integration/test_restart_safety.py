@@ -5,8 +5,10 @@ import json
 import os
 
 import pytest
+from pyspark.sql import functions as F
 
 from ember import CollectSink, ScriptedSource, StreamEnvironment
+from ember.errors import ConfigError
 from ember.functions import KeyedProcessFunction
 from ember.runner.spark.checkpoint import CheckpointLayout
 from ember.runner.spark.restart import RestartError, compare
@@ -34,8 +36,8 @@ class ListCount(RunningCount):
         self.count = ctx.get_state(ListStateDescriptor("count"))
 
 
-def _run(spark, ckpt, batches, *, key="k", fn=None, extra_map=False, stateful=True):
-    env = StreamEnvironment(master="local[2]", checkpoint_dir=ckpt, parallelism=2, spark=spark)
+def _run(spark, ckpt, batches, *, key="k", fn=None, extra_map=False, stateful=True, max_parallelism=128):
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=ckpt, parallelism=2, spark=spark, max_parallelism=max_parallelism)
     stream = env.from_source(ScriptedSource(batches, SCHEMA), None, name="events")
     if extra_map:  # a new stateless step: compatible
         stream = stream.filter("ts > 0", name="positive")
@@ -91,3 +93,42 @@ def test_compare_reports_source_changes():
     unbounded = {**base, "bounded": False}
     assert "do not all end" in compare(base, unbounded)[0]
     assert compare(base, base) == []
+
+
+def test_a_job_keeps_the_state_buckets_of_its_first_run(spark, tmp_path):
+    """``max_parallelism`` spreads the keys over that many state buckets (the grouping keys of
+    Spark's state) and is fixed by the first run: a restart with another value is refused before
+    anything runs; with the same one the counts carry on."""
+    assert _run(spark, tmp_path, BATCHES[:2], max_parallelism=3) == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("c", 1)]
+    ckpt = os.path.join(tmp_path, "compat")
+    state = spark.read.format("statestore").option("batchId", 1).option("operatorId", 0).load(ckpt)
+    keys = spark.createDataFrame([("a",), ("b",), ("c",)], "k string")
+    expected = {r[0] for r in keys.select(F.pmod(F.xxhash64("k"), F.lit(3))).collect()}
+    assert {r[0] for r in state.select("key.*").collect()} == expected  # Spark's state grouped by bucket, of 3
+    commits = sorted(os.listdir(os.path.join(ckpt, "commits")))
+    with pytest.raises(RestartError, match=r"'counts': its keys are spread over 3 state buckets in the checkpoint, and "
+                                           r"this pipeline has max_parallelism=128; .*give max_parallelism=3"):
+        _run(spark, tmp_path, BATCHES)
+    assert sorted(os.listdir(os.path.join(ckpt, "commits"))) == commits  # nothing ran
+    assert _run(spark, tmp_path, BATCHES, max_parallelism=3) == [("a", 4), ("b", 2)]
+
+
+def test_max_parallelism_bounds_the_state_partitions(spark, tmp_path):
+    with pytest.raises(ConfigError, match="parallelism 4 is above max_parallelism 2"):
+        StreamEnvironment(master="local[2]", parallelism=4, max_parallelism=2)
+    for wrong in (0, 40_000, 2.5, True):
+        with pytest.raises(ConfigError, match="max_parallelism must be an int from 1 to 32,768"):
+            StreamEnvironment(master="local[2]", max_parallelism=wrong)
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, spark=spark, max_parallelism=1)  # 2 cores: 2 partitions
+    env.from_source(ScriptedSource(BATCHES, SCHEMA), None).key_by("k").process(RunningCount(), OUT).sink_to(CollectSink())
+    with pytest.raises(ConfigError, match=r"2 state partitions \(parallelism\) over max_parallelism=1 state buckets"):
+        env.execute("compat", progress=False)
+    assert not os.path.exists(os.path.join(tmp_path, "compat", "commits"))  # refused before the job started
+
+
+def test_compare_reads_a_manifest_without_state_buckets_as_128():
+    op = {"name": "counts", "kind": "process function", "keys": ["k"], "state": {}, "spark operator": "applyInPandasWithState"}
+    base = {"sources": [], "bounded": True, "operators": [op]}
+    assert compare(base, {**base, "operators": [{**op, "state buckets": 128}]}) == []
+    assert "spread over 128 state buckets in the checkpoint, and this pipeline has max_parallelism=16" in \
+        compare(base, {**base, "operators": [{**op, "state buckets": 16}]})[0]

@@ -15,7 +15,7 @@ from ember import CollectSink, ScriptedSource, StreamEnvironment
 from ember.cli.main import main
 from ember.functions import KeyedProcessFunction
 from ember.runner.spark.restart import RestartError
-from ember.savepoints import Savepoint, SavepointError, create_savepoint, list_savepoints
+from ember.savepoints import Savepoint, SavepointError, create_savepoint, list_savepoints, restore_savepoint
 from ember.state import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -130,6 +130,12 @@ def test_incompatible_change_is_refused_before_anything_is_restored(spark, tmp_p
     with pytest.raises(RestartError, match=changed):
         _run(spark, root, "v2", BATCHES, from_savepoint=point.path, key="ts")
     assert not (root / "v2" / "offsets").exists()
+    env, _ = _job(spark, root, BATCHES)  # more state partitions than the job's 128 state buckets: none would hold state
+    with pytest.raises(SavepointError, match="rescaling to parallelism 129: .* at most 128 state partitions"):
+        restore_savepoint(spark, point.path, str(root / "v3"), env.graph(), parallelism=129)
+    with pytest.raises(RestartError, match="spread over 128 state buckets in the checkpoint, and this pipeline has max_parallelism=64"):
+        restore_savepoint(spark, point.path, str(root / "v3"), env.graph(), parallelism=4, max_parallelism=64)
+    assert not (root / "v3").exists()
 
 
 @pytest.mark.slow  # rescaling is covered in make test by the three-step and native-window tests below
