@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["EnvironmentConfig", "JobResult", "RunListener", "spark_time_ms", "DASHBOARD_PORT"]
+__all__ = ["EnvironmentConfig", "JobResult", "RunListener", "spark_time_ms", "DASHBOARD_PORT", "DEFAULT_MAX_PARALLELISM"]
 
 DASHBOARD_PORT = 8081  # a watched job's dashboard (ember.ui), as Flink's web UI
+DEFAULT_MAX_PARALLELISM = 128  # state buckets a job's keys are spread over unless it says (Flink's default floor)
 
 
 def spark_time_ms(stamp: Any) -> int | None:
@@ -44,7 +45,7 @@ class EnvironmentConfig:
     keyed_operator: str = "auto"  # Spark's operator under keyed steps: auto, or always transformWithState
     state_layout: str = "blob"  # keyed state per bucket: one blob (design A) or a delta log (design B, keyed/delta.py)
     latency_target_ms: int | None = None  # adapt the per-batch bound at run time to keep latency under this (latency.py)
-    max_parallelism: int = 128  # state buckets (Flink's key groups): the most state partitions; fixed by a job's first run
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM  # state buckets (Flink's key groups): the most state partitions; fixed by a job's first run
 
 
 @dataclass

@@ -15,7 +15,7 @@ from ember.errors import ConfigError, PipelineError
 from ember.graph.chaining import chained
 from ember.graph.graph import Graph
 from ember.graph.nodes import SinkNode, SourceNode, SqlNode
-from ember.job import DASHBOARD_PORT, EnvironmentConfig, JobResult
+from ember.job import DASHBOARD_PORT, DEFAULT_MAX_PARALLELISM, EnvironmentConfig, JobResult
 from ember.runner.spark.planner import physical_notes, plan
 from ember.time.clock import Clock, SystemClock
 from ember.time.durations import seconds_of, to_ms
@@ -108,7 +108,7 @@ class StreamEnvironment:
         keyed_operator: str = "auto",
         state_layout: str = "blob",
         latency_target: timedelta | int | None = None,
-        max_parallelism: int = 128,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,

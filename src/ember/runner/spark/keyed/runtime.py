@@ -23,6 +23,7 @@ import pandas as pd
 
 from ember.errors import UserFunctionError
 from ember.functions import Context, RuntimeContext, record_text
+from ember.job import DEFAULT_MAX_PARALLELISM
 from ember.runner.spark.keyed.cells import read_only, state_object
 from ember.state.descriptors import StateDescriptor
 from ember.state.interfaces import State
@@ -32,7 +33,7 @@ __all__ = [
     "KeyedRuntime", "empty_bucket_state", "side_column", "records_builder", "ember_watermark", "BROADCAST", "NO_KEY",
 ]
 
-STATE_BUCKETS = 128  # the default number of state buckets (a job's max_parallelism)
+STATE_BUCKETS = DEFAULT_MAX_PARALLELISM  # the default number of state buckets (a job's max_parallelism)
 TAG = "__ember_tag"  # which output a row belongs to: null = the main output, else a side output's name
 SIDE_PREFIX = "__ember_side_"
 # On the output of a keyed step read by another: whether a row was emitted before the step's
