@@ -149,3 +149,13 @@ def test_the_window_building_blocks_the_readme_lists_are_importable_from_ember()
                  "ContinuousEventTimeTrigger", "ContinuousProcessingTimeTrigger", "Trigger", "TriggerResult",
                  "CountEvictor", "TimeEvictor", "DeltaEvictor"):
         assert name in ember.__all__ and getattr(ember, name).__module__.startswith("ember.windowing.")
+
+
+def test_max_parallelism_from_the_command_line():
+    from ember.cli.main import _env_from, _parser
+
+    args = _parser().parse_args(["run", "job.py", "--max-parallelism", "16", "--parallelism", "2"])
+    assert (_env_from(args).config.max_parallelism, _env_from(args).config.parallelism) == (16, 2)
+    assert _env_from(_parser().parse_args(["run", "job.py"])).config.max_parallelism == 128
+    with pytest.raises(ConfigError, match="parallelism 4 is above max_parallelism 2"):
+        _env_from(_parser().parse_args(["run", "job.py", "--max-parallelism", "2", "--parallelism", "4"]))
