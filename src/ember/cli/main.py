@@ -255,6 +255,8 @@ def _cmd_peers(args: argparse.Namespace) -> int:
         cfg.python_events = _positive("--python-events", args.python_events)
     if args.latency_rate is not None:
         cfg.latency_rate = _positive("--latency-rate", args.latency_rate)
+    if args.max_parallelism is not None:
+        cfg.max_parallelism = _positive("--max-parallelism", args.max_parallelism)
     if args.latency_seconds is not None:
         if args.latency_seconds <= 0:
             raise ConfigError("bench peers: --latency-seconds must be > 0")
@@ -472,7 +474,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--state-layout", choices=["blob", "delta"],
                        help="grouping-keyed: keyed state as one value per bucket (blob, default) or a delta log (delta)")
     bench.add_argument("--max-parallelism", type=int, metavar="N",
-                       help="the jobs' state buckets (StreamEnvironment(max_parallelism=N); default 128)")
+                       help="the jobs' state buckets (StreamEnvironment(max_parallelism=N); default 128; peers: Ember's)")
     bench.add_argument("--drop-copies", action="store_true",
                        help="grouping-keyed --prefill --state-layout delta: remove the working copies before the measured run "
                             "(its first batch rebuilds them from the log: first_batch_after_restart_s)")

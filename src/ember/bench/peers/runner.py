@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ember.bench.peers import peer_events as ev
+from ember.job import DEFAULT_MAX_PARALLELISM
 
 __all__ = ["PeersConfig", "run_peers", "PEER_PACKAGES", "peer_python", "verify", "merge_tallies", "expected_windows",
            "markdown", "SIZED"]
@@ -62,6 +63,7 @@ class PeersConfig:
     latency_seconds: float = 20.0
     systems: tuple[str, ...] = ("ember", "bytewax", "pyflink")
     master: str = "local[2]"
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM  # Ember's state buckets (StreamEnvironment(max_parallelism=...))
     timeout_s: float = 1800.0
     verbose: bool = True
     stop_spark: bool = True  # False when the session is shared (ember bench report)
@@ -236,7 +238,8 @@ class _Ember:
         cfg = self.cfg
         ckpt = tempfile.mkdtemp(prefix="ember-peers-")
         try:
-            env = StreamEnvironment(master=cfg.master, checkpoint_dir=ckpt, spark=self.spark, max_events_per_batch=2_000_000)
+            env = StreamEnvironment(master=cfg.master, checkpoint_dir=ckpt, spark=self.spark, max_events_per_batch=2_000_000,
+                                    max_parallelism=cfg.max_parallelism)
             rate = cfg.latency_rate if paced else None
             # Paced: event time is wall time from a whole second a little ahead (the job's compile
             # and first batch come before it), so 1 s windows align with the events' own.
@@ -334,7 +337,8 @@ def run_peers(cfg: PeersConfig) -> dict[str, Any]:
             ember.run(workload, 10_000)
     report: dict[str, Any] = {
         "events": cfg.events, "keys": cfg.keys, "per_second": cfg.per_second, "python_events": cfg.python_events,
-        "latency_rate": cfg.latency_rate, "latency_seconds": cfg.latency_seconds, "cores": os.cpu_count(),
+        "latency_rate": cfg.latency_rate, "latency_seconds": cfg.latency_seconds,
+        "ember_max_parallelism": cfg.max_parallelism, "cores": os.cpu_count(),
         "machine": f"{platform.node()} {os.cpu_count()} cpus {platform.machine()} Python {platform.python_version()}",
         "packages": {s: PEER_PACKAGES[s] for s in pythons}, "throughput": [], "latency": [],
     }
