@@ -12,10 +12,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["EnvironmentConfig", "JobResult", "RunListener", "spark_time_ms", "DASHBOARD_PORT", "DEFAULT_MAX_PARALLELISM"]
+__all__ = ["EnvironmentConfig", "JobResult", "RunListener", "spark_time_ms", "DASHBOARD_PORT", "DEFAULT_MAX_PARALLELISM",
+           "MAX_STATE_BUCKETS", "default_max_parallelism"]
 
 DASHBOARD_PORT = 8081  # a watched job's dashboard (ember.ui), as Flink's web UI
 DEFAULT_MAX_PARALLELISM = 128  # state buckets a job's keys are spread over unless it says (Flink's default floor)
+MAX_STATE_BUCKETS = 32_768  # as Flink's upper bound on max parallelism
+
+
+def default_max_parallelism(parallelism: int) -> int:
+    """The state buckets of a new job that does not give ``max_parallelism``, by Flink's rule:
+    1.5x its parallelism rounded up to a power of two, at least 128 and at most 32,768 — room
+    to rescale to half as many partitions again."""
+    wanted = parallelism + parallelism // 2
+    return min(max(1 << max(wanted - 1, 0).bit_length(), DEFAULT_MAX_PARALLELISM), MAX_STATE_BUCKETS)
 
 
 def spark_time_ms(stamp: Any) -> int | None:
@@ -46,6 +56,7 @@ class EnvironmentConfig:
     state_layout: str = "blob"  # keyed state per bucket: one blob (design A) or a delta log (design B, keyed/delta.py)
     latency_target_ms: int | None = None  # adapt the per-batch bound at run time to keep latency under this (latency.py)
     max_parallelism: int = DEFAULT_MAX_PARALLELISM  # state buckets (Flink's key groups): the most state partitions; fixed by a job's first run
+    max_parallelism_given: bool = False  # else a run takes its checkpoint's count, or default_max_parallelism(partitions)
 
 
 @dataclass

@@ -8,10 +8,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from ember import CollectSink, ScriptedSource, StreamEnvironment
-from ember.errors import ConfigError
+from ember.errors import ConfigError, SavepointError
 from ember.functions import KeyedProcessFunction
 from ember.runner.spark.checkpoint import CheckpointLayout
 from ember.runner.spark.restart import RestartError, compare
+from ember.savepoints import create_savepoint, restore_savepoint
 from ember.state import ListStateDescriptor, ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
@@ -36,7 +37,7 @@ class ListCount(RunningCount):
         self.count = ctx.get_state(ListStateDescriptor("count"))
 
 
-def _run(spark, ckpt, batches, *, key="k", fn=None, extra_map=False, stateful=True, max_parallelism=128):
+def _run(spark, ckpt, batches, *, key="k", fn=None, extra_map=False, stateful=True, max_parallelism=None, from_savepoint=None):
     env = StreamEnvironment(master="local[2]", checkpoint_dir=ckpt, parallelism=2, spark=spark, max_parallelism=max_parallelism)
     stream = env.from_source(ScriptedSource(batches, SCHEMA), None, name="events")
     if extra_map:  # a new stateless step: compatible
@@ -47,7 +48,7 @@ def _run(spark, ckpt, batches, *, key="k", fn=None, extra_map=False, stateful=Tr
         out = stream.select("k", "1 AS n", "ts", name="ones")
     sink = CollectSink()
     out.sink_to(sink)
-    env.execute("compat", progress=False)
+    env.execute("compat", progress=False, from_savepoint=from_savepoint)
     return sorted((r["k"], r["n"]) for r in sink.rows())
 
 
@@ -97,8 +98,8 @@ def test_compare_reports_source_changes():
 
 def test_a_job_keeps_the_state_buckets_of_its_first_run(spark, tmp_path):
     """``max_parallelism`` spreads the keys over that many state buckets (the grouping keys of
-    Spark's state) and is fixed by the first run: a restart with another value is refused before
-    anything runs; with the same one the counts carry on."""
+    Spark's state) and is fixed by the first run: a restart given another value is refused before
+    anything runs; left unset, it is the checkpoint's and the counts carry on."""
     assert _run(spark, tmp_path, BATCHES[:2], max_parallelism=3) == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("c", 1)]
     ckpt = os.path.join(tmp_path, "compat")
     state = spark.read.format("statestore").option("batchId", 1).option("operatorId", 0).load(ckpt)
@@ -108,9 +109,34 @@ def test_a_job_keeps_the_state_buckets_of_its_first_run(spark, tmp_path):
     commits = sorted(os.listdir(os.path.join(ckpt, "commits")))
     with pytest.raises(RestartError, match=r"'counts': its keys are spread over 3 state buckets in the checkpoint, and "
                                            r"this pipeline has max_parallelism=128; .*give max_parallelism=3"):
-        _run(spark, tmp_path, BATCHES)
+        _run(spark, tmp_path, BATCHES, max_parallelism=128)
     assert sorted(os.listdir(os.path.join(ckpt, "commits"))) == commits  # nothing ran
-    assert _run(spark, tmp_path, BATCHES, max_parallelism=3) == [("a", 4), ("b", 2)]
+    assert _run(spark, tmp_path, BATCHES) == [("a", 4), ("b", 2)]
+    assert json.load(open(CheckpointLayout(ckpt).pipeline))["operators"][0]["state buckets"] == 3
+
+
+def test_a_restored_savepoint_keeps_its_state_buckets(spark, tmp_path):
+    """Left unset, ``max_parallelism`` is the savepoint's: a rescale past it is refused before
+    anything is copied, and a restore continues the counts over its 3 buckets."""
+    _run(spark, tmp_path / "a", BATCHES[:2], max_parallelism=3)
+    point = create_savepoint(str(tmp_path / "a" / "compat"), root=str(tmp_path / "sp"))
+    env = StreamEnvironment(master="local[2]", parallelism=4, spark=spark)
+    env.from_source(ScriptedSource(BATCHES, SCHEMA), None, name="events").key_by("k").process(
+        RunningCount(), OUT, name="counts").sink_to(CollectSink())
+    with pytest.raises(SavepointError, match="rescaling to parallelism 4: the job's keys are spread over 3 state buckets"):
+        restore_savepoint(spark, point.path, str(tmp_path / "b"), env.graph(), parallelism=4)
+    assert not (tmp_path / "b").exists()
+    assert _run(spark, tmp_path / "b", BATCHES, from_savepoint=point.path) == [("a", 4), ("b", 2)]
+
+
+def test_a_new_jobs_max_parallelism_follows_its_parallelism():
+    """Flink's default: 128, or 1.5x the parallelism rounded up to a power of two, at most 32,768."""
+    for parallelism, expected in ((None, 128), (2, 128), (85, 128), (86, 256), (171, 256), (256, 512), (30_000, 32_768)):
+        config = StreamEnvironment(master="local[2]", parallelism=parallelism).config
+        assert (config.max_parallelism, config.max_parallelism_given) == (expected, False)
+    assert StreamEnvironment(master="local[2]", parallelism=2, max_parallelism=128).config.max_parallelism_given
+    with pytest.raises(ConfigError, match="parallelism 40000 is above max_parallelism 32768"):
+        StreamEnvironment(master="local[2]", parallelism=40_000)
 
 
 def test_max_parallelism_bounds_the_state_partitions(spark, tmp_path):

@@ -15,7 +15,7 @@ from ember.errors import ConfigError, PipelineError
 from ember.graph.chaining import chained
 from ember.graph.graph import Graph
 from ember.graph.nodes import SinkNode, SourceNode, SqlNode
-from ember.job import DASHBOARD_PORT, DEFAULT_MAX_PARALLELISM, EnvironmentConfig, JobResult
+from ember.job import DASHBOARD_PORT, MAX_STATE_BUCKETS, EnvironmentConfig, JobResult, default_max_parallelism
 from ember.runner.spark.planner import physical_notes, plan
 from ember.time.clock import Clock, SystemClock
 from ember.time.durations import seconds_of, to_ms
@@ -32,7 +32,6 @@ _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://[\w.\-]+:\d+(,[\w.\
 _STATE_BACKENDS = ("rocksdb", "hdfs")
 KEYED_OPERATORS = ("auto", "transform_with_state")
 STATE_LAYOUTS = ("blob", "delta")
-MAX_STATE_BUCKETS = 32_768  # as Flink's upper bound on max parallelism
 
 
 class StreamEnvironment:
@@ -83,13 +82,15 @@ class StreamEnvironment:
       (docs/design/latency.md, "The latency-target knob").
     - ``max_parallelism``: how many state buckets (Flink's key groups) keyed steps spread
       their keys over — the most state partitions a job can be rescaled to, and how many
-      groups Spark hands Ember's Python operator per micro-batch. 128 by default (Flink's
-      default floor). Each bucket called costs a few ms of Spark's per-group work in a
+      groups Spark hands Ember's Python operator per micro-batch. Left unset, as in Flink, a
+      job continuing a checkpoint or restoring a savepoint takes the count it holds, and a new
+      job 128 — or, with more than 85 state partitions, 1.5x them rounded up to a power of
+      two (at most 32,768). Each bucket called costs a few ms of Spark's per-group work in a
       micro-batch, so a small job that needs low latency runs faster with fewer (e.g. 16 on
       one machine: docs/design/latency.md, "State buckets"); a job whose state is large, or
       that will be rescaled to many machines, keeps more. Fixed by a job's first run
-      (a restart or savepoint with another value is refused, naming the step); ``parallelism``
-      may not exceed it.
+      (a restart or savepoint given another value is refused, naming the step);
+      ``parallelism`` may not exceed it.
     - ``spark``: an existing SparkSession to use instead of creating one.
     - ``spark_conf``: extra Spark settings for the session Ember creates.
     """
@@ -108,7 +109,7 @@ class StreamEnvironment:
         keyed_operator: str = "auto",
         state_layout: str = "blob",
         latency_target: timedelta | int | None = None,
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        max_parallelism: int | None = None,
         spark: Any = None,
         spark_conf: dict[str, str] | None = None,
         clock: Clock | None = None,
@@ -127,7 +128,10 @@ class StreamEnvironment:
             raise ConfigError(f"state_layout must be one of {', '.join(STATE_LAYOUTS)}, got {state_layout!r}")
         if state_layout == "delta" and state_backend != "rocksdb":
             raise ConfigError("state_layout='delta' needs state_backend='rocksdb' (it runs on Spark's transformWithStateInPandas)")
-        if not isinstance(max_parallelism, int) or isinstance(max_parallelism, bool) or not 1 <= max_parallelism <= MAX_STATE_BUCKETS:
+        given = max_parallelism is not None
+        if max_parallelism is None:
+            max_parallelism = default_max_parallelism(parallelism or 1)
+        elif not isinstance(max_parallelism, int) or isinstance(max_parallelism, bool) or not 1 <= max_parallelism <= MAX_STATE_BUCKETS:
             raise ConfigError(f"max_parallelism must be an int from 1 to {MAX_STATE_BUCKETS:,}, got {max_parallelism!r}")
         if parallelism is not None and parallelism > max_parallelism:
             raise ConfigError(
@@ -161,6 +165,7 @@ class StreamEnvironment:
             state_layout=state_layout,
             latency_target_ms=target_ms,
             max_parallelism=max_parallelism,
+            max_parallelism_given=given,
         )
         self._spark = spark
         self.clock = clock or SystemClock()
@@ -360,7 +365,8 @@ class StreamEnvironment:
             if from_savepoint is not None:
                 restore_savepoint(
                     self.spark, os.fspath(from_savepoint), ckpt, graph, self.config.parallelism, self.config.keyed_operator,
-                    self.config.state_layout, self.config.state_backend, self.config.max_parallelism,
+                    self.config.state_layout, self.config.state_backend,
+                    self.config.max_parallelism if self.config.max_parallelism_given else None,
                 )
             return run_job(
                 graph, self.spark, self.config, name=name, checkpoint=ckpt,

@@ -35,7 +35,7 @@ from ember.connectors.external import RedisSink, redis_url, yahoo_window_writer
 from ember.connectors.generators import AdClickSource, GrepSource, GroupingSource, RuleSource, StateMachineSource, YahooSource
 from ember.connectors.sinks import CollectSink, CountSink, NoopSink
 from ember.functions import OutputTag
-from ember.job import DEFAULT_MAX_PARALLELISM, spark_time_ms
+from ember.job import spark_time_ms
 from ember.runner.spark.checkpoint import state_writes
 from ember.runner.spark.compiler import compile_graph
 from ember.runner.spark.execution import source_origins
@@ -51,7 +51,7 @@ def _env(spark: Any, cfg: BenchConfig, ckpt: str) -> StreamEnvironment:
         master=cfg.master, checkpoint_dir=ckpt, spark=spark, max_events_per_batch=cfg.max_events_per_batch,
         fuse_sources=cfg.options.get("fuse_sources", True), trigger_interval=cfg.options.get("trigger_interval_ms", 0),
         keyed_operator=cfg.options.get("keyed_operator", "auto"), state_layout=cfg.options.get("state_layout", "blob"),
-        parallelism=cfg.options.get("parallelism"), max_parallelism=cfg.options.get("max_parallelism", DEFAULT_MAX_PARALLELISM),
+        parallelism=cfg.options.get("parallelism"), max_parallelism=cfg.options.get("max_parallelism"),
     )
 
 

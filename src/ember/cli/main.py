@@ -396,7 +396,8 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--max-events-per-batch", type=int, help="admission-control bound per micro-batch")
         sp.add_argument("--parallelism", type=int, help="state partitions")
         sp.add_argument("--max-parallelism", type=int, metavar="N",
-                        help="state buckets keys are spread over (default 128; fixed by the job's first run)")
+                        help="state buckets keys are spread over (fixed by the job's first run; default: the checkpoint's or "
+                             "savepoint's, for a new job 128 or 1.5x a parallelism above 85)")
         sp.add_argument("--state-layout", choices=["blob", "delta"],
                         help="keyed state per bucket: one value (blob, default) or a log of changed rows (delta)")
 

@@ -27,10 +27,9 @@ import pandas as pd
 
 from ember.errors import RestartError, SavepointError
 from ember.graph.graph import Graph
-from ember.job import EnvironmentConfig
+from ember.job import EnvironmentConfig, default_max_parallelism
 from ember.runner.spark.checkpoint import EMBER_DIR, CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
-from ember.runner.spark.keyed.runtime import STATE_BUCKETS
-from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids
+from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids, stored_max_parallelism
 from ember.runner.spark.state_io import rescale_checkpoint
 from ember.savepoints.state import read_broadcast_state, read_state, write_state
 from ember.savepoints.store import (
@@ -176,7 +175,7 @@ def _clear_checkpoint(checkpoint: str) -> None:
 
 def restore_savepoint(
     spark: Any, path: str, checkpoint: str, graph: Graph, parallelism: int | None = None, keyed_operator: str = "auto",
-    state_layout: str = "blob", state_backend: str = "rocksdb", max_parallelism: int = STATE_BUCKETS,
+    state_layout: str = "blob", state_backend: str = "rocksdb", max_parallelism: int | None = None,
 ) -> dict[str, Any]:
     """Make ``checkpoint`` (new) continue from the savepoint at ``path`` with the
     pipeline ``graph``: the savepoint is verified and the pipeline compared with
@@ -184,8 +183,11 @@ def restore_savepoint(
     than the savepoint's, its state is repartitioned (Spark's offline state
     repartitioning). The restored job gets a new identity, so its exactly-once
     sinks fence their writes apart from the original's (a what-if run and the
-    original can write side by side)."""
+    original can write side by side). ``max_parallelism`` None: the savepoint's."""
     manifest = verify(path)
+    held = stored_max_parallelism(manifest["pipeline"])  # None: no keyed steps' state to spread
+    if max_parallelism is None:
+        max_parallelism = held or default_max_parallelism(parallelism or 1)
     rescale = parallelism is not None and bool(manifest.get("partitions")) and parallelism != manifest["partitions"]
     if rescale:
         provider = batch_conf(path, int(manifest["batch_id"])).get("spark.sql.streaming.stateStore.providerClass")
@@ -203,10 +205,10 @@ def restore_savepoint(
             f"this pipeline cannot start from the savepoint {path}:\n  - {listed}\n"
             "Changes to stateless steps, sinks and added state are fine."
         )
-    if rescale and parallelism is not None and parallelism > max_parallelism:  # (the savepoint's, compared above)
+    if rescale and held is not None and parallelism is not None and parallelism > held:  # (max_parallelism compared above)
         raise SavepointError(
-            f"rescaling to parallelism {parallelism}: the job's keys are spread over {max_parallelism} state buckets "
-            f"(its max_parallelism), so at most {max_parallelism} state partitions can hold state"
+            f"rescaling to parallelism {parallelism}: the job's keys are spread over {held} state buckets "
+            f"(its max_parallelism), so at most {held} state partitions can hold state"
         )
     _clear_checkpoint(checkpoint)
     copy_into_checkpoint(path, checkpoint)

@@ -9,6 +9,7 @@ batch in flight (docs/design/core.md, "Stopping").
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -17,7 +18,7 @@ from typing import Any, Callable
 from ember.errors import ConfigError, JobFailedError, LatencyTargetError, PipelineError
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import SqlNode
-from ember.job import EnvironmentConfig, JobResult, RunListener
+from ember.job import DEFAULT_MAX_PARALLELISM, EnvironmentConfig, JobResult, RunListener, default_max_parallelism
 from ember.runner.spark.checkpoint import (
     CheckpointLayout,
     clear_done_marks,
@@ -31,7 +32,7 @@ from ember.runner.spark.latency import BELOW_FLOOR, BoundController
 from ember.runner.spark.leader import STOOD_DOWN, LeaderLock
 from ember.runner.spark.placement import runtime_steps
 from ember.runner.spark.progress import ProgressFollower
-from ember.runner.spark.restart import check_restart
+from ember.runner.spark.restart import check_restart, read_manifest, stored_max_parallelism
 from ember.runner.spark.session import configure_for_query, lateness_setting, query_settings, session_settings, warm_up
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,
@@ -62,6 +63,22 @@ def source_origins(checkpoint: str, graph: Graph) -> dict[str, int]:
         elif os.path.exists(path):
             out[node.name] = fixed_origin(path)
     return out
+
+
+def with_max_parallelism(spark: Any, config: EnvironmentConfig, checkpoint: str) -> EnvironmentConfig:
+    """``config`` with the state buckets this run uses: the ones given; else, as in Flink, the
+    count the checkpoint's keyed steps hold (a restored savepoint's included), or for a new job
+    :func:`~ember.job.default_max_parallelism` of its state partitions."""
+    if config.max_parallelism_given:
+        return config
+    stored = read_manifest(checkpoint)
+    if stored is not None:
+        count = stored_max_parallelism(stored) or DEFAULT_MAX_PARALLELISM
+    elif CheckpointLayout(checkpoint).has_progress():
+        count = DEFAULT_MAX_PARALLELISM  # progress from before manifests: always 128
+    else:
+        count = default_max_parallelism(int(spark.conf.get("spark.sql.shuffle.partitions")))
+    return dataclasses.replace(config, max_parallelism=count)
 
 
 def _check_partitions(spark: Any, graph: Graph, config: EnvironmentConfig, layout: CheckpointLayout) -> None:
@@ -97,6 +114,7 @@ def run_job(
     every step counts its output rows (docs/dashboard.md). The caller holds the
     checkpoint's leader lock (:func:`leadership`)."""
     configure_for_query(spark, config)
+    config = with_max_parallelism(spark, config, checkpoint)
     layout = CheckpointLayout(checkpoint)
     bounded_sources = [n for n in graph.sources if n.source.bounded]
     bounded = bool(bounded_sources) and len(bounded_sources) == len(graph.sources)

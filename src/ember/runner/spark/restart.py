@@ -49,7 +49,7 @@ from ember.runner.spark.placement import (
 from ember.runner.spark.planner import job_fan_out
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids", "spark_operator_count",
-           "state_buckets"]
+           "state_buckets", "stored_max_parallelism", "read_manifest"]
 
 MANIFEST_VERSION = 1
 STATE_BUCKETS_FIELD = "state buckets"
@@ -137,6 +137,29 @@ def state_buckets(op: dict[str, Any]) -> int:
     return int(op.get(STATE_BUCKETS_FIELD, STATE_BUCKETS))
 
 
+def stored_max_parallelism(manifest: dict[str, Any] | None) -> int | None:
+    """The state buckets (``max_parallelism``) the keyed steps of a stored manifest spread their
+    keys over; None when it records no step on Ember's keyed runtime."""
+    for op in (manifest or {}).get("operators", []):
+        if "spark operator" in op:
+            return state_buckets(op)
+    return None
+
+
+def read_manifest(checkpoint: str) -> dict[str, Any] | None:
+    """The pipeline manifest of a checkpoint with progress (None for a new one, or one whose
+    progress predates manifests); raises :class:`RestartError` when it is corrupt."""
+    layout = CheckpointLayout(checkpoint)
+    if not (layout.has_progress() and os.path.exists(layout.pipeline)):
+        return None
+    with open(layout.pipeline) as f:
+        try:
+            stored: dict[str, Any] = json.load(f)
+        except ValueError as exc:
+            raise RestartError(f"the checkpoint's pipeline manifest {layout.pipeline} is corrupt ({exc})") from exc
+    return stored
+
+
 def _holder(op: dict[str, Any]) -> str:
     lane = op.get("lane")
     if lane is None:
@@ -149,13 +172,8 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
     """Writes the manifest of a new checkpoint; for one with progress, raises
     :class:`RestartError` listing every incompatibility with the stored manifest."""
     layout = CheckpointLayout(checkpoint)
-    path = layout.pipeline
-    if layout.has_progress() and os.path.exists(path):
-        with open(path) as f:
-            try:
-                stored = json.load(f)
-            except ValueError as exc:
-                raise RestartError(f"the checkpoint's pipeline manifest {path} is corrupt ({exc})") from exc
+    stored = read_manifest(checkpoint)
+    if stored is not None:
         problems = compare(stored, pipeline_manifest(graph, keyed_operator, state_layout, stored, state_backend,
                                                      max_parallelism))
         if problems:
@@ -171,7 +189,7 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
     current = pipeline_manifest(graph, keyed_operator, state_layout, predating, state_backend, max_parallelism)
     if not layout.has_progress():
         current[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
-    write_json(path, current, indent=1)
+    write_json(layout.pipeline, current, indent=1)
 
 
 def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
