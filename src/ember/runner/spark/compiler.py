@@ -22,7 +22,7 @@ from ember.runner.spark.fenced_writes import SinkTarget
 from ember.runner.spark.planner import plan
 from ember.runner.spark.spool import clear_spool, read_spool
 from ember.runner.spark.translators.fanout import FannedOut, fan_out
-from ember.runner.spark.translators.sinks import check_sink, prepare_sink, sink_writer, write_batch
+from ember.runner.spark.translators.sinks import check_sink, metric_readers, prepare_sink, sink_writer, write_batch
 
 # Frame, Compilation and the table are re-exported: they were defined here before compilation.py.
 __all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "registry", "compile_graph"]
@@ -65,11 +65,21 @@ class CompiledJob:
     def output_mode(self) -> str:
         return "append"
 
+    @property
+    def one_sink(self) -> bool:
+        """The query's rows go to one sink, written without a split."""
+        return self.fork is None and self.fanned is None and not self.detours
+
     def writer(self) -> Any:
         """``writeStream`` for the job's sink(s)."""
-        if self.fork is None and self.fanned is None and not self.detours:
+        if self.one_sink:
             return sink_writer(self.sinks[0], self.df, self.target(self.sinks[0]))
         return self.df.writeStream.foreachBatch(self._fan_out)
+
+    def metric_readers(self) -> dict[str, Callable[[int, dict[str, Any]], None]]:
+        """Observed metric name -> the reader handing a batch's row to the sink Spark wrote
+        natively (translators/sinks.py ``METRIC_READERS``), to call with each progress report."""
+        return metric_readers(self.sinks[0]) if self.one_sink else {}
 
     def target(self, sink: SinkNode) -> Any:
         return SinkTarget(self.compilation.job_id, sink.name)

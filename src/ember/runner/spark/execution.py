@@ -13,6 +13,7 @@ import dataclasses
 import os
 import re
 import socket
+import sys
 from typing import Any, Callable
 
 from ember.errors import ConfigError, JobFailedError, LatencyTargetError, PipelineError
@@ -146,6 +147,7 @@ def run_job(
     follower = ProgressFollower(progress, name, clock, spark_late_rows=not job.compilation.plan.late_rows_against_current_watermark,
                                 listener=listener)
     follower.counted_late = lambda: _counted(job, "late_dropped")
+    follower.metric_readers = job.metric_readers()
     start = clock.monotonic()
     conditions: list[StopCondition] = []
     if idle_s is not None:
@@ -265,6 +267,9 @@ def settle_output(follower: ProgressFollower, sinks: list[Any], checkpoint: str,
     the offset log (``ProgressFollower.account_unreported``)."""
     committed = last_committed_batch(checkpoint)
     follower.account_unreported(checkpoint, committed_before, committed)
+    if follower.unreported and follower.metric_readers:  # its rows were counted in the report Spark never made
+        print(f"[ember] {follower.name}: batch(es) {', '.join(map(str, sorted(follower.unreported)))} committed without a "
+              "progress report: the counting sink does not hold their rows", file=sys.stderr, flush=True)
     for sink in sinks:
         sink.forget_after(committed)
 

@@ -35,6 +35,8 @@ class ProgressFollower:
         self.callback = progress if callable(progress) else None
         self.listener = listener
         self.counted_late: Callable[[], int] = lambda: 0  # late records Ember's operators count themselves (accumulators)
+        # Observed metric name -> reader: a sink Spark writes natively learns its batches here.
+        self.metric_readers: dict[str, Callable[[int, dict[str, Any]], None]] = {}
         self.verbose = progress is True
         self.name = name
         self.clock = clock
@@ -83,8 +85,12 @@ class ProgressFollower:
             report["lag"] = lag
         self.processing_ms += int(report.get("durationMs", {}).get("triggerExecution", 0))
         self.last_batch = max(self.last_batch, bid)
+        observed = report.get("observedMetrics") or {}
+        for metric_name, read in self.metric_readers.items():
+            if metric_name in observed:
+                read(bid, observed[metric_name])
         dropped = sum(
-            int(metric.get("records") or 0) for metric_name, metric in (report.get("observedMetrics") or {}).items()
+            int(metric.get("records") or 0) for metric_name, metric in observed.items()
             if metric_name.startswith(LATE_METRIC_PREFIX)
         )
         dropped += sum(  # a stream-stream join's input rows are records: Spark's count is exact there

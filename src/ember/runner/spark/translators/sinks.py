@@ -1,7 +1,8 @@
 """Sink translators.
 
 Every sink type can write one micro-batch's DataFrame (``BATCH_WRITERS``); in a
-job with one sink, types Spark writes natively (files, noop) use
+job with one sink, types Spark writes natively (files, noop, and the counting
+sink: a no-op write with observed metrics, read from the progress reports) use
 ``writeStream`` directly (``SINK_WRITERS``) and the others run their batch
 writer from ``foreachBatch``. Jobs with several sinks write every sink from one
 ``foreachBatch``. Sinks to external systems (Redis, PostgreSQL) write from
@@ -29,11 +30,17 @@ from ember.runner.spark.compilation import registry
 from ember.runner.spark.fenced_writes import SinkTarget
 from ember.runner.spark.pickling import ship_by_value
 
-__all__ = ["SINK_WRITERS", "BATCH_WRITERS", "SINK_PREPARERS", "sink_writer", "write_batch", "check_sink", "prepare_sink"]
+__all__ = ["SINK_WRITERS", "BATCH_WRITERS", "SINK_PREPARERS", "METRIC_READERS", "sink_writer", "metric_readers", "write_batch",
+           "check_sink", "prepare_sink"]
 
 SinkWriter = Callable[[Any, Any], Any]
 SINK_WRITERS: dict[type[Sink], SinkWriter] = {}
-writes = registry(SINK_WRITERS)  # @writes(SinkType): how one sink type configures writeStream
+writes = registry(SINK_WRITERS)  # @writes(SinkType): (sink, df) -> df.writeStream configured for it
+
+# A natively written sink that hears of its batches from the progress reports: per observed
+# metric's name, (sink, batch id, the metric's row as JSON) -> None.
+MetricReader = Callable[[Any, int, dict[str, Any]], None]
+METRIC_READERS: dict[type[Sink], tuple[str, MetricReader]] = {}
 
 BatchWriter = Callable[[Any, Any, int, SinkTarget], None]
 BATCH_WRITERS: dict[type[Sink], BatchWriter] = {}
@@ -51,7 +58,17 @@ def sink_writer(node: SinkNode, df: Any, target: SinkTarget) -> Any:
         check_sink(node)
         batch = BATCH_WRITERS[type(node.sink)]
         return df.writeStream.foreachBatch(lambda b, batch_id: batch(node.sink, b, batch_id, target))
-    return writer(node.sink, df.writeStream)
+    return writer(node.sink, df)
+
+
+def metric_readers(node: SinkNode) -> dict[str, Callable[[int, dict[str, Any]], None]]:
+    """For a sink written by :func:`sink_writer` that learns its batches from Spark's progress
+    reports: observed metric name -> what hands a batch's metric row to the sink."""
+    reader = METRIC_READERS.get(type(node.sink))
+    if reader is None or type(node.sink) not in SINK_WRITERS:
+        return {}
+    name, read = reader
+    return {name: functools.partial(read, node.sink)}
 
 
 def prepare_sink(node: SinkNode, schema: Any) -> None:
@@ -86,8 +103,8 @@ def _console(sink: ConsoleSink, batch: Any, batch_id: int, target: SinkTarget) -
 
 
 @writes(NoopSink)
-def _noop(sink: NoopSink, w: Any) -> Any:
-    return w.format("noop")
+def _noop(sink: NoopSink, df: Any) -> Any:
+    return df.writeStream.format("noop")
 
 
 @writes_batch(NoopSink)
@@ -96,8 +113,8 @@ def _noop_batch(sink: NoopSink, batch: Any, batch_id: int, target: SinkTarget) -
 
 
 @writes(FileSink)
-def _files(sink: FileSink, w: Any) -> Any:
-    return w.format(sink.format).option("path", sink.path)
+def _files(sink: FileSink, df: Any) -> Any:
+    return df.writeStream.format(sink.format).option("path", sink.path)
 
 
 @writes_batch(FileSink)
@@ -135,19 +152,51 @@ def arrow_collectable(schema: Any) -> bool:
     return ok(schema)
 
 
+COUNT_METRIC = "ember_count"  # the observed metric of a job's one counting sink, written natively
+
+
+@writes(CountSink)
+def _count_stream(sink: CountSink, df: Any) -> Any:
+    # The job's only sink: a no-op write Spark runs itself, the count riding on it as an
+    # observed metric that the progress report carries (_read_count). No Python call per
+    # micro-batch on the driver, and the batch's plan is not planned a second time as
+    # foreachBatch's DataFrame would be (docs/design/latency.md, "The counting sink").
+    return _counted(sink, df, COUNT_METRIC).writeStream.format("noop")
+
+
+def _read_count(sink: CountSink, batch_id: int, row: dict[str, Any]) -> None:
+    samples = [int(t) for t in row.get("samples") or ()] if sink.latency_field is not None else []
+    sink.accept_batch(batch_id, int(row["n"]), samples, int(row["total"]) if sink.sum_field is not None else 0)
+
+
+METRIC_READERS[CountSink] = (COUNT_METRIC, _read_count)
+
+
 @writes_batch(CountSink)
 def _count(sink: CountSink, batch: Any, batch_id: int, target: SinkTarget) -> None:
-    # Observed metrics on a no-op write: the partial aggregates ride back on the batch's
-    # own tasks (accumulators, merged once per task of the result stage), so the count
-    # costs no final single-partition stage as ``agg(...).collect()`` would — ~one stage
-    # less per micro-batch (docs/design/latency.md, "The counting sink").
-    field, summed = sink.latency_field, sink.sum_field
+    # One sink of several: observed metrics on a no-op write. The partial aggregates ride back
+    # on the batch's own tasks (accumulators, merged once per task of the result stage), so
+    # the count costs no final single-partition stage as ``agg(...).collect()`` would.
     seen = Observation()
-    batch.observe(seen, *_count_columns(field, summed)).write.format("noop").mode("overwrite").save()
-    row = seen.get
-    now = _now_ms()
-    samples = [now - int(t) for t in row["samples"]] if field is not None else []
-    sink.accept_batch(batch_id, int(row["n"]), samples, int(row["total"]) if summed is not None else 0)
+    _counted(sink, batch, seen).write.format("noop").mode("overwrite").save()
+    _read_count(sink, batch_id, seen.get)
+
+
+def _counted(sink: CountSink, df: Any, observation: Any) -> Any:
+    """``df`` observed by the counting sink's aggregates. A latency sample is the sink task's
+    clock when the row reaches the sink (an extra column, written nowhere) minus the row's
+    ``latency_field``."""
+    if sink.latency_field is not None:
+        df = df.withColumn(_ARRIVAL, _arrival_column(sink.latency_field))
+    return df.observe(observation, *_count_columns(sink.latency_field, sink.sum_field))
+
+
+_ARRIVAL = "__ember_arrival_ms"
+
+
+@functools.lru_cache(maxsize=64)
+def _arrival_column(field: str) -> Any:
+    return F.when(F.col(field) > 0, F.expr("CAST(java_method('java.lang.System', 'currentTimeMillis') AS BIGINT)"))
 
 
 @functools.lru_cache(maxsize=64)
@@ -156,7 +205,7 @@ def _count_columns(field: str | None, summed: str | None) -> tuple[Any, ...]:
     the JVM (~4 ms per batch for these, against a ~100 ms batch at 5 k events)."""
     columns = [F.count(F.lit(1)).alias("n")]
     if field is not None:
-        columns.append(F.collect_list(F.when(F.col(field) > 0, F.col(field))).alias("samples"))
+        columns.append(F.collect_list(F.col(_ARRIVAL) - F.col(field)).alias("samples"))
     if summed is not None:
         columns.append(F.coalesce(F.sum(F.col(summed).cast("decimal(38,0)")), F.lit(0)).alias("total"))
     return tuple(columns)
