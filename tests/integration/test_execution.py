@@ -136,6 +136,30 @@ def test_rate_source_and_duration_stop(env):
     assert sink.count == result.events > 0
 
 
+def test_counting_sink_alone_or_beside_another(env):
+    """A job's only counting sink is a no-op write Spark runs itself, its count and sum an
+    observed metric of the progress reports; beside another sink it counts from the split.
+    Both count every row once and sample latency on the rows whose field is > 0."""
+    import time
+
+    past = int(time.time() * 1000) - 5_000
+    batches = [[(past, 3), (0, 4)], [(0, 5)], [(past, 6), (past, 7), (0, -1)]]
+    sink = CountSink(latency_field="ts", sum_field="v")
+    env.from_source(ScriptedSource(batches, "ts bigint, v int"), name="rows").sink_to(sink)
+    result = env.execute("count-alone", progress=False)
+    assert (sink.count, sink.total) == (6, 24)
+    assert [p["observedMetrics"]["ember_count"]["n"] for p in result.progress if p["numInputRows"]] == [2, 1, 3]
+    assert len(sink.latencies_ms) == 3 and all(5_000 <= x < 120_000 for x in sink.latencies_ms)
+    counted, kept = CountSink(latency_field="ts", sum_field="v"), CollectSink()
+    rows = env.from_source(ScriptedSource(batches, "ts bigint, v int"), name="more-rows")
+    rows.sink_to(counted)
+    rows.filter("v > 4").sink_to(kept)
+    result = env.execute("count-beside", progress=False)
+    assert (counted.count, counted.total, len(kept.rows())) == (6, 24, 3)
+    assert not any("ember_count" in (p.get("observedMetrics") or {}) for p in result.progress)
+    assert len(counted.latencies_ms) == 3 and all(5_000 <= x < 120_000 for x in counted.latencies_ms)
+
+
 def test_console_sink_prints_batches(env, capsys):
     env.from_source(ScriptedSource([[(7, "seven")], [(8, "eight")]], "id bigint, k string")).sink_to(ConsoleSink())
     env.execute("console", progress=False)
