@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from ember.job import EnvironmentConfig
+from ember.runner.spark.class_archive import java_options
 
 __all__ = ["get_or_create_session", "session_defaults", "configure_for_query", "lateness_setting", "query_settings",
            "session_settings", "warm_up"]
@@ -29,8 +30,9 @@ def session_defaults(config: EnvironmentConfig) -> dict[str, str]:
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
         # Stopping a query during a Python foreachBatch makes Spark match a long
         # Py4J message with a backtracking regex; a bigger stack lets it finish
-        # instead of killing the stream thread with StackOverflowError.
-        "spark.driver.extraJavaOptions": "-Xss64m",
+        # instead of killing the stream thread with StackOverflowError;
+        # and the driver maps Spark's classes from this installation's archive (class_archive.py).
+        "spark.driver.extraJavaOptions": f"-Xss64m {java_options()}".strip(),
     }
     conf.update(dict(config.spark_conf))
     return conf
