@@ -160,6 +160,29 @@ def test_counting_sink_alone_or_beside_another(env):
     assert len(counted.latencies_ms) == 3 and all(5_000 <= x < 120_000 for x in counted.latencies_ms)
 
 
+def test_the_driver_maps_sparks_classes_from_the_class_archive(spark):
+    """``make venv`` built this installation's class archive, and the driver JVM of the session
+    Ember started maps it (runner/spark/class_archive.py)."""
+    from ember.runner.spark.class_archive import java_options
+
+    options = java_options()
+    assert options.startswith("-XX:SharedArchiveFile="), "no class archive: python -m ember.tools.class_archive builds it"
+    arguments = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert options.split()[0] in arguments
+
+
+def test_an_interrupted_write_is_not_logged_as_an_error(spark):
+    """A stop interrupts the micro-batch that has just begun when the sources keep admitting
+    input; Spark's "write ... is aborting" errors about it are not shown (Ember reports real
+    failures itself)."""
+    from ember.runner.spark.session import INTERRUPTED_WRITE_LOGGERS
+
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    levels = {name: log4j.LogManager.getLogger(name).getLevel().toString() for name in INTERRUPTED_WRITE_LOGGERS}
+    assert levels == dict.fromkeys(INTERRUPTED_WRITE_LOGGERS, "OFF")
+    assert log4j.LogManager.getRootLogger().getLevel().toString() == "ERROR"
+
+
 def test_console_sink_prints_batches(env, capsys):
     env.from_source(ScriptedSource([[(7, "seven")], [(8, "eight")]], "id bigint, k string")).sink_to(ConsoleSink())
     env.execute("console", progress=False)

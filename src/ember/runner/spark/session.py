@@ -51,7 +51,25 @@ def get_or_create_session(config: EnvironmentConfig) -> Any:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _quiet_interrupted_writes(spark)
     return spark
+
+
+# Loggers whose errors only say that a micro-batch's write was interrupted: a job stopping
+# while its sources keep admitting input (Spark's own readers, Ember's generators) interrupts
+# the batch that has just begun (execution._stop_gracefully), and Spark logs its write as
+# aborting. The batch is replayed on restart; a failure that matters fails the query, which
+# Ember reports itself.
+INTERRUPTED_WRITE_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.v2.WriteToDataSourceV2Exec",  # a streaming sink's write
+    "org.apache.spark.sql.execution.datasources.v2.OverwriteByExpressionExec",  # a no-op write in foreachBatch
+)
+
+
+def _quiet_interrupted_writes(spark: Any) -> None:
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    for name in INTERRUPTED_WRITE_LOGGERS:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
 
 
 def configure_for_query(spark: Any, config: EnvironmentConfig) -> None:
