@@ -7,9 +7,11 @@ map them from it at the next start (``-XX:SharedArchiveFile``). ``make venv`` bu
 (``python -m ember.tools.class_archive``: a short job of Ember's usual shape) and every
 SparkSession Ember creates uses it, when it is there and complete.
 
-One archive per installation: its name hashes PySpark's version and jars and the ``java``
-Spark would start, so another installation or JDK never picks up a foreign one (the JVM
-would refuse it anyway: it checks the class path). An archive cut short makes the JVM crash
+One archive per installation: its name hashes PySpark's version and jars, the ``java`` Spark
+would start and the configuration directories Spark puts first on the driver's class path
+(``SPARK_CONF_DIR``, ``HADOOP_CONF_DIR``, ``YARN_CONF_DIR``), so another installation, JDK or
+class path never picks up a foreign one (the JVM would refuse it anyway: it checks the class
+path) — with one of those set, build the archive with it set the same way. An archive cut short makes the JVM crash
 when it maps it, so one is written under a temporary name, renamed when whole, and used
 only if its size is the one recorded beside it. ``EMBER_CLASS_ARCHIVE=off`` disables it.
 """
@@ -49,7 +51,9 @@ def archive_path() -> Path:
     listing = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
     java = _java()
     stamp = os.stat(java).st_mtime_ns if os.path.exists(java) else 0
-    key = json.dumps([pyspark.__version__, str(jars), listing, java, stamp])
+    # The JVM's class path starts with these directories (Spark's launcher): one archive each.
+    conf_dirs = [os.environ.get(name, "") for name in ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")]
+    key = json.dumps([pyspark.__version__, str(jars), listing, java, stamp, conf_dirs])
     return _cache_dir() / f"spark-{pyspark.__version__}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 

@@ -42,8 +42,9 @@ def test_an_archive_cut_short_or_unrecorded_is_never_mapped(tmp_path, monkeypatc
     assert class_archive.java_options() == ""
 
 
-def test_the_archive_is_named_for_the_installation_and_its_java(tmp_path, monkeypatch):
+def test_the_archive_is_named_for_the_installation_its_java_and_class_path(tmp_path, monkeypatch):
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     java = tmp_path / "jdk" / "bin" / "java"
     java.parent.mkdir(parents=True)
     java.write_text("")
@@ -53,4 +54,7 @@ def test_the_archive_is_named_for_the_installation_and_its_java(tmp_path, monkey
     other.parent.mkdir(parents=True)
     other.write_text("")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk2"))
-    assert class_archive.archive_path() != first
+    second = class_archive.archive_path()
+    assert second != first
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))  # first on the driver's class path
+    assert class_archive.archive_path() not in (first, second)
