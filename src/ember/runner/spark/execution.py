@@ -33,7 +33,7 @@ from ember.runner.spark.latency import BELOW_FLOOR, BoundController
 from ember.runner.spark.leader import STOOD_DOWN, LeaderLock
 from ember.runner.spark.placement import runtime_steps
 from ember.runner.spark.progress import ProgressFollower
-from ember.runner.spark.restart import check_restart, read_manifest, stored_max_parallelism
+from ember.runner.spark.restart import check_restart, continued_manifest, stored_max_parallelism
 from ember.runner.spark.session import configure_for_query, lateness_setting, query_settings, session_settings, warm_up
 from ember.runner.spark.stopping import (
     SAVEPOINT_STOP,
@@ -72,13 +72,11 @@ def with_max_parallelism(spark: Any, config: EnvironmentConfig, checkpoint: str)
     :func:`~ember.job.default_max_parallelism` of its state partitions."""
     if config.max_parallelism_given:
         return config
-    stored = read_manifest(checkpoint)
-    if stored is not None:
-        count = stored_max_parallelism(stored) or DEFAULT_MAX_PARALLELISM
-    elif CheckpointLayout(checkpoint).has_progress():
-        count = DEFAULT_MAX_PARALLELISM  # progress from before manifests: always 128
-    else:
+    kept = continued_manifest(checkpoint)
+    if kept is None:
         count = default_max_parallelism(int(spark.conf.get("spark.sql.shuffle.partitions")))
+    else:  # a manifest without a keyed step records no count: the job has no keyed state to spread
+        count = stored_max_parallelism(kept) or DEFAULT_MAX_PARALLELISM
     return dataclasses.replace(config, max_parallelism=count)
 
 

@@ -49,7 +49,7 @@ from ember.runner.spark.placement import (
 from ember.runner.spark.planner import job_fan_out
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids", "spark_operator_count",
-           "state_buckets", "stored_max_parallelism", "read_manifest"]
+           "state_buckets", "stored_max_parallelism", "read_manifest", "continued_manifest"]
 
 MANIFEST_VERSION = 1
 STATE_BUCKETS_FIELD = "state buckets"
@@ -160,6 +160,16 @@ def read_manifest(checkpoint: str) -> dict[str, Any] | None:
     return stored
 
 
+def continued_manifest(checkpoint: str) -> dict[str, Any] | None:
+    """What a checkpoint's pipeline kept, as a manifest: the stored one; for progress written
+    before manifests, when a job's one keyed step always ran on applyInPandasWithState with the
+    default 128 state buckets, a manifest saying so; None for a new checkpoint."""
+    stored = read_manifest(checkpoint)
+    if stored is None and CheckpointLayout(checkpoint).has_progress():
+        return {"operators": [{"spark operator": APWS}]}
+    return stored
+
+
 def _holder(op: dict[str, Any]) -> str:
     lane = op.get("lane")
     if lane is None:
@@ -183,10 +193,10 @@ def check_restart(checkpoint: str, graph: Any, keyed_operator: str = "auto", sta
                 "Changes to stateless steps are fine; to change state, start from a new checkpoint directory."
             )
         return
-    # A checkpoint with progress and no manifest predates manifests, when a job's one keyed step
-    # always ran on applyInPandasWithState: it keeps that operator (and its group timeouts).
-    predating = {"operators": [{"spark operator": APWS}]} if layout.has_progress() else None
-    current = pipeline_manifest(graph, keyed_operator, state_layout, predating, state_backend, max_parallelism)
+    # A checkpoint with progress and no manifest predates manifests: it keeps its keyed step's
+    # operator (and its group timeouts).
+    current = pipeline_manifest(graph, keyed_operator, state_layout, continued_manifest(checkpoint), state_backend,
+                                max_parallelism)
     if not layout.has_progress():
         current[GROUP_TIMEOUTS] = GROUP_TIMEOUTS_WHERE_NEEDED
     write_json(layout.pipeline, current, indent=1)
