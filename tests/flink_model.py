@@ -239,26 +239,34 @@ def random_batches(seed: int, *, batches: int = 9, bound_ms: int = 1_000, keys: 
 # watermark -> downstream's watermark advances and fires -> upstream takes the records.
 
 
-def _tumbling_results(batches: list[list[tuple]], bound_ms: int, size: int, watermarks: list[int | None] | None = None):
+def _tumbling_results(batches: list[list[tuple]], bound_ms: int, size: int, watermarks: list[int | None] | None = None,
+                      late_by_previous: bool = False):
     """Per batch, the (key, end - 1, count, sum) results a tumbling count/sum window emits
     when the batch's watermark fires them (the last entry: at the end of input), and the
-    records it dropped late. ``watermarks``: per batch, when not the batches' own."""
+    records it dropped late. ``watermarks``: per batch, when not the batches' own;
+    ``late_by_previous``: records judged by the watermark of the batch before theirs (Spark's
+    rule in a query of several stateful operators, as in :func:`windows`)."""
     per_batch: list[list[tuple]] = []
     open_: dict[tuple, list[int]] = {}
     late = 0
     marks = watermarks or flink_watermarks(batches, bound_ms)
     for k, wm in enumerate(marks):  # (watermarks may go one past the batches: after the last)
         batch = batches[k] if k < len(batches) else []
-        due = sorted(w for w in open_ if wm is not None and w[2] - 1 <= wm)
-        per_batch.append([(w[0], w[2] - 1, *open_.pop(w)) for w in due])
+        if not late_by_previous:  # Flink's order: what the watermark makes due fires before the batch's records
+            due = sorted(w for w in open_ if wm is not None and w[2] - 1 <= wm)
+            per_batch.append([(w[0], w[2] - 1, *open_.pop(w)) for w in due])
+        judge = (marks[k - 1] if k else None) if late_by_previous else wm
         for ts, key, value in batch:
             start = ts - ts % size
-            if wm is not None and start + size - 1 <= wm:
+            if judge is not None and start + size - 1 <= judge:
                 late += 1
                 continue
             acc = open_.setdefault((key, start, start + size), [0, 0])
             acc[0] += 1
             acc[1] += value
+        if late_by_previous:  # Spark's aggregation: the batch's records first, then what its watermark evicts
+            due = sorted(w for w in open_ if wm is not None and w[2] - 1 <= wm)
+            per_batch.append([(w[0], w[2] - 1, *open_.pop(w)) for w in due])
     per_batch.append([(w[0], w[2] - 1, *open_.pop(w)) for w in sorted(open_)])
     return per_batch, late
 
@@ -284,6 +292,41 @@ def window_of_windows(batches: list[list[tuple]], bound_ms: int, size: int, oute
         for w in sorted(w for w in open_ if last or (wm is not None and w[2] - 1 <= wm)):
             n, total = open_.pop(w)
             result.fired[w] = (n, total, END if last else k)
+    return result
+
+
+def window_of_results_and_records(results: list[list[tuple]], records: list[list[tuple]],
+                                  watermarks: list[int | None], size: int, n_batches: int) -> Windowed:
+    """A tumbling count/sum window reading, through a union, an upstream window's
+    ``results`` per batch (``(key, end - 1, count, sum)``, as :func:`tumbling_results` gives
+    them: emitted ahead of the watermark that fired them, so judged by the batch before's)
+    and ``records`` per batch (``(ts, key, value)``, judged by their batch's watermark), on
+    one watermark per batch (``watermarks``, the query's). Each late result or record counts
+    one (Flink counts records). Labels: batches from ``n_batches`` on are the end of input's."""
+    result = Windowed()
+    open_: dict[tuple, list[int]] = {}
+
+    def add(key: str, ts: int, n: int, total: int, judge: int | None) -> None:
+        start = ts - ts % size
+        if judge is not None and start + size - 1 <= judge:
+            result.late += 1
+            return
+        acc = open_.setdefault((key, start, start + size), [0, 0])
+        acc[0] += n
+        acc[1] += total
+
+    steps = max(len(results), len(records))
+    for k in range(steps):
+        before = watermarks[k - 1] if 0 < k <= len(watermarks) else None
+        now = watermarks[k] if k < len(watermarks) else None
+        for key, ts, n, total in results[k] if k < len(results) else []:
+            add(key, ts, n, total, before)
+        for ts, key, value in records[k] if k < len(records) else []:
+            add(key, ts, 1, value, now)
+        last = k == steps - 1
+        for w in sorted(w for w in open_ if last or (now is not None and w[2] - 1 <= now)):
+            n, total = open_.pop(w)
+            result.fired[w] = (n, total, END if k >= n_batches else k)
     return result
 
 
@@ -473,11 +516,13 @@ def thresholds(events: list[list[tuple]], rules: list[list[tuple]], bound_ms: in
 
 
 def tumbling_results(batches: list[list[tuple]], bound_ms: int, size: int,
-                     watermarks: list[int | None] | None = None) -> tuple[list[list[tuple]], int]:
+                     watermarks: list[int | None] | None = None,
+                     late_by_previous: bool = False) -> tuple[list[list[tuple]], int]:
     """A tumbling count/sum window's results ``(key, end - 1, count, sum)`` per batch whose
     watermark fires them (the last entry: at the end of input), and how many records it
-    dropped late. ``watermarks``: per batch, when not the batches' own."""
-    return _tumbling_results(batches, bound_ms, size, watermarks)
+    dropped late. ``watermarks``: per batch, when not the batches' own; ``late_by_previous``:
+    Spark's late rule with several stateful operators (:func:`windows`)."""
+    return _tumbling_results(batches, bound_ms, size, watermarks, late_by_previous)
 
 
 def tumbling_sums(batches: list[list[tuple]], bound_ms: int, size: int,

@@ -62,6 +62,24 @@ def test_a_windowed_sql_aggregation_equals_the_model_batch_by_batch(env):
     assert got == expected.fired
 
 
+def test_a_where_clause_moves_no_row_out_of_the_watermarks_sight(env):
+    """A ``WHERE`` on a field that is not the event time: Spark would push it below the view's
+    watermark, so the rows it rejects would not move the watermark and the end-of-input row
+    (null fields) would never pass it — the last windows would never fire. The watermark
+    follows every record of the view (the model's ``keep``), and every window fires."""
+    data = model.random_batches(3, keys="ab")
+    expected = model.windows(data, BOUND, "tumbling", SIZE, keep=lambda r: r[2] % 3 != 0)
+    assert expected != model.windows([[r for r in b if r[2] % 3 != 0] for b in data], BOUND, "tumbling", SIZE)
+    assert any(b == model.END for *_, b in expected.fired.values())
+    env.from_source(ScriptedSource(data, SCHEMA), STRATEGY, name="events").create_view("events")
+    sink = CollectSink()
+    env.sql(QUERY.format(what="count(*) AS n, sum(v) AS s", view="events WHERE v % 3 <> 0", size=SIZE),
+            name="per-window").sink_to(sink)
+    result = env.execute("sql-where", progress=False)
+    assert _windows(sink, data) == expected.fired
+    assert result.late_dropped == expected.late
+
+
 def test_sql_mixes_with_datastream_steps_before_and_after(env):
     env.from_source(ScriptedSource([[(1, "a", 2), (2, "b", 3)], [(3, "a", 4)]], SCHEMA), None, name="events") \
         .map(lambda r: {**r, "v": r["v"] * 10}, name="tenfold").create_view("tenfold_events")
@@ -187,6 +205,35 @@ def test_an_ember_window_over_a_sql_windows_results_equals_the_window_of_windows
     result = env.execute("sql-then-window", progress=False)
     assert _fired(sink, batches) == expected.fired
     assert result.late_dropped == expected.late
+
+
+def test_an_ember_window_over_the_union_of_a_sql_window_and_a_dedupe(env):
+    """A keyed step reads a SQL step's rows and a keyed step's through a union: the SQL
+    window's results (stamped by its ``rowtime``, emitted ahead of the watermark that fired
+    them) and the dedupe's records (their own timestamps) meet in one Ember window, on the
+    query's one watermark (the least of both sources'), batch by batch as the model says."""
+    a, b = model.random_batches(3, keys="ab"), model.random_batches(103, keys="bc")
+    with_duplicates = [x + x[:2] for x in b]
+    watermarks = model.least_watermarks([a, b], BOUND, after_last=True)
+    # Spark judges the SQL window's records by the batch before's watermark (several stateful operators)
+    small, small_late = model.tumbling_results(a, BOUND, 2_000, watermarks, late_by_previous=True)
+    expected = model.window_of_results_and_records(small, _distinct(with_duplicates), watermarks, 6_000, len(a))
+    assert small_late > 0 and expected.late > 0 and len({b for *_, b in expected.fired.values()}) > 2
+    env.from_source(ScriptedSource(a, SCHEMA), STRATEGY, name="a").create_view("a")
+    windows = env.sql("""SELECT k, window.end - INTERVAL 1 MILLISECOND AS rowtime, count(*) AS n, sum(v) AS v
+                         FROM a GROUP BY k, window(rowtime, '2 seconds')""", name="small")
+    deduped = (env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="b")
+               .key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe"))
+    sink = CollectSink()
+    (windows.select("k", "n", "CAST(v AS BIGINT) AS v")
+        .union(deduped.select("k", "CAST(1 AS BIGINT) AS n", "CAST(v AS BIGINT) AS v"))
+        .key_by("k").window(TumblingEventTimeWindows.of(6_000))
+        .aggregate(SumCounts(), output_schema="n bigint, total bigint", name="large").sink_to(sink))
+    result = env.execute("sql-and-dedupe", progress=False)
+    assert _fired(sink, a) == expected.fired
+    # (Spark counts the SQL window's late rows after combining a key's rows per window in a
+    # partition: this input has no two late records of one key and window in one batch)
+    assert result.late_dropped == small_late + expected.late
 
 
 def test_a_keyed_step_after_a_sql_step_needs_the_querys_rowtime(env):

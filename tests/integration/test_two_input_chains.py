@@ -82,13 +82,19 @@ def test_a_co_process_step_after_a_window_sees_its_results_ahead_of_the_watermar
     assert got == expected
 
 
-def test_a_co_process_step_after_a_sql_window_sees_its_results_ahead_of_the_watermark(env):
+@pytest.mark.parametrize("rules_through", ["source", "sql"])
+def test_a_co_process_step_after_a_sql_window_sees_its_results_ahead_of_the_watermark(env, rules_through):
     """As above, the window a SQL step's (its rows' event time the query's rowtime, Flink's
-    ``window_end - 1``): alerts and expiries in the batches the model says."""
-    events, rules = connect_streams(3, batches=10)
+    ``window_end - 1``): alerts and expiries in the batches the model says — the rules straight
+    from their source, or through a SQL step of their own (SQL steps on both inputs, each
+    query's rows timed by its own ``rowtime``; its ``WHERE`` keeps the end-of-input row)."""
+    events, rules = connect_streams(3 if rules_through == "source" else 4, batches=10)
     size = 1_000
     env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events").create_view("events")
     b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
+    if rules_through == "sql":
+        b.create_view("rules")
+        b = env.sql("SELECT ts, k, v, rowtime FROM rules WHERE k IS NOT NULL", name="limits").select("ts", "k", "v")
     sink = CollectSink()
     results = env.sql(f"""SELECT unix_millis(window.end) - 1 AS ts, k, CAST(sum(v) AS INT) AS v,
                                  window.end - INTERVAL 1 MILLISECOND AS rowtime

@@ -49,7 +49,7 @@ def test_a_keyed_step_after_a_sql_step_reads_its_rows_on_transform_with_state(en
     assert planned.chained and planned.upstream_sql(dedupe) is q and planned.read_by_step_after_sql(q)
 
 
-def test_a_two_input_step_reading_sql_steps_on_both_inputs_is_refused_by_the_planner(env, events):
+def test_a_two_input_step_reads_sql_steps_on_both_inputs(env, events):
     from ember import KeyedCoProcessFunction
 
     class Both(KeyedCoProcessFunction):
@@ -64,18 +64,33 @@ def test_a_two_input_step_reading_sql_steps_on_both_inputs_is_refused_by_the_pla
     q = env.sql("SELECT ts, k, rowtime FROM raw", name="q")
     r = env.sql("SELECT ts, k, rowtime FROM raw WHERE k <> 'x'", name="r")
     q.connect(r).key_by("k", "k").process(Both(), "ts bigint, k string", name="co").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'co' comes after the SQL step 'q'; a two-input step reading SQL steps on both"):
-        plan(env.graph())
+    planned = plan(env.graph())
+    q, r, co = (next(n for n in env.graph().nodes if n.name == name) for name in ("q", "r", "co"))
+    # each query's rows carry their event time (translators/sql.py), not only the first one's
+    assert planned.read_by_step_after_sql(q) and planned.read_by_step_after_sql(r)
+    assert planned.upstream_sql(co) is q and planned.chained
 
 
-def test_a_keyed_step_reading_a_sql_step_and_a_keyed_step_is_refused(env, events):
+def test_a_keyed_step_reading_a_sql_step_and_a_keyed_step_through_a_union(env, events):
     stream = events()
     stream.create_view("raw")
-    q = env.sql("SELECT ts, k FROM raw", name="q")
+    q = env.sql("SELECT ts, k, rowtime FROM raw", name="q").select("ts", "k")
     d = stream.key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
     q.union(d).key_by("k").process(Pass(), "ts bigint, k string", name="both").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'both' comes after the SQL step 'q'; a keyed step reading a SQL step and other"):
-        plan(env.graph())
+    planned = plan(env.graph())
+    q, dedupe, both = (next(n for n in env.graph().nodes if n.name == name) for name in ("q", "dedupe", "both"))
+    assert planned.read_by_step_after_sql(q) and planned.read_by_step(dedupe) and planned.upstream_sql(both) is q
+
+
+def test_a_keyed_step_reads_the_last_of_two_sql_steps_in_a_row(env, events):
+    """Only the query whose rows the step reads carries their event time (not the one before it)."""
+    events().create_view("raw")
+    env.sql("SELECT ts, k, rowtime FROM raw", name="first").create_view("firsts")
+    (env.sql("SELECT ts, k, rowtime FROM firsts", name="second").key_by("k")
+        .process(Pass(), "ts bigint, k string", name="step").sink_to(CollectSink()))
+    planned = plan(env.graph())
+    first, second = (next(n for n in env.graph().nodes if n.name == name) for name in ("first", "second"))
+    assert planned.read_by_step_after_sql(second) and not planned.read_by_step_after_sql(first)
 
 
 def test_a_sql_step_beside_keyed_steps_in_a_fan_out_is_refused_by_the_planner(env, events):

@@ -140,9 +140,9 @@ def run_job(
         .queryName(f"{name}-{os.getpid()}-{id(job)}")
         .trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")
     )
-    # Spark's own count of late rows is the job's only when Ember does not count them itself
-    # (translators/windows.py); then it counts aggregated rows, not records.
-    follower = ProgressFollower(progress, name, clock, spark_late_rows=not job.compilation.plan.late_rows_against_current_watermark,
+    # Spark's own count of late rows is the job's where Ember does not count them itself
+    # (translators/windows.py); it counts aggregated rows, not records.
+    follower = ProgressFollower(progress, name, clock, spark_late_rows=job.compilation.plan.spark_counts_late_rows,
                                 listener=listener)
     follower.counted_late = lambda: _counted(job, "late_dropped")
     follower.metric_readers = job.metric_readers()

@@ -50,7 +50,8 @@ from ember.graph.nodes import (
 from ember.rolling import emits_per_record
 
 __all__ = ["APWS", "TWS", "CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join",
-           "spark_keyed_operator", "spark_stateful_operators", "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql"]
+           "spark_keyed_operator", "spark_stateful_operators", "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql",
+           "upstream_sqls"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
 DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
@@ -163,12 +164,19 @@ def upstream_steps(node: Node, graph: Graph) -> list[Node]:
 
 
 
-def upstream_sql(node: Node, graph: Graph) -> Node | None:
-    """The SQL step whose rows the keyed-runtime step ``node`` reads with no other stateful
-    step in between, if any."""
+def upstream_sqls(node: Node, graph: Graph) -> list[Node]:
+    """The SQL steps whose rows the keyed-runtime step ``node`` reads with no other stateful
+    step in between (nor another SQL step), in graph order: one per input of a two-input
+    step, or several merged by a union."""
     before = list(ancestors(node))
-    behind_steps = {id(b) for s in before if _keyed_state(s, graph) for b in ancestors(s)}
-    return next((a for a in before if isinstance(a, SqlNode) and id(a) not in behind_steps), None)
+    behind = {id(b) for s in before if _keyed_state(s, graph) or isinstance(s, SqlNode) for b in ancestors(s)}
+    read = {id(a) for a in before if isinstance(a, SqlNode) and id(a) not in behind}
+    return [n for n in graph.nodes if id(n) in read]
+
+
+def upstream_sql(node: Node, graph: Graph) -> Node | None:
+    """The first of :func:`upstream_sqls`, if any."""
+    return next(iter(upstream_sqls(node, graph)), None)
 
 
 def sql_beside_steps(graph: Graph) -> bool:

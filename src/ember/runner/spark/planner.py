@@ -63,6 +63,7 @@ from ember.runner.spark.placement import (
     spark_stateful_operators,
     sql_beside_steps,
     upstream_sql,
+    upstream_sqls,
     upstream_steps,
 )
 
@@ -152,7 +153,7 @@ class Plan:
     def read_by_step_after_sql(self, node: Node) -> bool:
         """Whether a keyed-runtime step reads the SQL step ``node``'s rows (each then carries
         its event time from the query's ``rowtime``: translators/sql.py)."""
-        return any(upstream_sql(n, self.graph) is node for n in runtime_steps(self.graph))
+        return any(any(s is node for s in upstream_sqls(n, self.graph)) for n in runtime_steps(self.graph))
 
     def lane(self, node: Node) -> bool:
         """Whether ``node`` runs as a lane of a fan-out's shared operator (translators/fanout.py)."""
@@ -171,6 +172,16 @@ class Plan:
         stateful operator) rather than the previous batch's."""
         return len(spark_stateful_operators(self.graph)) == 1
 
+    @property
+    def spark_counts_late_rows(self) -> bool:
+        """Whether the late rows Spark's stateful operators drop (``numRowsDroppedByWatermark``)
+        count in the job's late records: unless the job's one stateful operator is a native
+        window, which counts its late records itself (exactly, translators/windows.py) — a SQL
+        step's aggregation has only Spark's count (of aggregated rows, docs/sql.md)."""
+        if not self.late_rows_against_current_watermark:
+            return True
+        return isinstance(spark_stateful_operators(self.graph)[0], SqlNode)
+
     def drops_late_records(self, node: Node) -> bool:
         """Whether Ember drops and counts a native window's late records itself (Flink's rule)."""
         return isinstance(node, WindowNode) and native_window(node, self.graph) and self.late_rows_against_current_watermark
@@ -180,7 +191,6 @@ def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
     _check_chains(graph)
-    _check_sql(graph)
     fan = job_fan_out(graph)
     if fan is not None:
         sql = next((n for n in graph.nodes if isinstance(n, SqlNode)), None)
@@ -364,9 +374,8 @@ def _check_chains(graph: Graph) -> None:
     held to the same rule (each view's rows carry their time: translators/sql.py)."""
     for node in [*runtime_steps(graph), *(n for n in graph.nodes if isinstance(n, SqlNode))]:
         direct = upstream_steps(node, graph)
-        sql = upstream_sql(node, graph) if not isinstance(node, SqlNode) else None
-        if sql is not None:
-            direct = [*direct, sql]
+        if not isinstance(node, SqlNode):
+            direct = [*direct, *upstream_sqls(node, graph)]
         if len(direct) > 1 and not isinstance(node, SqlNode) and not _one_per_input(node, direct) \
                 and len(node.inputs) != 1:
             raise PipelineError(
@@ -403,37 +412,3 @@ def _one_per_input(node: Node, direct: list[Node]) -> bool:
         return False
     per_input = [{id(a) for a in direct if a is i or any(a is b for b in ancestors(i))} for i in node.inputs]
     return not per_input[0] & per_input[1] and len(per_input[0] | per_input[1]) == len(direct)
-
-
-def _reads_sql(node: Node) -> bool:
-    """Whether ``node`` is a SQL step or reads one."""
-    return isinstance(node, SqlNode) or any(isinstance(a, SqlNode) for a in ancestors(node))
-
-
-def _check_sql(graph: Graph) -> None:
-    """A SQL step reads stateless streams and keyed-runtime steps' outputs, and one-input
-    keyed-runtime steps may read its rows (each with its event time, from the query's
-    ``rowtime``: translators/sql.py), and so may another SQL step and a two-input step (on one
-    input); not yet: a two-input step reading SQL steps on both inputs, or a keyed step reading
-    a SQL step and other stateful steps."""
-    keyed = runtime_steps(graph)
-    for node in graph.nodes:
-        if not isinstance(node, SqlNode):
-            continue
-        for later in graph.nodes:
-            if later is node or not isinstance(later, STATEFUL) or not any(a is node for a in ancestors(later)):
-                continue
-            if isinstance(later, SqlNode):
-                continue  # its view's rowtime: the earlier query's (translators/sql.py)
-            problem = None
-            if not any(later is k for k in keyed):
-                problem = f"a {later.kind} step after a SQL step is not supported yet"
-            elif len(later.inputs) != 1 and sum(_reads_sql(i) for i in later.inputs) != 1:
-                problem = "a two-input step reading SQL steps on both inputs is not supported yet"
-            elif upstream_steps(later, graph) and upstream_sql(later, graph) is not None:
-                problem = "a keyed step reading a SQL step and other stateful steps is not supported yet"
-            if problem is not None:
-                raise PipelineError(
-                    f"the stateful step '{later.name}' comes after the SQL step '{node.name}'; {problem}: run that "
-                    "part as its own job", node.name,
-                )

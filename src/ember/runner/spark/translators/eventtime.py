@@ -30,13 +30,18 @@ DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time c
 
 
 def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str, *,
-                    column: str = TIME, shift_ms: int = 0, keys: tuple[str, ...] = ()) -> Any:
+                    column: str = TIME, shift_ms: int = 0, keys: tuple[str, ...] = (), barrier: str | None = None) -> Any:
     """``df`` with ``column`` (default ``__ember_time``) from the strategy's field and the
     watermark set on it. ``shift_ms`` moves the column and the delay alike (the watermark's
     value stays), which moves Spark's late-row rule: Spark drops ``column <= watermark``, so
     a shift of 2 ms drops exactly Flink's late records (``ts < max - bound - 1``). ``keys``:
     fields the end-of-input row fills (a join's keys: Spark filters rows with a null join
-    key before the watermark sees them)."""
+    key before the watermark sees them). ``barrier``: the name of an observed metric set
+    right after the watermark, which Spark's optimizer pushes no filter through — for rows
+    a user's query filters later (a SQL step's ``WHERE``): Spark would otherwise push a filter
+    that does not read the event-time column below the watermark, so the rows it drops would
+    not move the watermark, and a filter rejecting nulls would drop the end-of-input row
+    (the job's last windows and timers would never fire)."""
     assert time.timestamp_field is not None  # an event-time strategy names its field
     stamp = _timestamp(df, time.timestamp_field, step)
     if shift_ms:
@@ -49,6 +54,8 @@ def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: s
     df = df.withWatermark(column, f"{time.max_out_of_orderness_ms + shift_ms} milliseconds")
     if flush:
         df = df.filter(F.col(column) < F.timestamp_millis(F.lit(END_OF_TIME_MS)))
+    if barrier is not None:
+        df = df.observe(barrier, F.count(F.lit(1)).alias("rows"))
     return df
 
 

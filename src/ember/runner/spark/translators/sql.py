@@ -29,6 +29,8 @@ from ember.time.watermarks import TimeCharacteristic
 
 __all__: list[str] = []
 
+BARRIER_METRIC = "ember_watermark_barrier:"  # an observed metric no filter is pushed through (eventtime.py)
+
 
 @translates(SqlNode)
 def _sql(comp: Compilation, node: SqlNode) -> Frame:
@@ -50,7 +52,8 @@ def _sql(comp: Compilation, node: SqlNode) -> Frame:
             stamp = F.timestamp_millis(F.col(TIME)).alias(node.rowtime, metadata={DELAY_KEY: 0})
             df = up.df.select(*df.columns, stamp)
         elif up.time is not None and up.time.characteristic is TimeCharacteristic.EVENT_TIME:
-            df = with_event_time(comp, df, up.time, node.name, column=node.rowtime)
+            df = with_event_time(comp, df, up.time, node.name, column=node.rowtime,
+                                 barrier=f"{BARRIER_METRIC}{node.name}:{view}")  # (the query's filters stay above it)
         df.createOrReplaceTempView(view)
     try:
         result: Any = comp.spark.sql(node.query)

@@ -122,15 +122,18 @@ def _timed_like_steps(comp: Compilation, node: UnionNode, frames: list[Frame]) -
     stepped = next((f.df.columns for f in frames if TIME_OUT in f.df.columns), None)
     if stepped is None:
         return frames
+    anchored = any(ANCHOR in f.df.columns for f in frames)
     out = []
     for i, frame in enumerate(frames):
         if TIME_OUT in frame.df.columns:
+            if anchored and ANCHOR not in frame.df.columns:  # a SQL step's rows (translators/sql.py) beside a keyed step's
+                frame = Frame(frame.df.select("*", F.lit(None).cast("timestamp").alias(ANCHOR)), frame.time)
             out.append(frame)
             continue
         assert frame.time is not None  # the union's inputs share the stepped input's watermark strategy
         df, own_time = own_watermark(comp, frame.df, frame.time, node.name, f"__ember_watermark_of_input_{i}")
         columns = [F.col(c) for c in frame.df.columns] + [own_time, F.lit(False).alias(PRE)]
-        if ANCHOR in stepped:
+        if anchored:
             columns.append(F.lit(None).cast("timestamp").alias(ANCHOR))
         out.append(Frame(df.select(*columns), frame.time))
     return out
