@@ -68,26 +68,16 @@ class Windowed:
 
 def windows(batches: list[list[tuple]], bound_ms: int, kind: str, size: int, slide: int | None = None, *,
             in_batch: bool = False, keep: Callable[[tuple], bool] | None = None,
-            late_by_previous: bool = False, advance_on_kept: bool = False) -> Windowed:
+            late_by_previous: bool = False) -> Windowed:
     """Count and sum per key and window. ``kind``: tumbling (``size``), sliding (``size``,
     ``slide``) or session (``size`` = the gap). ``keep``: the records the window reads (a
     filter or a split upstream of it), while the watermark follows every record of the
     source, as the job's does. ``late_by_previous``: Spark's rule for an aggregation in a
     query with several stateful operators, not Flink's — a record is late when the watermark
     of the batch *before* its own closed all its windows (it may still join a window its own
-    batch's watermark closes). ``advance_on_kept`` (with ``in_batch`` and ``keep``): the
-    watermark advanced within a batch follows the records the window reads only (Ember's
-    operator sees no other), never past the next batch's."""
+    batch's watermark closes)."""
     result = Windowed()
     firing = _firing_watermarks(batches, bound_ms, in_batch)
-    if in_batch and advance_on_kept and keep is not None:
-        def advanced(k: int, wm: int | None) -> int | None:
-            kept = [r[0] for r in batches[k] if keep(r)]
-            candidate = max(kept) - bound_ms - 1 if kept else None
-            if candidate is None or candidate < 0 or (wm is not None and candidate <= wm):
-                return wm
-            return candidate
-        firing = [(wm, advanced(k, wm)) for k, (wm, _after) in enumerate(firing)]
     if late_by_previous:
         firing = [((firing[k - 1][0] if k else None), fire) for k, (_, fire) in enumerate(firing)]
     if keep is not None:

@@ -332,7 +332,6 @@ def mark_source_done(options: dict[str, str]) -> None:
 
 
 DONE_SUFFIX = ".done."  # <end-of-input marker>.done.<source step>: that source has read its last input
-END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z: the end-of-input row's event time (Flink's final watermark)
 
 
 def _done_marks(marker: str) -> list[str]:

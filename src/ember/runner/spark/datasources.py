@@ -34,7 +34,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from ember.errors import EmberError
 from ember.runner.spark.checkpoint import (
-    END_OF_TIME_MS,
     admission_bound,
     admission_stopped,
     fixed_origin,
@@ -46,6 +45,7 @@ from ember.runner.spark.keyed.reach import BATCH_ID_PROPERTY
 
 __all__ = ["register_sources", "END_OF_TIME_MS"]
 
+END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
 
 

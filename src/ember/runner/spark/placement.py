@@ -43,8 +43,6 @@ from ember.graph.nodes import (
     Node,
     ParseJsonNode,
     SideOutputNode,
-    SinkNode,
-    SourceNode,
     SqlNode,
     VectorizedProcessNode,
     WindowNode,
@@ -53,7 +51,7 @@ from ember.rolling import emits_per_record
 
 __all__ = ["APWS", "TWS", "CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join",
            "spark_keyed_operator", "spark_stateful_operators", "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql",
-           "upstream_sqls", "watermark_at_source"]
+           "upstream_sqls"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
 DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
@@ -189,19 +187,3 @@ def sql_beside_steps(graph: Graph) -> bool:
     ``applyInPandasWithState``, and runs it after a SQL step's aggregation."""
     return any(upstream_steps(n, graph) for n in graph.nodes if isinstance(n, SqlNode)) or any(
         upstream_sql(n, graph) is not None for n in runtime_steps(graph))
-
-
-def watermark_at_source(node: SourceNode, graph: Graph) -> bool:
-    """Whether the event-time source ``node`` gets the query's watermark where it is read, from
-    every record (Flink assigns it at the source): when a step that may drop or reshape
-    records (a filter, a ``flat_map``, a SQL step's ``WHERE``...) sits between it and a
-    stateful step, that step would otherwise compute the watermark from the records that
-    reach it only. A source read by stateful steps directly (through ``key_by``) keeps it
-    where the step reads — it is the same there, and such a source may pack its records
-    itself (source fusion)."""
-    time = node.watermark
-    if time is None or time.timestamp_field is None:
-        return False
-    readers = [n for n in graph.nodes if any(i is node for i in n.inputs)]
-    through = any(not isinstance(r, (KeyByNode, SinkNode, *STATEFUL)) for r in readers)
-    return through and any(isinstance(n, STATEFUL) and any(a is node for a in ancestors(n)) for n in graph.nodes)

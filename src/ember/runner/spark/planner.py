@@ -65,7 +65,6 @@ from ember.runner.spark.placement import (
     upstream_sql,
     upstream_sqls,
     upstream_steps,
-    watermark_at_source,
 )
 
 __all__ = ["Plan", "plan", "physical_notes", "job_fan_out"]
@@ -172,11 +171,6 @@ class Plan:
         (``spark.sql.streaming.statefulOperator.allowMultiple`` off: possible with one
         stateful operator) rather than the previous batch's."""
         return len(spark_stateful_operators(self.graph)) == 1
-
-    def watermark_at_source(self, node: Node) -> bool:
-        """Whether the event-time source ``node`` gets the query's watermark where it is read
-        (placement.watermark_at_source)."""
-        return isinstance(node, SourceNode) and watermark_at_source(node, self.graph)
 
     @property
     def spark_counts_late_rows(self) -> bool:

@@ -595,31 +595,3 @@ def test_a_checkpoint_with_progress_and_no_manifest_keeps_apply_in_pandas_with_s
     check_restart(ckpt, env.graph())  # writes the manifest it finds missing
     assert [o["spark operator"] for o in json.load(open(CheckpointLayout(ckpt).pipeline))["operators"]] == [APWS]
     assert checkpoint_keyed_operator(ckpt) == APWS
-
-
-def _source(env):
-    return next(n for n in env.graph().nodes if n.name == "events")
-
-
-def test_the_watermark_is_set_at_a_source_whose_records_a_step_may_drop_before_a_stateful_step(env, events):
-    events().filter("k = 'a'").key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="w").sink_to(CollectSink())
-    assert plan(env.graph()).watermark_at_source(_source(env))
-
-
-def test_a_source_read_by_its_stateful_step_directly_keeps_the_watermark_at_the_step(env, events):
-    events().key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="w").sink_to(CollectSink())
-    assert not plan(env.graph()).watermark_at_source(_source(env))
-
-
-def test_a_source_with_no_stateful_step_after_it_sets_no_watermark(env, events):
-    events().filter("k = 'a'").sink_to(CollectSink())
-    assert not plan(env.graph()).watermark_at_source(_source(env))
-
-
-def test_a_processing_time_source_sets_no_watermark(env):
-    from ember import WatermarkStrategy
-
-    src = env.from_source(ScriptedSource([[(1, "a")]], "ts bigint, k string"), WatermarkStrategy.processing_time(),
-                          name="events")
-    src.filter("k = 'a'").key_by("k").process(_Count(), "ts bigint, k string").sink_to(CollectSink())
-    assert not plan(env.graph()).watermark_at_source(_source(env))

@@ -2,10 +2,7 @@
 
 The stream's timestamp field becomes ``__ember_time`` and ``withWatermark`` is
 set on it right before the stateful step (a Python step upstream would drop
-Spark's watermark metadata) — or, for a source whose records reach the step
-through steps that may drop some (placement.watermark_at_source), at the source,
-from every record as Flink's, behind a barrier no filter is pushed through; the
-step then only marks its own column as the event time. When every source is bounded, an
+Spark's watermark metadata). When every source is bounded, an
 ``ember_end_of_input`` row is unioned in: once the sources have ended it moves
 the watermark to the end of time, so every window closes and every event-time
 timer fires (Flink's final watermark); a filter on the event-time column, which
@@ -20,18 +17,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ember.errors import PipelineError
-from ember.runner.spark.checkpoint import END_OF_TIME_MS
 from ember.runner.spark.compilation import Compilation
+from ember.runner.spark.datasources import END_OF_TIME_MS
 from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, TIME_OUT
 from ember.time.watermarks import WatermarkStrategy
 
 __all__ = ["TIME", "ANCHOR", "HIDDEN", "with_event_time", "own_watermark", "with_processing_time", "keep_late_rows",
-           "restore_anchor", "DELAY_KEY", "watermark_at_source"]
+           "restore_anchor", "DELAY_KEY"]
 
 TIME = TIME_OUT
 DELAY_KEY = "spark.watermarkDelayMs"  # Spark's marker of a query's event-time column
-SOURCE_TIME = "__ember_source_time"  # a source's event time, where the query's watermark is set at the source
-SOURCE_BARRIER = "ember_source_watermark:"  # the observed metric above it (no filter is pushed below the watermark)
 
 
 def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: str, *,
@@ -51,8 +46,6 @@ def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: s
     stamp = _timestamp(df, time.timestamp_field, step)
     if shift_ms:
         stamp = F.timestamp_millis(F.unix_millis(stamp) + F.lit(shift_ms))
-    if column != SOURCE_TIME and _watermarked(df):  # its source's rows set the query's watermark already
-        return df.withColumn(column, stamp.alias(column, metadata={DELAY_KEY: time.max_out_of_orderness_ms + shift_ms}))
     df = df.withColumn(column, stamp)
     flush = comp.bounded and comp.end_of_input_marker
     if flush:
@@ -64,21 +57,6 @@ def with_event_time(comp: Compilation, df: Any, time: WatermarkStrategy, step: s
     if barrier is not None:
         df = df.observe(barrier, F.count(F.lit(1)).alias("rows"))
     return df
-
-
-def watermark_at_source(comp: Compilation, df: Any, time: WatermarkStrategy, step: str) -> Any:
-    """The source ``step``'s rows with the query's watermark set on them, from every record
-    (Flink's, assigned at the source; placement.watermark_at_source), behind a barrier no
-    filter is pushed through; its time column dropped again. A stateful step downstream
-    marks its own time column as the event time (:func:`with_event_time`) and sets no
-    watermark of its own, so the records steps in between drop still move the watermark."""
-    marked = with_event_time(comp, df, time, step, column=SOURCE_TIME, barrier=f"{SOURCE_BARRIER}{step}")
-    return marked.drop(SOURCE_TIME)
-
-
-def _watermarked(df: Any) -> bool:
-    """Whether ``df``'s rows pass a watermark set at their source (:func:`watermark_at_source`)."""
-    return f"{SOURCE_BARRIER}" in df._jdf.queryExecution().logical().toString()
 
 
 def own_watermark(comp: Compilation, df: Any, time: WatermarkStrategy, step: str, mark: str,

@@ -30,15 +30,7 @@ def translate_source(comp: Compilation, node: SourceNode) -> Frame:
     builder = SOURCE_BUILDERS.get(type(node.source))
     if builder is None:
         raise PipelineError(f"the Spark runner has no reader for {type(node.source).__name__}", node.name)
-    frame = Frame(builder(comp, node, node.source), time=node.watermark)
-    time = node.watermark
-    if time is not None and time.timestamp_field in frame.df.columns and comp.plan.watermark_at_source(node):
-        # (a field decoded later, parse_json's, leaves the watermark where the stateful step reads)
-        from ember.runner.spark.translators.eventtime import watermark_at_source  # (eventtime reads datasources, which read these)
-
-        comp.frames[id(node)] = frame  # (the end-of-input row reads every source first: this one as read)
-        frame = Frame(watermark_at_source(comp, frame.df, time, node.name), time)
-    return frame
+    return Frame(builder(comp, node, node.source), time=node.watermark)
 
 
 # --------------------------------------------------------------------------- Spark's own
