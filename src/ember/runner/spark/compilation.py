@@ -88,6 +88,9 @@ class Compilation:
     count_rows: bool = False
     observations: dict[str, Any] | None = None  # a branch's observations by step, or None in the streaming query
     lanes: dict[int, Any] = field(default_factory=dict)  # a fan-out's lanes by step (translators/keyed.py: Lane)
+    # A lane's step whose own output is a view of its operator's rows (a join's projection of
+    # its pairs): that view, applied to the lane's rows after the split (branch_from).
+    lane_views: dict[int, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.plan is None:
@@ -151,6 +154,9 @@ class Compilation:
                 branch.frames[id(node)] = main_output(rows)
             else:
                 branch.frames[id(node)] = rows
+            view = self.lane_views.get(id(node))
+            if view is not None:
+                branch.frames[id(node)] = view(branch.frames[id(node)])
         return branch
 
     def frame(self, node: Node) -> Frame:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ember.errors import PipelineError
 from ember.graph.graph import STATEFUL, Graph, ancestors
 from ember.graph.nodes import (
+    BroadcastProcessNode,
     CoProcessNode,
     FilterNode,
     FlatMapNode,
@@ -35,7 +36,7 @@ from ember.graph.nodes import (
 )
 from ember.runner.spark.placement import CARRIES_TIME, dead_letters_of, runtime_steps, upstream_steps
 
-__all__ = ["FanOut", "Level", "LANE_STEPS", "SharedDeadLetters", "fan_out_of", "root_fan_out"]
+__all__ = ["FanOut", "Level", "LANE_STEPS", "SharedDeadLetters", "fan_out_of", "root_fan_out", "lane_input"]
 
 
 @dataclass(frozen=True)
@@ -188,14 +189,10 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
              root: bool = False, ignore: frozenset[int] = frozenset()) -> FanOut:
     """The fan-out of ``source``'s rows into ``lanes`` (and the pass-through lane with
     ``through``), checked: what the runner cannot run there is refused, naming the step."""
+    stem = _stem(graph, source, lanes, readers)
     for lane in lanes:
         if isinstance(lane, CoProcessNode | IntervalJoinNode):
-            raise PipelineError(
-                f"'{lane.name}' ({lane.kind}) is one of several steps reading '{source.name}'; a two-input step "
-                "there is not supported yet (its other input would have to join the shared operator): give "
-                f"'{source.name}' one reader, or run that part as its own job", lane.name,
-            )
-    stem = _stem(graph, source, lanes, readers)
+            _check_two_input_lane(lane, stem, source, root)
     what = f"'{source.name}'" if root else f"the stateful step '{source.name}'"
     instead = "in the path's map or in a function" if root else f"before '{source.name}', or into a function"
     paths = []
@@ -215,7 +212,7 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
     for node in graph.nodes:
         stateful = isinstance(node, (*STATEFUL, SourceNode))
         if stateful and node is not source and not any(node is a for a in ancestors(source)) \
-                and not any(node is lane for lane in every_lane):
+                and not any(node is lane for lane in every_lane) and not _feeds_a_two_input_lane(node, every_lane):
             raise PipelineError(
                 f"'{node.name}' ({node.kind}) is on a branch of its own beside the fan-out after '{source.name}'; "
                 f"a job that fans out after '{source.name}' reads it in every branch, yet: run that branch as "
@@ -256,6 +253,53 @@ def _one_reporter(lanes: tuple[Node, ...], paths: tuple[tuple[Node, ...], ...], 
                 "the rows, so a record it fails on would be a dead letter once for each: give each its own step, "
                 "or leave its dead letters out there (yet)", step.name,
             )
+
+
+def lane_input(lane: Node, stem: Node) -> int:
+    """Which input of the two-input step ``lane`` reads the fan-out's rows (from ``stem``):
+    its index; the other input comes from elsewhere (:func:`_check_two_input_lane`)."""
+    return next(i for i, up in enumerate(lane.inputs) if up is stem or any(a is stem for a in ancestors(up)))
+
+
+def _check_two_input_lane(lane: Node, stem: Node, source: Node, root: bool) -> None:
+    """A two-input step (co-process, broadcast state, a join on Ember's runtime) as a lane:
+    the fan-out's rows on one input — the keyed one of a broadcast step —, on the other a
+    stream of its own that passes no stateful step (its rows join the shared operator,
+    translators/fanout.py). Refuses anything else, naming the step."""
+    reading = [i for i, up in enumerate(lane.inputs) if up is stem or any(a is stem for a in ancestors(up))]
+    what = f"'{source.name}'" if root else f"the stateful step '{source.name}'"
+    if len(reading) != 1:
+        raise PipelineError(
+            f"'{lane.name}' ({lane.kind}) reads {what} on both inputs, and other steps read it too; a two-input "
+            "step in a fan-out reads it on one input only (yet): run that part as its own job", lane.name,
+        )
+    if isinstance(lane, BroadcastProcessNode) and reading[0] != 0:
+        raise PipelineError(
+            f"'{lane.name}' ({lane.kind}) reads {what} as its broadcast stream, and other steps read it too; "
+            "in a fan-out a broadcast step reads it on its keyed input only (yet): run that part as its own job",
+            lane.name,
+        )
+    other = lane.inputs[1 - reading[0]]
+    before = [a for a in (other, *ancestors(other)) if any(a is b for b in ancestors(stem))]
+    if before:
+        raise PipelineError(
+            f"'{lane.name}' ({lane.kind}) reads {what} on one input, with other steps, and '{before[0].name}' on "
+            f"the other, a step before the point where the job fans out after '{source.name}' (its rows would be "
+            "read twice): give it a stream of its own, or run that part as its own job", lane.name,
+        )
+    held = [a for a in (other, *ancestors(other)) if isinstance(a, STATEFUL)]
+    if held:
+        raise PipelineError(
+            f"'{lane.name}' ({lane.kind}) reads {what} on one input, with other steps, and the stateful step "
+            f"'{held[0].name}' on the other; a two-input step in a fan-out reads a stream of its own there (yet): "
+            "run that part as its own job", lane.name,
+        )
+
+
+def _feeds_a_two_input_lane(node: Node, lanes: list[Node]) -> bool:
+    """Whether ``node`` is on the other input of a two-input lane (its own source, say)."""
+    return any(isinstance(lane, CoProcessNode | IntervalJoinNode) and any(node is a for a in ancestors(lane))
+               for lane in lanes)
 
 
 def _check_branches(graph: Graph, stem: Node, source: Node) -> None:
@@ -301,6 +345,12 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
             j = next((j for j, lane in enumerate(previous) if lane is upstream), None)
             if j is None:
                 continue
+            if isinstance(node, CoProcessNode | IntervalJoinNode):
+                raise PipelineError(
+                    f"'{node.name}' ({node.kind}) reads '{upstream.name}', a keyed step after the fan-out after "
+                    f"'{source.name}'; a two-input step there is not supported yet (one reading '{source.name}' "
+                    "itself is): run that part as its own job", node.name,
+                )
             path = _between(graph, upstream, node)
             side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
             own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))

@@ -416,13 +416,34 @@ def test_a_lookup_join_on_one_branch_of_a_fan_out_at_the_source_is_that_lanes_ow
     assert fan.root and [[s.name for s in path if not isinstance(s, KeyByNode)] for path in fan.paths] == [["lookup"], []]
 
 
-def test_a_two_input_step_reading_a_source_read_by_a_keyed_step_is_refused_naming_it(env, events):
+def test_a_two_input_step_reading_a_source_read_by_a_keyed_step_is_a_lane_of_its_fan_out(env, events):
     src = events()
     src.key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink())
     other = env.from_source(ScriptedSource([[(1, "b")]], KEYED), name="other")
     src.connect(other).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="'co' .* is one of several steps reading 'events'; a two-input step"):
-        plan(env.graph())
+    p = plan(env.graph())
+    assert p.fan_out.root and [n.name for n in p.fan_out.lanes] == ["a", "co"]
+    assert p.lane_input(_node(p, "co")) == 0 and p.lane_input(_node(p, "a")) is None
+
+
+def test_a_two_input_lane_with_the_fanned_out_rows_on_its_second_input(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.sink_to(CollectSink(), name="raw")
+    other = env.from_source(ScriptedSource([[(1, "b")]], KEYED), name="other").filter("k <> 'x'", name="not-x")
+    other.connect(first).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
+    p = plan(env.graph())
+    assert [n.name for n in p.fan_out.lanes] == ["co"] and p.fan_out.through
+    assert p.lane_input(_node(p, "co")) == 1
+
+
+def test_a_two_input_step_reading_a_fanned_out_step_and_another_stateful_step_is_refused(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.sink_to(CollectSink(), name="raw")
+    counted = env.from_source(ScriptedSource([[(1, "b")]], KEYED), name="other").key_by("k").window(
+        TumblingEventTimeWindows.of(1000)).count(name="counted").select("window_start AS ts", "k")
+    first.connect(counted).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="the job's sinks .* split at 'first'; steps after the split"):
+        plan(env.graph())  # (a keyed step on each input: no lane — the split's refusal)
 
 
 def test_a_fan_outs_lanes_share_one_spark_operator_in_the_restart_manifest(env, events):
@@ -532,12 +553,13 @@ def test_a_two_input_step_reading_two_lanes_of_a_fan_out_is_refused(env, events)
         plan(env.graph())
 
 
-def test_a_two_input_step_as_one_of_several_readers_is_refused_naming_it(env, events):
+def test_a_two_input_lane_reading_a_step_before_the_fan_out_on_its_other_input_is_refused_naming_it(env, events):
     src = events()
     first = src.key_by("k").process(_Count(), KEYED, name="first")
     first.connect(src).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
     first.sink_to(CollectSink(), name="raw")
-    with pytest.raises(PipelineError, match="step 'both'.*one of several steps reading 'first'; a two-input step"):
+    with pytest.raises(PipelineError, match="step 'both'.*reads the stateful step 'first' on one input, with other steps, "
+                       "and 'events' on the other, a step before the point where the job fans out"):
         plan(env.graph())
 
 

@@ -30,7 +30,7 @@ from ember.runner.spark.keyed.runtime import HIDDEN, PRE, without_hidden
 from ember.runner.spark.keyed.windowjoin import window_join_function
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, own_watermark
-from ember.runner.spark.translators.keyed import BUCKET, bucket_of, keyed_input, keyed_operator
+from ember.runner.spark.translators.keyed import BUCKET, LaneInputs, bucket_of, keyed_input, keyed_operator
 from ember.runner.spark.translators.python_ops import output_struct, pair_records
 from ember.runner.spark.translators.transforms import check_paired_keys, column
 from ember.time.watermarks import TimeCharacteristic
@@ -98,16 +98,43 @@ def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]]
     check_paired_keys(node.name, ("first", structs[0], first_keys), ("second", structs[1], second_keys))
     event_time = _event_time(node, ups, what, required=timed_only)
     key_types = [structs[0][k].dataType for k in first_keys]
-    rows = []
-    for stream, (up, keys) in enumerate(zip(ups, (first_keys, second_keys)), start=1):
-        df, columns = _rows(comp, node, up, stream, keys, key_types, structs, event_time, stream)
-        rows.append(df.select(*columns))
-    union = rows[0].unionByName(rows[1])
     adapter = CoProcessAdapter(fn(structs), structs[0].names, structs[1].names)
     keys = tuple(key_column(i) for i in range(len(first_keys)))
+    paired_keys = (first_keys, second_keys)
+    fanned = comp.plan.lane_input(node)
+    if fanned is not None:  # a lane of a fan-out: the fanned-out input's rows are made there (translators/fanout.py)
+        other = 1 - fanned
+        df, columns = _rows(comp, node, ups[other], other + 1, paired_keys[other], key_types, structs, event_time, other + 1)
+        shape = _shape(comp, node, fanned + 1, [F.col(k) for k in paired_keys[fanned]], structs, event_time, fanned + 1)
+        inputs = LaneInputs(shape, df.select(*columns))
+        frame = keyed_operator(comp, node, Frame(inputs.other, ups[0].time), keys, adapter, out(structs), event_time,
+                               timed=event_time, dead_letter=read_dead_letters(comp, node), lane_inputs=inputs)
+        return frame, structs
+    rows = []
+    for stream, (up, keys_) in enumerate(zip(ups, paired_keys), start=1):
+        df, columns = _rows(comp, node, up, stream, keys_, key_types, structs, event_time, stream)
+        rows.append(df.select(*columns))
+    union = rows[0].unionByName(rows[1])
     frame = keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time,
                            dead_letter=read_dead_letters(comp, node))
     return frame, structs
+
+
+def _shape(comp: Compilation, node: Any, stream: int, keys: list[Any], structs: list[Any], event_time: bool,
+           input_value: int) -> tuple[tuple[str, Any], ...]:
+    """A lane's rows from the input that reads the fan-out (``stream``): the columns ``_rows``
+    gives such an input, as (name, expression) pairs over its records — which carry their
+    event time as ``TIME`` already (and ``PRE`` after a keyed step), set before the fan-out."""
+    shape = [(INPUT, F.lit(input_value))]
+    shape += [(key_column(i), key) for i, key in enumerate(keys)]
+    for other, struct in enumerate(structs, start=1):
+        for f in struct.fields:
+            shape.append((field_column(other, f.name), F.col(f.name) if other == stream else F.lit(None).cast(f.dataType)))
+    if event_time:
+        shape.append((TIME, F.col(TIME)))
+        if comp.plan.upstream_step(node) is not None:
+            shape.append((PRE, F.col(PRE)))
+    return tuple(shape)
 
 
 @translates(CoProcessNode)
@@ -164,18 +191,24 @@ def joined_pairs(comp: Compilation, node: Any, what: str, function: Callable[[Ca
 
     frame, structs = _connected(comp, node, what, make, flat_out, paired, timed_only)
     fields = [s.names for s in structs]
-    df = frame.df
-    hidden = [F.col(c) for c in df.columns if c in HIDDEN]
-    records = [
-        F.when(F.col(flag), F.struct(*[F.col(field_column(side, f)).alias(f) for f in names])).alias(label)
-        for side, (label, names, flag) in enumerate(zip(("left", "right"), fields, present), start=1)
-    ]
-    joined = df.select(*records, *hidden)
-    if exprs:
-        return Frame(joined.select(*[column(e) for e in exprs], *hidden), frame.time)
-    left, right = fields
-    renamed = [F.col(f"right.{f}").alias(f"right_{f}" if f in left else f) for f in right]
-    return Frame(joined.select(*[F.col(f"left.{f}").alias(f) for f in left], *renamed, *hidden), frame.time)
+
+    def view(frame: Frame) -> Frame:
+        df = frame.df
+        hidden = [F.col(c) for c in df.columns if c in HIDDEN]
+        records = [
+            F.when(F.col(flag), F.struct(*[F.col(field_column(side, f)).alias(f) for f in names])).alias(label)
+            for side, (label, names, flag) in enumerate(zip(("left", "right"), fields, present), start=1)
+        ]
+        joined = df.select(*records, *hidden)
+        if exprs:
+            return Frame(joined.select(*[column(e) for e in exprs], *hidden), frame.time)
+        left, right = fields
+        renamed = [F.col(f"right.{f}").alias(f"right_{f}" if f in left else f) for f in right]
+        return Frame(joined.select(*[F.col(f"left.{f}").alias(f) for f in left], *renamed, *hidden), frame.time)
+
+    if comp.plan.lane(node):  # its operator's rows reach the branches after the fan-out's split: the view goes there
+        comp.lane_views[id(node)] = view
+    return view(frame)
 
 
 @translates(BroadcastProcessNode)
@@ -192,15 +225,22 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
         row_keys = (ROW_KEY,)
         ups[0] = Frame(ups[0].df.withColumn(ROW_KEY, F.xxhash64(*[F.col(f) for f in structs[0].names])), ups[0].time)
     key_types = [ups[0].df.schema[k].dataType for k in row_keys]
-    df, columns = _rows(comp, node, ups[0], 1, row_keys, key_types, structs, event_time, KEYED_INPUT)
     keys = tuple(key_column(i) for i in range(len(row_keys)))
-    events = df.select(*columns, F.lit(False).alias(FIRST)).withColumn(BUCKET, bucket_of(keys, comp.buckets))
     df, columns = _rows(comp, node, ups[1], 2, (), key_types, structs, event_time, BROADCAST_INPUT)
     copies = df.select(*columns, F.explode(F.sequence(F.lit(0), F.lit(comp.buckets - 1))).alias(BUCKET))
     copies = copies.withColumn(FIRST, F.col(BUCKET) == 0)
-    union = events.unionByName(copies)
     fn = node.fn if node.keys else UnkeyedBroadcast(node.fn)
     adapter = BroadcastAdapter(fn, structs[0].names, structs[1].names, node.descriptors)
     out = output_struct(node.output_schema, None, node.name)
+    if comp.plan.lane_input(node) is not None:  # a lane of a fan-out, its keyed input the fanned-out rows (fanout.py)
+        key_exprs = [F.col(k) for k in node.keys] if node.keys else [F.xxhash64(*[F.col(f) for f in structs[0].names])]
+        shape = _shape(comp, node, 1, key_exprs, structs, event_time, KEYED_INPUT) + ((FIRST, F.lit(False)),)
+        inputs = LaneInputs(shape, copies, BUCKET)
+        return keyed_operator(comp, node, Frame(copies.drop(BUCKET), ups[0].time), keys, adapter, out, event_time,
+                              timed=event_time, tie_break=INPUT, dead_letter=read_dead_letters(comp, node),
+                              lane_inputs=inputs)
+    df, columns = _rows(comp, node, ups[0], 1, row_keys, key_types, structs, event_time, KEYED_INPUT)
+    events = df.select(*columns, F.lit(False).alias(FIRST)).withColumn(BUCKET, bucket_of(keys, comp.buckets))
+    union = events.unionByName(copies)
     return keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out, event_time, timed=event_time,
                           tie_break=INPUT, dead_letter=read_dead_letters(comp, node))

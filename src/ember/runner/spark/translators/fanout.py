@@ -144,9 +144,19 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     df = _filters(df, heads, reads, records, comp)
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
+    placed: list[str | None] = []  # per lane: a column placing some of its rows in a bucket of their own
     for i, (lane, tag, tail) in enumerate(zip(lanes, reads, tails)):
+        renamed = records[tag]
         if tail:  # the lane's own steps from its first that is no filter on: on its rows only
-            df, renamed = _lane_steps(comp, df, tail, LANE, i, records[tag], f"__ember_mapped0_{i}_")
+            df, renamed = _lane_steps(comp, df, tail, LANE, i, renamed, f"__ember_mapped0_{i}_")
+        if lane.inputs is not None:  # a two-input step: its rows from these records, and its other input's
+            df, lane_keys, lane_names, bucket = _two_input_lane(df, LANE, i, lane, renamed)
+            keys.append(lane_keys)
+            names.append(lane_names)
+            placed.append(bucket)
+            continue
+        placed.append(None)
+        if tail:
             keys.append(_key_columns(lane, renamed))
             names.append(renamed)
             continue
@@ -154,7 +164,7 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         names.append(None if tag is None else records[tag])
     through = T.StructType([f for f in base.df.schema.fields if f.name in through_columns]) if fan.through else None
     times = [comp.frames[id(lane)].time for lane in fan.lanes] + ([base.time] if fan.through else [])
-    level = _operator(comp, df, LANE, lanes, keys, names, through, event_time, fan.seeds, times, fan.levels, None)
+    level = _operator(comp, df, LANE, lanes, keys, names, through, event_time, fan.seeds, times, fan.levels, None, placed)
     for k, after in enumerate(fan.after, start=1):
         level = _next_level(comp, level, k, after, event_time, fan.levels)
     return level
@@ -201,16 +211,23 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
 
 def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: list[tuple[str, ...]],
               names: list[dict[str, str] | None], through: Any, event_time: bool, seeds: tuple[Node, ...],
-              times: list[Any], levels: tuple[tuple[Node, ...], ...], before: FannedOut | None) -> FannedOut:
+              times: list[Any], levels: tuple[tuple[Node, ...], ...], before: FannedOut | None,
+              placed: list[str | None] | None = None) -> FannedOut:
     """One shared operator on ``df`` (each row a copy for the lane in column ``lane``; the
     last lane the pass-through when ``through`` is its rows' type): state bucket per copy,
-    packing, the lanes' processors (``names``: a lane's columns renamed for it)."""
+    packing, the lanes' processors (``names``: a lane's columns renamed for it; ``placed``: per
+    lane, a column that gives a row its bucket where it is not null — a broadcast stream's
+    copies, one per bucket — or None)."""
     n = len(lanes)
     # The pass-through lane keeps no state: its rows go in one group per input partition.
     buckets = comp.buckets
     bucket = F.lit(n * buckets) + F.pmod(F.spark_partition_id(), F.lit(buckets))
     for i in reversed(range(n)):
-        bucket = F.when(F.col(lane) == F.lit(i), F.lit(i * buckets) + bucket_of(keys[i], buckets)).otherwise(bucket)
+        own = bucket_of(keys[i], buckets)
+        column_ = placed[i] if placed is not None else None
+        if column_ is not None:
+            own = F.coalesce(F.col(column_), own)
+        bucket = F.when(F.col(lane) == F.lit(i), F.lit(i * buckets) + own).otherwise(bucket)
     df = df.withColumn(BUCKET, bucket.cast("int"))
     if event_time:
         df = restore_anchor(df)
@@ -247,6 +264,28 @@ def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: lis
     every = tuple(node for level in levels for node in level)
     return FannedOut(Frame(result, times[0]), lane, seeds, tuple(tuple(c) for c in outputs), tuple(times), through,
                      every, before)
+
+
+def _two_input_lane(df: Any, lane: str, i: int, parts: Any, records: dict[str, str]) -> tuple[Any, tuple[str, ...], dict[str, str], str | None]:
+    """Lane ``i``, a two-input step (translators/coprocess.py: ``parts.inputs``), on ``df``:
+    its copies' rows in the step's shape, in columns of the lane's own (``records``: the
+    columns holding the records it reads -> their fields), and its other input's rows added
+    as rows of this lane only. Returns the frame, the lane's key columns, its columns -> the
+    step's names, and the column placing the other input's rows in buckets (or None)."""
+    prefix = f"__ember_in{i}_"
+    inputs = parts.inputs
+    named = _named(df, records, True)
+    for name, expr in inputs.shape:
+        named = named.withColumn(prefix + name, F.when(F.col(lane) == F.lit(i), expr))
+    df = _named(named, records, False)
+    other = [F.lit(i).cast("int").alias(lane), *[F.col(name).alias(prefix + name) for name, _ in inputs.shape]]
+    bucket = None
+    if inputs.bucket is not None:
+        bucket = prefix + BUCKET
+        other.append(F.col(inputs.bucket).cast("int").alias(bucket))
+        df = df.withColumn(bucket, F.lit(None).cast("int"))
+    df = df.unionByName(inputs.other.select(*other), allowMissingColumns=True)
+    return df, tuple(prefix + k for k in parts.keys), {prefix + name: name for name, _ in inputs.shape}, bucket
 
 
 def _renamed(run: Any, names: dict[str, str]) -> Any:

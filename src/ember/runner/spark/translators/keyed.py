@@ -69,6 +69,21 @@ class Lane:
     event_time: bool
     timeout: Any
     processor: Any
+    inputs: "LaneInputs | None" = None  # a two-input step's: its rows' shape and its other input
+
+
+@dataclass(frozen=True)
+class LaneInputs:
+    """A two-input step run as a lane (translators/coprocess.py): ``shape``, the columns of
+    its rows — (name, expression) pairs computing them from a record of the input that reads
+    the fan-out (its fields under their names, its event time as ``TIME`` beside them);
+    ``other``, its other input's rows in that shape, their watermark set; ``bucket``, a column
+    of ``other`` that gives each of its rows a state bucket (a broadcast stream's copies), or
+    None: the keys do."""
+
+    shape: tuple[tuple[str, Any], ...]
+    other: Any
+    bucket: str | None = None
 
 
 def keyed_input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
@@ -125,6 +140,7 @@ def keyed_operator(
     timed: bool = False,
     tie_break: str | None = None,
     dead_letter: str | None = None,
+    lane_inputs: LaneInputs | None = None,
 ) -> Frame:
     """``fn`` (a KeyedProcessFunction) on ``up`` grouped into state buckets by ``keys``.
 
@@ -134,7 +150,8 @@ def keyed_operator(
     time in ms as ``TIME`` and the query its watermark (two connected streams, each with
     its own watermark: translators/coprocess.py); then a ``BUCKET`` column in ``up`` chooses
     each row's state bucket. ``tie_break``: a column ordering a key's rows of equal event
-    time (or, without event time, all of a bucket's rows)."""
+    time (or, without event time, all of a bucket's rows). ``lane_inputs``: a two-input
+    step's, when it runs as a lane of a fan-out (``up`` then holds its other input's rows)."""
     fields = _fields(up)
     emit_time = event_time and comp.plan.read_by_step(node)
     advance_ms = _advance_ms(comp, node, up, event_time)
@@ -172,21 +189,21 @@ def keyed_operator(
         timeout = GroupStateTimeout.NoTimeout
         bucket_fn.group_timeout = False
     result = _run_keyed(comp, node, up, keys, event_time, bucket_fn, schema, "blob binary", timeout, processor,
-                        partials, timed)
+                        partials, timed, lane_inputs)
     return Frame(result if emit_time else _visible(result), up.time)
 
 
 def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], event_time: bool, bucket_fn: Any,
                schema: T.StructType, state_type: str, timeout: Any, processor: Any, partials: Any = None,
-               timed: bool = False) -> Any:
+               timed: bool = False, lane_inputs: LaneInputs | None = None) -> Any:
     """The keyed step's output rows: its input grouped by state bucket into its Spark operator —
     or, for a lane of a fan-out (fan_out_plan.FanOut), its parts kept for the one operator all
     lanes share (translators/fanout.py), and an empty frame of its output's shape."""
     comp.key_types[node.name] = [up.df.schema[k].dataType.simpleString() for k in keys]  # savepoints place new keys
     if comp.plan.lane(node):
-        if partials is not None or timed:
-            raise PipelineError("a pre-aggregating or two-input step cannot be a lane of a fan-out yet", node.name)
-        comp.lanes[id(node)] = Lane(node, keys, bucket_fn, schema, event_time, timeout, processor)
+        if partials is not None or (timed and lane_inputs is None):
+            raise PipelineError("a pre-aggregating step cannot be a lane of a fan-out yet", node.name)
+        comp.lanes[id(node)] = Lane(node, keys, bucket_fn, schema, event_time, timeout, processor, lane_inputs)
         return comp.spark.createDataFrame([], schema)
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
     return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor)

@@ -1,0 +1,140 @@
+"""Two-input steps as lanes of a fan-out (issue 17): a keyed step read by a sink *and* by a
+broadcast-state or co-process step whose other input comes from its own source. The lane runs
+in the fan-out's shared operator (translators/fanout.py), the other input's rows joining it
+there; results are checked against the model (tests/flink_model.py) as for the same steps in
+a chain, and the sink reading the keyed step gets its rows unchanged."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import flink_model as model
+import pytest
+from test_broadcast import EVENTS, LIMITS, OUT, RULES, RuleCheck
+from test_broadcast import _streams as broadcast_streams
+from test_chains import Dedupe, _distinct, _label
+from test_connect import SCHEMA, Thresholds
+from test_connect import _streams as connect_streams
+
+from ember import CollectSink, ScriptedSource, WatermarkStrategy
+from ember.savepoints import create_savepoint
+
+pytestmark = pytest.mark.spark
+
+BOUND_MS, EXPIRY_MS = 1_000, 3_000
+STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND_MS), "ts")
+
+
+def test_a_dedupe_read_by_a_broadcast_step_and_a_sink(env, tmp_path):
+    """And a savepoint reads each step's state as its own: the lane's broadcast state, the
+    dedupe's keys."""
+    events, rules = broadcast_streams(7)
+    with_duplicates = [b + b[:3] for b in events]
+    distinct = _distinct(with_duplicates)
+    a = env.from_source(ScriptedSource(with_duplicates, EVENTS), STRATEGY, name="events")
+    b = env.from_source(ScriptedSource(rules, RULES), STRATEGY, name="rules")
+    checks, raw = CollectSink(), CollectSink()
+    deduped = a.key_by("k", "ts", "v").process(Dedupe(), EVENTS, name="dedupe")
+    deduped.key_by("k").connect(b.broadcast(LIMITS)).process(RuleCheck(), OUT, name="check").sink_to(checks)
+    deduped.sink_to(raw, name="raw")
+    env.execute("dedupe-rules-lane", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["name"], r["ts"], r["n"])
+                  for bt in checks.batches for r in bt.rows), key=repr)
+    expected = sorted(model.broadcast_rules(distinct, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert {e[1] for e in expected} == {"rule", "alert", "summary"}
+    assert got == expected
+    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+
+    point = create_savepoint(os.path.join(env.config.checkpoint_dir, "dedupe-rules-lane"), root=str(tmp_path / "sp"))
+    assert [(op["name"], op.get("lane")) for op in point.operators] == [("dedupe", None), ("check", 0)]
+    seen = point.read_state("dedupe", env.spark)
+    assert sorted(seen[["ts", "k", "v"]].itertuples(index=False, name=None)) == sorted(r for b in distinct for r in b)
+    limits: dict[str, int] = {}
+    for batch in rules:
+        for _ts, name, limit in sorted(batch):
+            if name != "reset":
+                limits.pop(name, None) if limit < 0 else limits.__setitem__(name, limit)
+    assert point.read_broadcast_state("check", env.spark) == {"limits": limits} and limits
+    assert point.read_state("check", env.spark).empty  # every summary timer fired at the end
+
+
+class RulesFirst(Thresholds):
+    """Thresholds with the rules on the first input and the events on the second."""
+
+    def process_element1(self, rule, ctx):
+        return super().process_element2(rule, ctx)
+
+    def process_element2(self, event, ctx):
+        return super().process_element1(event, ctx)
+
+
+@pytest.mark.parametrize("events_on", ["first", pytest.param("second", marks=pytest.mark.slow)])
+def test_a_dedupe_read_by_a_co_process_step_and_a_sink(env, events_on):
+    """The deduped events on either input of the co-process step, rules from their own source
+    on the other: alerts and expiries in the batches the model says on the distinct events."""
+    events, rules = connect_streams(5)
+    with_duplicates = [b + b[:2] for b in events]
+    distinct = _distinct(with_duplicates)
+    a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
+    b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
+    alerts, raw = CollectSink(), CollectSink()
+    deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    connected = deduped.connect(b) if events_on == "first" else b.connect(deduped)
+    connected.key_by("k", "k").process(Thresholds() if events_on == "first" else RulesFirst(),
+                                       "what string, k string, ts bigint", name="thresholds").sink_to(alerts)
+    deduped.sink_to(raw, name="raw")
+    env.execute(f"dedupe-thresholds-lane-{events_on}", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in alerts.batches for r in bt.rows),
+                 key=repr)
+    expected = sorted(model.thresholds(distinct, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert expected != sorted(model.thresholds(with_duplicates, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
+    assert got == expected
+    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+
+
+def test_a_dedupe_read_by_an_interval_join_and_a_sink(env):
+    """The join on Ember's keyed runtime (another stateful step is in the job): the pairs in
+    the batches the model says on the distinct records, and their late records counted."""
+    left = model.random_batches(1, keys="ab")
+    right = model.random_batches(101, keys="ab")
+    for side in (left, right):
+        side[0] = [(2_000, "a", 5), *side[0]]
+    with_duplicates = [b + b[:2] for b in left]
+    distinct = _distinct(with_duplicates)
+    pairs, raw = CollectSink(), CollectSink()
+    a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="left")
+    b = env.from_source(ScriptedSource(right, SCHEMA), STRATEGY, name="right")
+    deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    (deduped.key_by("k").interval_join(b.key_by("k"), name="joined")
+     .between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
+     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(pairs))
+    deduped.sink_to(raw, name="raw")
+    result = env.execute("dedupe-join-lane", progress=False)
+    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in pairs.batches for r in bt.rows),
+                  key=repr)
+    expected = model.interval_join(distinct, right, BOUND_MS, -1_500, 2_000)
+    assert expected.late > 0 and len(expected.pairs) > 5
+    assert rows == sorted(expected.pairs, key=repr)
+    assert result.late_dropped == expected.late
+    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+
+
+def test_a_source_read_by_a_co_process_step_and_a_sink(env):
+    """The stream parts before any keyed step (a root fan-out): its rows get their event time
+    once, at the stem, and the co-process lane equals the model on the source's events."""
+    events, rules = connect_streams(6)
+    a = env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events")
+    b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
+    alerts, raw = CollectSink(), CollectSink()
+    a.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
+                                          name="thresholds").sink_to(alerts)
+    a.sink_to(raw, name="raw")
+    env.execute("source-thresholds-lane", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in alerts.batches for r in bt.rows),
+                 key=repr)
+    expected = sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS), key=repr)
+    assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
+    assert got == expected
+    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in events for r in b)
