@@ -13,11 +13,11 @@ import flink_model as model
 import pytest
 from test_broadcast import EVENTS, LIMITS, OUT, RULES, RuleCheck
 from test_broadcast import _streams as broadcast_streams
-from test_chains import Dedupe, _distinct, _label
+from test_chains import CountSum, Dedupe, _distinct, _label
 from test_connect import SCHEMA, Thresholds
 from test_connect import _streams as connect_streams
 
-from ember import CollectSink, ScriptedSource, WatermarkStrategy
+from ember import CollectSink, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
 from ember.savepoints import create_savepoint
 
 pytestmark = pytest.mark.spark
@@ -138,3 +138,31 @@ def test_a_source_read_by_a_co_process_step_and_a_sink(env):
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
     assert got == expected
     assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in events for r in b)
+
+
+def test_a_co_process_step_reading_a_window_lane_after_a_dedupe(env):
+    """A second level: the dedupe is read by a raw sink and a window (the first level's lane),
+    whose results are a co-process step's first input (a lane of the next level), rules from
+    their own source its second: alerts and expiries in the batches the model says."""
+    events, rules = connect_streams(3, batches=10)
+    with_duplicates = [b + b[:2] for b in events]
+    distinct = _distinct(with_duplicates)
+    size = 1_000
+    a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
+    b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
+    alerts, raw = CollectSink(), CollectSink()
+    deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    deduped.sink_to(raw, name="raw")
+    results = (deduped.key_by("k").window(TumblingEventTimeWindows.of(size))
+               .aggregate(CountSum(), output_schema="n bigint, v bigint", name="sums")
+               .map(lambda r: {"ts": r["window_end"] - 1, "k": r["k"], "v": r["v"]}, SCHEMA, name="as-events"))
+    results.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
+                                                name="thresholds").sink_to(alerts)
+    env.execute("dedupe-window-thresholds-lanes", progress=False)
+    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in alerts.batches for r in bt.rows),
+                 key=repr)
+    ahead = model.tumbling_sums(distinct, BOUND_MS, size, model.two_input_watermarks(distinct, rules, BOUND_MS, after_last=True))
+    expected = sorted(model.thresholds(distinct, rules, BOUND_MS, EXPIRY_MS, ahead=ahead), key=repr)
+    assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
+    assert got == expected
+    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)

@@ -346,11 +346,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
             if j is None:
                 continue
             if isinstance(node, CoProcessNode | IntervalJoinNode):
-                raise PipelineError(
-                    f"'{node.name}' ({node.kind}) reads '{upstream.name}', a keyed step after the fan-out after "
-                    f"'{source.name}'; a two-input step there is not supported yet (one reading '{source.name}' "
-                    "itself is): run that part as its own job", node.name,
-                )
+                _check_two_input_lane(node, upstream, upstream, False)
             path = _between(graph, upstream, node)
             side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
             own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))

@@ -189,6 +189,7 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
     df = rows.withColumn(lane, F.explode(F.concat(*copies, F.array(F.lit(n)))))
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
+    placed: list[str | None] = []
     for i, (node, (j, tag), own) in enumerate(zip(lanes, after.reads, after.steps or [()] * n)):
         fields = before.columns[j]
         if tag is None:
@@ -201,12 +202,19 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
             visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
             df, records = _lane_steps(comp, df, own, lane, i, visible, f"__ember_mapped{k}_{i}_")
             renamed = {**records, **hidden}
+        if node.inputs is not None:  # a two-input step: its rows from these records, and its other input's
+            df, lane_keys, lane_names, bucket = _two_input_lane(df, lane, i, node, renamed, f"__ember_in{k}_{i}_")
+            keys.append(lane_keys)
+            names.append(lane_names)
+            placed.append(bucket)
+            continue
+        placed.append(None)
         keys.append(_key_columns(node, renamed))
         names.append(renamed)
     through = T.StructType([f for f in rows.schema.fields if f.name != ANCHOR])
     seeds = after.lanes + (before.seeds[0],)  # the last seed stands for the level before (its rows)
     times = [comp.frames[id(node)].time for node in after.lanes] + [None]
-    return _operator(comp, df, lane, lanes, keys, names, through, event_time, seeds, times, levels, before)
+    return _operator(comp, df, lane, lanes, keys, names, through, event_time, seeds, times, levels, before, placed)
 
 
 def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: list[tuple[str, ...]],
@@ -266,13 +274,14 @@ def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: lis
                      every, before)
 
 
-def _two_input_lane(df: Any, lane: str, i: int, parts: Any, records: dict[str, str]) -> tuple[Any, tuple[str, ...], dict[str, str], str | None]:
+def _two_input_lane(df: Any, lane: str, i: int, parts: Any, records: dict[str, str],
+                    prefix: str | None = None) -> tuple[Any, tuple[str, ...], dict[str, str], str | None]:
     """Lane ``i``, a two-input step (translators/coprocess.py: ``parts.inputs``), on ``df``:
     its copies' rows in the step's shape, in columns of the lane's own (``records``: the
     columns holding the records it reads -> their fields), and its other input's rows added
     as rows of this lane only. Returns the frame, the lane's key columns, its columns -> the
     step's names, and the column placing the other input's rows in buckets (or None)."""
-    prefix = f"__ember_in{i}_"
+    prefix = prefix or f"__ember_in0_{i}_"
     inputs = parts.inputs
     named = _named(df, records, True)
     for name, expr in inputs.shape:
