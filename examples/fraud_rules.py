@@ -11,7 +11,9 @@ timestamp (in the micro-batch it arrives in, records go in timestamp order, a ru
 
 Payments arrive at least once (an upstream retries): a keyed ``process`` step before the check
 forwards each payment's first delivery only, for a minute of event time. The broadcast step
-reads that stateful step's output as any chained step does (docs/design/dataflow.md).
+reads that stateful step's output as any chained step does (docs/design/dataflow.md), and an
+audit sink reads it too: the broadcast step then runs as a lane of the fan-out after the
+dedupe, the rules joining it there.
 
     python examples/fraud_rules.py
 """
@@ -100,26 +102,30 @@ class FraudCheck(KeyedBroadcastProcessFunction):
         self.recent.clear()
 
 
-def run() -> CollectSink:
+def run() -> tuple[CollectSink, CollectSink]:
+    """The job's alerts and its audit trail (each payment once)."""
     root = tempfile.mkdtemp(prefix="ember-fraud-")
     try:
         env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2)
         bound = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts")
         payments = env.from_source(ScriptedSource(PAYMENTS, PAYMENT_SCHEMA), bound, name="payments")
         rules = env.from_source(ScriptedSource(RULES, RULE_SCHEMA), bound, name="rules")
-        alerts = CollectSink()
-        (payments.key_by("account", "ts").process(FirstDelivery(), PAYMENT_SCHEMA, name="first-delivery")
-         .key_by("account").connect(rules.broadcast(RULE_BOOK))
+        alerts, audit = CollectSink(), CollectSink()
+        once = payments.key_by("account", "ts").process(FirstDelivery(), PAYMENT_SCHEMA, name="first-delivery")
+        (once.key_by("account").connect(rules.broadcast(RULE_BOOK))
          .process(FraudCheck(), ALERT_SCHEMA, name="fraud-check")
          .sink_to(alerts))
+        once.sink_to(audit, name="audit")
         env.execute("fraud-rules", progress=False)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return alerts
+    return alerts, audit
 
 
 def main() -> int:
-    alerts = run()
+    alerts, audit = run()
+    delivered = sum(len(b) for b in PAYMENTS)
+    print(f"audit: {len(audit.rows())} payments of {delivered} deliveries (each payment once)")
     print("alerts (payments checked against rules that change at run time, broadcast state):")
     for b in alerts.batches:
         for r in sorted(b.rows, key=lambda r: (r["ts"], r["account"])):

@@ -208,8 +208,13 @@ def test_processing_time_rules_go_before_the_batch_events(env):
 
 def test_fraud_rules_example(spark, load_example):
     """The example's alerts, worked out by hand in its rules' comments; the payment delivered
-    twice counts once (the dedupe before the broadcast step)."""
-    alerts = load_example("fraud_rules").run()
+    twice counts once (the dedupe before the broadcast step), and the audit sink beside the
+    broadcast step gets every payment once."""
+    example = load_example("fraud_rules")
+    alerts, audit = example.run()
+    once = sorted({r for b in example.PAYMENTS for r in b})
+    assert len(once) < sum(map(len, example.PAYMENTS))
+    assert sorted((r["ts"], r["account"], r["amount"], r["country"]) for r in audit.rows()) == once
     got = sorted((b.batch_id, r["account"], r["ts"], r["rule"], r["detail"]) for b in alerts.batches for r in b.rows)
     assert got == [(0, "acc-2", 1_500, "big", "amount 2500 > 2000"), (1, "acc-1", 3_300, "burst3", "4 payments within 10 s"),
                    (2, "acc-1", 6_000, "burst3", "5 payments within 10 s"),
