@@ -433,10 +433,13 @@ class Joined:
     late: int = 0
 
 
-def interval_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int, lower: int, upper: int) -> Joined:
+def interval_join(left: list[list[tuple]], right: list[list[tuple]], bound_ms: int, lower: int, upper: int, *,
+                  watermarks: list[int | None] | None = None) -> Joined:
+    """``watermarks``: the join's watermark before each batch, when both sides come from one
+    source (its ``least_watermarks``); by default each side is a source of its own."""
     out = Joined()
     kept: list[list[tuple]] = [[], []]  # (batch, ts, key, v) of records that are not late
-    for k, wm in enumerate(two_input_watermarks(left, right, bound_ms)):
+    for k, wm in enumerate(watermarks if watermarks is not None else two_input_watermarks(left, right, bound_ms)):
         for side, batches in enumerate((left, right)):
             batch = batches[k] if k < len(batches) else []
             for ts, key, v in batch:

@@ -166,3 +166,38 @@ def test_a_co_process_step_reading_a_window_lane_after_a_dedupe(env):
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
     assert got == expected
     assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+
+
+@pytest.mark.parametrize("raw_sink", [True, pytest.param(False, marks=pytest.mark.slow)])
+def test_one_dedupe_on_both_inputs_of_an_interval_join(env, raw_sink):
+    """Impressions and clicks of one stream, deduped once, joined: the join reads the dedupe on
+    both inputs, each through a filter of its own — one lane of the dedupe's fan-out with two
+    copies of a row, one per input (before, the dedupe ran twice, once per input, each copy
+    with state of its own). Pairs and late records as the model says with the one source's
+    watermark; beside a raw sink or alone."""
+    events = model.random_batches(2, keys="ab")
+    events[0] = [(2_000, "a", 5), *events[0]]
+    with_duplicates = [b + b[:2] for b in events]
+    distinct = _distinct(with_duplicates)
+    left = [[r for r in b if r[2] % 2] for b in distinct]
+    right = [[r for r in b if not r[2] % 2] for b in distinct]
+    pairs, raw = CollectSink(), CollectSink()
+    a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
+    deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    odd = deduped.filter("v % 2 = 1", name="odd").key_by("k")
+    even = deduped.filter("v % 2 = 0", name="even").key_by("k")
+    (odd.interval_join(even, name="joined").between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
+     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(pairs))
+    if raw_sink:
+        deduped.sink_to(raw, name="raw")
+    result = env.execute(f"dedupe-self-join-{raw_sink}", progress=False)
+    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in pairs.batches for r in bt.rows),
+                  key=repr)
+    expected = model.interval_join(left, right, BOUND_MS, -1_500, 2_000,
+                                   watermarks=model.least_watermarks([distinct], BOUND_MS))
+    assert len(expected.pairs) > 5 and expected.late > 0
+    assert rows == sorted(expected.pairs, key=repr)
+    assert result.late_dropped == expected.late
+    if raw_sink:
+        assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+    assert len(os.listdir(os.path.join(env.config.checkpoint_dir, f"dedupe-self-join-{raw_sink}", "state"))) == 2

@@ -36,7 +36,7 @@ from ember.graph.nodes import (
 )
 from ember.runner.spark.placement import CARRIES_TIME, dead_letters_of, runtime_steps, upstream_steps
 
-__all__ = ["FanOut", "Level", "LANE_STEPS", "SharedDeadLetters", "fan_out_of", "root_fan_out", "lane_input"]
+__all__ = ["FanOut", "Level", "LANE_STEPS", "SharedDeadLetters", "fan_out_of", "root_fan_out", "lane_inputs"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,9 @@ class FanOut:
     # The dead-letter outputs of steps on the lanes' own paths: they leave the query beside it
     # (planner.py, spool.py), each read by sinks through stateless steps only.
     detours: tuple[SideOutputNode, ...] = ()
+    # Two-input lanes reading the stem on both inputs: (the lane's index, the steps its second
+    # input reads through, as ``paths``; ``paths`` holds its first input's).
+    second: tuple[tuple[int, tuple[Node, ...]], ...] = ()
 
     @property
     def seeds(self) -> tuple[Node, ...]:
@@ -142,7 +145,7 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
                     reached.add(id(reader))
                     stack.append(reader)
         through = any(id(s) in reached for s in graph.sinks)
-        if len(lanes) > 1 or through:
+        if len(lanes) > 1 or through or any(_reads_twice(n, source) for n in lanes):
             candidates.append((source, lanes, through))
     if not candidates:
         return None
@@ -196,17 +199,22 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
     what = f"'{source.name}'" if root else f"the stateful step '{source.name}'"
     instead = "in the path's map or in a function" if root else f"before '{source.name}', or into a function"
     paths = []
-    for lane in lanes:
-        path = _between(graph, stem, lane)
-        side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
-        for step in path[1:] if side else path:
-            if not _on_a_lanes_path(step, graph, ignore):
-                raise PipelineError(
-                    f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
-                    f"one of several steps reading '{source.name}'; after the point where they part {_ALLOWED}: "
-                    f"let every reader share it (one step before they part), or do it {instead}", step.name,
-                )
-        paths.append(path)
+    second = []
+    for i, lane in enumerate(lanes):
+        twice = _reads_twice(lane, stem) and len(lane_inputs(lane, stem)) == 2
+        lane_paths = [_input_path(graph, stem, lane, k) for k in (0, 1)] if twice else [_between(graph, stem, lane)]
+        for path in lane_paths:
+            side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
+            for step in path[1:] if side else path:
+                if not _on_a_lanes_path(step, graph, ignore):
+                    raise PipelineError(
+                        f"'{step.name}' ({step.kind}) sits between {what} and '{lane.name}', "
+                        f"one of the steps reading '{source.name}'; after the point where they part {_ALLOWED}: "
+                        f"let every reader share it (one step before they part), or do it {instead}", step.name,
+                    )
+        paths.append(lane_paths[0])
+        if twice:
+            second.append((i, lane_paths[1]))
     after = _levels(graph, source, lanes, ignore)
     every_lane = [lane for level in (lanes, *(lv.lanes for lv in after)) for lane in level]
     for node in graph.nodes:
@@ -225,12 +233,13 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
                 "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
             )
     _check_branches(graph, stem, source)
-    levels = [(lanes, tuple(paths)), *((level.lanes, level.steps) for level in after)]
+    first_level = (lanes + tuple(lanes[i] for i, _ in second), tuple(paths) + tuple(p for _, p in second))
+    levels = [first_level, *((level.lanes, level.steps) for level in after)]
     for level_lanes, level_paths in levels:
         _one_reporter(level_lanes, level_paths, graph)
     steps = {id(s): s for _, level_paths in levels for path in level_paths for s in path}
     detours = tuple(o for s in steps.values() for o in _dead_letter_outputs(s, graph))
-    return FanOut(source, lanes, tuple(paths), through, stem, after, root, detours)
+    return FanOut(source, lanes, tuple(paths), through, stem, after, root, detours, tuple(second))
 
 
 class SharedDeadLetters(PipelineError):
@@ -255,24 +264,42 @@ def _one_reporter(lanes: tuple[Node, ...], paths: tuple[tuple[Node, ...], ...], 
             )
 
 
-def lane_input(lane: Node, stem: Node) -> int:
-    """Which input of the two-input step ``lane`` reads the fan-out's rows (from ``stem``):
-    its index; the other input comes from elsewhere (:func:`_check_two_input_lane`)."""
-    return next(i for i, up in enumerate(lane.inputs) if up is stem or any(a is stem for a in ancestors(up)))
+def lane_inputs(lane: Node, stem: Node) -> tuple[int, ...]:
+    """Which inputs of the two-input step ``lane`` read the fan-out's rows (from ``stem``):
+    one — the other comes from elsewhere — or both (:func:`_check_two_input_lane`)."""
+    return tuple(i for i, up in enumerate(lane.inputs) if up is stem or any(a is stem for a in ancestors(up)))
 
 
-def _check_two_input_lane(lane: Node, stem: Node, source: Node, root: bool) -> None:
+def _reads_twice(node: Node, source: Node) -> bool:
+    """Whether ``node`` is a two-input step reading ``source``'s rows on both inputs."""
+    return isinstance(node, CoProcessNode | IntervalJoinNode) and len(node.inputs) == 2 and all(
+        up is source or any(a is source for a in ancestors(up)) for up in node.inputs)
+
+
+def _input_path(graph: Graph, stem: Node, lane: Node, k: int) -> tuple[Node, ...]:
+    """The steps after ``stem`` that input ``k`` of the two-input step ``lane`` reads through
+    (its ``key_by`` included), in graph order."""
+    up = lane.inputs[k]
+    return tuple(a for a in graph.nodes if any(b is stem for b in ancestors(a))
+                 and (a is up or any(a is b for b in ancestors(up))))
+
+
+def _check_two_input_lane(lane: Node, stem: Node, source: Node, root: bool, both: bool = True) -> None:
     """A two-input step (co-process, broadcast state, a join on Ember's runtime) as a lane:
     the fan-out's rows on one input — the keyed one of a broadcast step —, on the other a
     stream of its own that passes no stateful step (its rows join the shared operator,
-    translators/fanout.py). Refuses anything else, naming the step."""
-    reading = [i for i, up in enumerate(lane.inputs) if up is stem or any(a is stem for a in ancestors(up))]
+    translators/fanout.py); or (``both``) the fan-out's rows on both inputs, each through
+    steps of its own. Refuses anything else, naming the step."""
+    reading = list(lane_inputs(lane, stem))
     what = f"'{source.name}'" if root else f"the stateful step '{source.name}'"
-    if len(reading) != 1:
-        raise PipelineError(
-            f"'{lane.name}' ({lane.kind}) reads {what} on both inputs, and other steps read it too; a two-input "
-            "step in a fan-out reads it on one input only (yet): run that part as its own job", lane.name,
-        )
+    if len(reading) == 2:
+        if not both or isinstance(lane, BroadcastProcessNode):
+            raise PipelineError(
+                f"'{lane.name}' ({lane.kind}) reads {what} on both inputs"
+                f"{'' if both else ', after the fan-out'}; {'a broadcast step' if both else 'there a two-input step'} "
+                "reads it on one input only (yet): run that part as its own job", lane.name,
+            )
+        return
     if isinstance(lane, BroadcastProcessNode) and reading[0] != 0:
         raise PipelineError(
             f"'{lane.name}' ({lane.kind}) reads {what} as its broadcast stream, and other steps read it too; "
@@ -346,7 +373,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
             if j is None:
                 continue
             if isinstance(node, CoProcessNode | IntervalJoinNode):
-                _check_two_input_lane(node, upstream, upstream, False)
+                _check_two_input_lane(node, upstream, upstream, False, both=False)
             path = _between(graph, upstream, node)
             side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
             own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))

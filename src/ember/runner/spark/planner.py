@@ -53,7 +53,7 @@ from ember.graph.nodes import (
     UnionNode,
     WindowNode,
 )
-from ember.runner.spark.fan_out_plan import FanOut, SharedDeadLetters, fan_out_of, lane_input, root_fan_out
+from ember.runner.spark.fan_out_plan import FanOut, SharedDeadLetters, fan_out_of, lane_inputs, root_fan_out
 from ember.runner.spark.placement import (
     CARRIES_TIME,
     detours,
@@ -159,12 +159,12 @@ class Plan:
         """Whether ``node`` runs as a lane of a fan-out's shared operator (translators/fanout.py)."""
         return self.fan_out is not None and self.fan_out.where(node) is not None
 
-    def lane_input(self, node: Node) -> int | None:
-        """For a two-input step running as a lane of the fan-out: which of its inputs reads the
-        fanned-out rows (fan_out_plan.lane_input); None for any other step."""
+    def lane_inputs(self, node: Node) -> tuple[int, ...]:
+        """For a two-input step running as a lane of the fan-out: which of its inputs read the
+        fanned-out rows, one or both (fan_out_plan.lane_inputs); () for any other step."""
         if self.fan_out is None or self.fan_out.where(node) is None or len(node.inputs) != 2:
-            return None
-        return lane_input(node, self.fan_out.stem)
+            return ()
+        return lane_inputs(node, self.fan_out.stem)
 
     def native(self, node: WindowNode) -> bool:
         return native_window(node, self.graph)

@@ -423,7 +423,7 @@ def test_a_two_input_step_reading_a_source_read_by_a_keyed_step_is_a_lane_of_its
     src.connect(other).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
     p = plan(env.graph())
     assert p.fan_out.root and [n.name for n in p.fan_out.lanes] == ["a", "co"]
-    assert p.lane_input(_node(p, "co")) == 0 and p.lane_input(_node(p, "a")) is None
+    assert p.lane_inputs(_node(p, "co")) == (0,) and p.lane_inputs(_node(p, "a")) == ()
 
 
 def test_a_two_input_lane_with_the_fanned_out_rows_on_its_second_input(env, events):
@@ -433,7 +433,7 @@ def test_a_two_input_lane_with_the_fanned_out_rows_on_its_second_input(env, even
     other.connect(first).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
     p = plan(env.graph())
     assert [n.name for n in p.fan_out.lanes] == ["co"] and p.fan_out.through
-    assert p.lane_input(_node(p, "co")) == 1
+    assert p.lane_inputs(_node(p, "co")) == (1,)
 
 
 def test_a_two_input_step_reading_a_fanned_out_step_and_another_stateful_step_is_refused(env, events):
@@ -617,3 +617,25 @@ def test_a_checkpoint_with_progress_and_no_manifest_keeps_apply_in_pandas_with_s
     check_restart(ckpt, env.graph())  # writes the manifest it finds missing
     assert [o["spark operator"] for o in json.load(open(CheckpointLayout(ckpt).pipeline))["operators"]] == [APWS]
     assert checkpoint_keyed_operator(ckpt) == APWS
+
+
+def test_a_two_input_step_reading_one_keyed_step_on_both_inputs_is_its_one_lane(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    a = first.filter("k = 'a'", name="only-a").key_by("k")
+    b = first.filter("k <> 'a'", name="not-a").key_by("k")
+    a.connect(b).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
+    p = plan(env.graph())
+    fan = p.fan_out
+    assert fan is not None and [n.name for n in fan.lanes] == ["co"] and not fan.through
+    assert [s.name for s in fan.paths[0] if not isinstance(s, KeyByNode)] == ["only-a"]
+    assert [(i, [s.name for s in path if not isinstance(s, KeyByNode)]) for i, path in fan.second] == [(0, ["not-a"])]
+    assert p.lane_inputs(_node(p, "co")) == (0, 1)
+
+
+def test_a_two_input_step_reading_a_lane_on_both_inputs_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    first.sink_to(CollectSink(), name="raw")
+    second = first.key_by("k").process(_Count(), KEYED, name="second")
+    second.connect(second.filter("k = 'a'")).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'co'.*reads the stateful step 'second' on both inputs, after the fan-out"):
+        plan(env.graph())

@@ -101,13 +101,19 @@ def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]]
     adapter = CoProcessAdapter(fn(structs), structs[0].names, structs[1].names)
     keys = tuple(key_column(i) for i in range(len(first_keys)))
     paired_keys = (first_keys, second_keys)
-    fanned = comp.plan.lane_input(node)
-    if fanned is not None:  # a lane of a fan-out: the fanned-out input's rows are made there (translators/fanout.py)
-        other = 1 - fanned
-        df, columns = _rows(comp, node, ups[other], other + 1, paired_keys[other], key_types, structs, event_time, other + 1)
-        shape = _shape(comp, node, fanned + 1, [F.col(k) for k in paired_keys[fanned]], structs, event_time, fanned + 1)
-        inputs = LaneInputs(shape, df.select(*columns))
-        frame = keyed_operator(comp, node, Frame(inputs.other, ups[0].time), keys, adapter, out(structs), event_time,
+    fanned = comp.plan.lane_inputs(node)
+    if fanned:  # a lane of a fan-out: the fanned-out inputs' rows are made there (translators/fanout.py)
+        shapes = [_shape(comp, node, k + 1, [F.col(c) for c in paired_keys[k]], structs, event_time, k + 1) for k in fanned]
+        if len(fanned) == 2:
+            inputs = LaneInputs(shapes[0], None, second=shapes[1])
+            like = _shaped_like(ups[0].df, shapes[0])
+        else:
+            other = 1 - fanned[0]
+            df, columns = _rows(comp, node, ups[other], other + 1, paired_keys[other], key_types, structs, event_time,
+                                other + 1)
+            inputs = LaneInputs(shapes[0], df.select(*columns))
+            like = inputs.other
+        frame = keyed_operator(comp, node, Frame(like, ups[0].time), keys, adapter, out(structs), event_time,
                                timed=event_time, dead_letter=read_dead_letters(comp, node), lane_inputs=inputs)
         return frame, structs
     rows = []
@@ -118,6 +124,13 @@ def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]]
     frame = keyed_operator(comp, node, Frame(union, ups[0].time), keys, adapter, out(structs), event_time, timed=event_time,
                            dead_letter=read_dead_letters(comp, node))
     return frame, structs
+
+
+def _shaped_like(df: Any, shape: tuple[tuple[str, Any], ...]) -> Any:
+    """A frame of a lane's row shape (for its columns and types only: never run), from ``df``,
+    the records of one of its inputs — whose event time may be set only where the fan-out is."""
+    return df.select(*[(F.lit(None).cast("bigint") if name == TIME and TIME not in df.columns else expr).alias(name)
+                       for name, expr in shape if name != PRE or PRE in df.columns])
 
 
 def _shape(comp: Compilation, node: Any, stream: int, keys: list[Any], structs: list[Any], event_time: bool,
@@ -232,7 +245,7 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     fn = node.fn if node.keys else UnkeyedBroadcast(node.fn)
     adapter = BroadcastAdapter(fn, structs[0].names, structs[1].names, node.descriptors)
     out = output_struct(node.output_schema, None, node.name)
-    if comp.plan.lane_input(node) is not None:  # a lane of a fan-out, its keyed input the fanned-out rows (fanout.py)
+    if comp.plan.lane_inputs(node):  # a lane of a fan-out, its keyed input the fanned-out rows (fanout.py)
         key_exprs = [F.col(k) for k in node.keys] if node.keys else [F.xxhash64(*[F.col(f) for f in structs[0].names])]
         shape = _shape(comp, node, 1, key_exprs, structs, event_time, KEYED_INPUT) + ((FIRST, F.lit(False)),)
         inputs = LaneInputs(shape, copies, BUCKET)

@@ -121,11 +121,15 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     fields = without_hidden(main.df.schema).names  # the records the lanes read
     through_columns = [c for c in base.df.columns if c not in HIDDEN]
     # Which output of the stem each lane reads: its main output (None) or a side output's tag.
-    reads = [path[0].tag.name if isinstance(path[0], SideOutputNode) else None for path in fan.paths]
+    # A two-input lane reading the stem on both inputs gets a second copy of a row for its second
+    # input, under a lane number of its own past the pass-through's (``ids``) until its row shape is made.
+    paths = list(fan.paths) + [path for _, path in fan.second]
+    ids = list(range(n)) + [n + 1 + m for m in range(len(fan.second))]
+    reads = [path[0].tag.name if isinstance(path[0], SideOutputNode) else None for path in paths]
     passing = [F.lit(n)] if fan.through else []
 
     def copies(tag: str | None) -> Any:
-        return F.array(*[F.lit(i) for i in range(n) if reads[i] == tag], *passing).cast("array<int>")
+        return F.array(*[F.lit(i) for i, read in zip(ids, reads) if read == tag], *passing).cast("array<int>")
 
     lanes_of_row = copies(None)
     if TAG in base.df.columns:  # a side output's rows: the lanes reading it, and the pass-through lane
@@ -140,8 +144,15 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     # Each output's records: its columns -> their fields (a side output's are side columns).
     records = {tag: ({f: f for f in fields} if tag is None else
                      {side_column(tag, f): f for f in comp.side_types[id(fan.stem)][tag].names}) for tag in set(reads)}
-    heads, tails = zip(*(_head_and_tail(path) for path in fan.paths))
-    df = _filters(df, heads, reads, records, comp)
+    heads, tails = zip(*(_head_and_tail(path) for path in paths))
+    df = _filters(df, heads, reads, records, comp, ids)
+    seconds: dict[int, tuple[int, dict[str, str]]] = {}  # lane -> its second input's copies (lane number, records)
+    for m, (i, _) in enumerate(fan.second):
+        v, tag, tail = ids[n + m], reads[n + m], tails[n + m]
+        renamed = records[tag]
+        if tail:
+            df, renamed = _lane_steps(comp, df, tail, LANE, v, renamed, f"__ember_mapped0_{v}_")
+        seconds[i] = (v, renamed)
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
     placed: list[str | None] = []  # per lane: a column placing some of its rows in a bucket of their own
@@ -150,7 +161,7 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         if tail:  # the lane's own steps from its first that is no filter on: on its rows only
             df, renamed = _lane_steps(comp, df, tail, LANE, i, renamed, f"__ember_mapped0_{i}_")
         if lane.inputs is not None:  # a two-input step: its rows from these records, and its other input's
-            df, lane_keys, lane_names, bucket = _two_input_lane(df, LANE, i, lane, renamed)
+            df, lane_keys, lane_names, bucket = _two_input_lane(df, LANE, i, lane, renamed, second=seconds.get(i))
             keys.append(lane_keys)
             names.append(lane_names)
             placed.append(bucket)
@@ -274,26 +285,37 @@ def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: lis
                      every, before)
 
 
-def _two_input_lane(df: Any, lane: str, i: int, parts: Any, records: dict[str, str],
-                    prefix: str | None = None) -> tuple[Any, tuple[str, ...], dict[str, str], str | None]:
+def _two_input_lane(df: Any, lane: str, i: int, parts: Any, records: dict[str, str], prefix: str | None = None,
+                    second: tuple[int, dict[str, str]] | None = None) -> tuple[Any, tuple[str, ...], dict[str, str], str | None]:
     """Lane ``i``, a two-input step (translators/coprocess.py: ``parts.inputs``), on ``df``:
     its copies' rows in the step's shape, in columns of the lane's own (``records``: the
     columns holding the records it reads -> their fields), and its other input's rows added
-    as rows of this lane only. Returns the frame, the lane's key columns, its columns -> the
-    step's names, and the column placing the other input's rows in buckets (or None)."""
+    as rows of this lane only — or, when it reads the fanned-out rows on both inputs
+    (``second``: the second input's copies' lane number and records), those copies in the
+    second input's shape, numbered lane ``i`` from then on. Returns the frame, the lane's key
+    columns, its columns -> the step's names, and the column placing the other input's rows
+    in buckets (or None)."""
     prefix = prefix or f"__ember_in0_{i}_"
     inputs = parts.inputs
     named = _named(df, records, True)
     for name, expr in inputs.shape:
         named = named.withColumn(prefix + name, F.when(F.col(lane) == F.lit(i), expr))
     df = _named(named, records, False)
-    other = [F.lit(i).cast("int").alias(lane), *[F.col(name).alias(prefix + name) for name, _ in inputs.shape]]
+    if second is not None:
+        v, second_records = second
+        named = _named(df, second_records, True)
+        for name, expr in inputs.second:
+            named = named.withColumn(prefix + name, F.when(F.col(lane) == F.lit(v), expr).otherwise(F.col(prefix + name)))
+        df = _named(named, second_records, False)
+        df = df.withColumn(lane, F.when(F.col(lane) == F.lit(v), F.lit(i)).otherwise(F.col(lane)).cast("int"))
     bucket = None
-    if inputs.bucket is not None:
-        bucket = prefix + BUCKET
-        other.append(F.col(inputs.bucket).cast("int").alias(bucket))
-        df = df.withColumn(bucket, F.lit(None).cast("int"))
-    df = df.unionByName(inputs.other.select(*other), allowMissingColumns=True)
+    if inputs.other is not None:
+        other = [F.lit(i).cast("int").alias(lane), *[F.col(name).alias(prefix + name) for name, _ in inputs.shape]]
+        if inputs.bucket is not None:
+            bucket = prefix + BUCKET
+            other.append(F.col(inputs.bucket).cast("int").alias(bucket))
+            df = df.withColumn(bucket, F.lit(None).cast("int"))
+        df = df.unionByName(inputs.other.select(*other), allowMissingColumns=True)
     return df, tuple(prefix + k for k in parts.keys), {prefix + name: name for name, _ in inputs.shape}, bucket
 
 
@@ -322,17 +344,18 @@ def _head_and_tail(path: tuple[Node, ...]) -> tuple[list[Node], list[Node]]:
 
 
 def _filters(df: Any, heads: tuple[list[Node], ...], reads: list[str | None], records: dict[str | None, dict[str, str]],
-             comp: Compilation) -> Any:
+             comp: Compilation, ids: list[int]) -> Any:
     """``df`` with each filter of the lanes' ``heads`` (the filters before a lane's first map)
-    applied once, to the rows of the lanes it is on, to the records of the output they read
-    (``records``: its columns -> their fields)."""
+    applied once, to the rows of the lanes it is on (``ids``: each head's lane number), to the
+    records of the output they read (``records``: its columns -> their fields)."""
     done: list[Node] = []
     for step in (s for head in heads for s in head):
         if any(step is d for d in done):
             continue
         done.append(step)
-        users = [i for i, head in enumerate(heads) if any(step is s for s in head)]
-        named = records[reads[users[0]]]  # (every user of a filter reads the one output it follows)
+        on = [k for k, head in enumerate(heads) if any(step is s for s in head)]
+        users = [ids[k] for k in on]
+        named = records[reads[on[0]]]  # (every user of a filter reads the one output it follows)
         df, _ = _on_lanes(comp, _named(df, named, True), step, LANE, users, list(named.values()))
         df = _named(df, named, False)
     return df

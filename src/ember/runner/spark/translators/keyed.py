@@ -77,13 +77,17 @@ class LaneInputs:
     """A two-input step run as a lane (translators/coprocess.py): ``shape``, the columns of
     its rows — (name, expression) pairs computing them from a record of the input that reads
     the fan-out (its fields under their names, its event time as ``TIME`` beside them);
-    ``other``, its other input's rows in that shape, their watermark set; ``bucket``, a column
+    ``other``, its other input's rows in that shape, their watermark set (None when both
+    inputs read the fan-out: ``second``); ``bucket``, a column
     of ``other`` that gives each of its rows a state bucket (a broadcast stream's copies), or
     None: the keys do."""
 
     shape: tuple[tuple[str, Any], ...]
     other: Any
     bucket: str | None = None
+    # With the fanned-out rows on both inputs: the shape of the second input's (``shape`` is
+    # the first's), and no ``other``.
+    second: tuple[tuple[str, Any], ...] | None = None
 
 
 def keyed_input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
