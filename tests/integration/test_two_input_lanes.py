@@ -17,7 +17,7 @@ from test_chains import CountSum, Dedupe, _distinct, _label
 from test_connect import SCHEMA, Thresholds
 from test_connect import _streams as connect_streams
 
-from ember import CollectSink, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+from ember import CollectSink, KeyedProcessFunction, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
 from ember.savepoints import create_savepoint
 
 pytestmark = pytest.mark.spark
@@ -201,3 +201,54 @@ def test_one_dedupe_on_both_inputs_of_an_interval_join(env, raw_sink):
     if raw_sink:
         assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
     assert len(os.listdir(os.path.join(env.config.checkpoint_dir, f"dedupe-self-join-{raw_sink}", "state"))) == 2
+
+
+class Forward(KeyedProcessFunction):
+    """Forwards each record (a keyed step of its own between the dedupe and the co-process step)."""
+
+    def process_element(self, record, ctx):
+        yield record
+
+
+def _two_lanes_job(env, data, name, shared):
+    """Deduped events -> {1 s window sums as events, the records above 5 forwarded} -> the
+    co-process step with the sums on its first input and the forwarded records as rules on its
+    second. ``shared``: one source and one dedupe read by both (two lanes of its fan-out), else a
+    source and a dedupe per input (a chain on each input)."""
+    size = 1_000
+    sinks = CollectSink(), CollectSink()
+    streams = []
+    for part in ((0,) if shared else (0, 1)):
+        src = env.from_source(ScriptedSource(data, SCHEMA), STRATEGY, name=f"{name}-events-{part}")
+        streams.append(src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name=f"{name}-dedupe-{part}"))
+    first, second = (streams[0], streams[0]) if shared else streams
+    sums = (first.key_by("k").window(TumblingEventTimeWindows.of(size))
+            .aggregate(CountSum(), output_schema="n bigint, v bigint", name=f"{name}-sums")
+            .map(lambda r: {"ts": r["window_end"] - 1, "k": r["k"], "v": r["v"]}, SCHEMA, name=f"{name}-as-events"))
+    limits = second.filter("v > 5", name=f"{name}-high").key_by("k").process(Forward(), SCHEMA, name=f"{name}-limits")
+    sums.connect(limits).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
+                                                  name=f"{name}-thresholds").sink_to(sinks[0])
+    if shared:
+        first.sink_to(sinks[1], name=f"{name}-raw")
+    env.execute(name, progress=False)
+    return sinks
+
+
+def test_a_co_process_step_reading_two_lanes_of_a_fan_out(env):
+    """A second-level lane reading two lanes of the level before, one on each input: the same
+    alerts and expiries, batch by batch, as the job with a source and a dedupe of its own per
+    input (each a chain, the shape tests/integration/test_two_input_chains.py checks against the
+    model) — the one source's watermark is the two identical sources' least."""
+    events, _ = connect_streams(3, batches=10)
+    data = [b + b[:2] for b in events]
+    lanes, raw = _two_lanes_job(env, data, "two-lanes", shared=True)
+    chains, _ = _two_lanes_job(env, data, "two-chains", shared=False)
+
+    def rows(sink):  # (what the end of input flushes comes a batch later with two sources to end: END for both)
+        return sorted(((_label(bt.batch_id, data), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
+                      key=repr)
+
+    assert {r[1] for r in rows(chains)} == {"alert", "expired"}
+    assert rows(lanes) == rows(chains)
+    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(
+        r for b in _distinct(data) for r in b)

@@ -95,6 +95,9 @@ class Level:
     lanes: tuple[Node, ...]
     reads: tuple[tuple[int, str | None], ...]
     steps: tuple[tuple[Node, ...], ...] = ()
+    # Two-input lanes reading two lanes of the level before: (the lane's index, what its second
+    # input reads there, as ``reads``, and through which steps, as ``steps``; those hold its first's).
+    second: tuple[tuple[int, tuple[int, str | None], tuple[Node, ...]], ...] = ()
 
 
 # What a lane may read its rows through after the point where the lanes part (each runs on that
@@ -359,40 +362,62 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
     previous = lanes
     rest = [n for n in runtime_steps(graph) if any(a is source for a in ancestors(n)) and not any(n is lane for lane in lanes)]
     while rest:
-        level, reads, steps = [], [], []
+        level: list[Node] = []
+        reads: list[tuple[int, str | None]] = []
+        steps: list[tuple[Node, ...]] = []
+        second: list[tuple[int, tuple[int, str | None], tuple[Node, ...]]] = []
         for node in rest:
             direct = upstream_steps(node, graph)
-            if len(direct) > 1:
+            if len(direct) == 2 and isinstance(node, CoProcessNode | IntervalJoinNode) and len(node.inputs) == 2:
+                first = node.inputs[0]  # the step on the first input first
+                direct.sort(key=lambda d: 0 if first is d or any(a is d for a in ancestors(first)) else 1)
+            found = [next((j for j, lane in enumerate(previous) if lane is up), None) for up in direct]
+            if len(direct) > 1 and not _two_lanes(node, direct, found):
                 raise PipelineError(
-                    f"'{node.name}' reads two stateful steps ({', '.join(a.name for a in direct)}) after the fan-out "
-                    f"after '{source.name}'; a two-input step there is not supported yet: run that part as its own job",
-                    node.name,
+                    f"'{node.name}' reads stateful steps ({', '.join(a.name for a in direct)}) after the fan-out "
+                    f"after '{source.name}'; there a two-input step reads one on each input, both keyed steps of "
+                    "one level (each reading the level before), yet: run that part as its own job", node.name,
                 )
-            upstream = direct[0]
-            j = next((j for j, lane in enumerate(previous) if lane is upstream), None)
-            if j is None:
+            if found[0] is None:
                 continue
-            if isinstance(node, CoProcessNode | IntervalJoinNode):
-                _check_two_input_lane(node, upstream, upstream, False, both=False)
-            path = _between(graph, upstream, node)
-            side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
-            own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))
-            for step in own:
-                if not _on_a_lanes_path(step, graph, ignore):
-                    raise PipelineError(
-                        f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
-                        f"the fan-out after '{source.name}'; there {_ALLOWED}: move it into '{upstream.name}' or "
-                        f"'{node.name}'", step.name,
-                    )
+            if len(direct) == 1 and isinstance(node, CoProcessNode | IntervalJoinNode):
+                _check_two_input_lane(node, direct[0], direct[0], False, both=False)
+            per_input = []
+            for k, (upstream, j) in enumerate(zip(direct, found)):
+                path = _input_path(graph, upstream, node, k) if len(direct) > 1 else _between(graph, upstream, node)
+                side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
+                own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))
+                for step in own:
+                    if not _on_a_lanes_path(step, graph, ignore):
+                        raise PipelineError(
+                            f"'{step.name}' ({step.kind}) sits between '{upstream.name}' and '{node.name}', keyed steps after "
+                            f"the fan-out after '{source.name}'; there {_ALLOWED}: move it into '{upstream.name}' or "
+                            f"'{node.name}'", step.name,
+                        )
+                assert j is not None
+                per_input.append(((j, side), own))
+            if len(per_input) > 1:
+                second.append((len(level), *per_input[1]))
             level.append(node)
-            reads.append((j, side))
-            steps.append(own)
+            reads.append(per_input[0][0])
+            steps.append(per_input[0][1])
         if not level:  # not reached: every keyed step after source reads a lane of some level
             raise PipelineError(f"'{rest[0].name}' cannot be placed after the fan-out after '{source.name}'", rest[0].name)
-        levels.append(Level(tuple(level), tuple(reads), tuple(steps)))
+        levels.append(Level(tuple(level), tuple(reads), tuple(steps), tuple(second)))
         rest = [n for n in rest if not any(n is lane for lane in level)]
         previous = tuple(level)
     return tuple(levels)
+
+
+def _two_lanes(node: Node, direct: list[Node], found: list[int | None]) -> bool:
+    """Whether ``node`` is a two-input step (no broadcast one) reading two keyed steps ``direct``
+    one on each input, in that order, both lanes of the level before (``found``: their places
+    there; both None: not yet, a later level's)."""
+    if not isinstance(node, CoProcessNode | IntervalJoinNode) or isinstance(node, BroadcastProcessNode) \
+            or len(direct) != 2 or len(node.inputs) != 2 or (found[0] is None) != (found[1] is None):
+        return False
+    on = [[k for k, up in enumerate(node.inputs) if up is d or any(a is d for a in ancestors(up))] for d in direct]
+    return on == [[0], [1]]
 
 
 def _stem(graph: Graph, source: Node, lanes: tuple[Node, ...], readers: dict[int, list[Node]]) -> Node:

@@ -544,12 +544,25 @@ def test_a_two_input_step_reading_one_stateful_step_on_both_inputs_is_refused_na
         plan(env.graph())
 
 
-def test_a_two_input_step_reading_two_lanes_of_a_fan_out_is_refused(env, events):
+def test_a_two_input_step_reading_two_lanes_of_a_fan_out_is_a_lane_of_the_next_level(env, events):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     a = first.key_by("k").process(_Count(), KEYED, name="a")
     b = first.key_by("ts").process(_Count(), KEYED, name="b")
-    a.connect(b).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'both'.*reads two stateful steps \\(a, b\\) after the fan-out"):
+    b.filter("k <> 'x'", name="not-x").connect(a).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
+    p = plan(env.graph())
+    (level,) = p.fan_out.after
+    at = [n.name for n in p.fan_out.lanes]
+    assert [n.name for n in level.lanes] == ["both"] and level.reads == ((at.index("b"), None),)
+    assert [s.name for s in level.steps[0]] == ["not-x"] and list(level.second) == [(0, (at.index("a"), None), ())]
+
+
+def test_a_two_input_step_reading_lanes_of_two_levels_is_refused_naming_it(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    a = first.key_by("k").process(_Count(), KEYED, name="a")
+    b = first.key_by("ts").process(_Count(), KEYED, name="b")
+    c = b.key_by("k").process(_Count(), KEYED, name="c")
+    a.connect(c).key_by("k", "k").process(_Both(), KEYED, name="both").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'both'.*reads stateful steps \\(a, c\\) after the fan-out"):
         plan(env.graph())
 
 

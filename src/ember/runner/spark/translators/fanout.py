@@ -189,32 +189,32 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
     rows = before.frame.df
     n = len(after.lanes)
     lanes = [comp.lanes[id(node)] for node in after.lanes]
+    # A two-input lane reading two lanes of the level before gets a copy of the second one's rows
+    # under a lane number of its own past the pass-through's until its row shape is made.
+    reads = list(after.reads) + [read for _, read, _ in after.second]
     copies = []
-    for i, (j, tag) in enumerate(after.reads):
+    for i, (j, tag) in enumerate(reads):
         reading = F.col(before.lane) == F.lit(j)
         has_tag = lane_column(j, TAG) in rows.columns
         if has_tag:
             which = F.col(lane_column(j, TAG))
             reading = reading & (which.isNull() if tag is None else which == F.lit(tag))
-        copies.append(F.when(reading, F.array(F.lit(i))).otherwise(F.array().cast("array<int>")))
+        number = i if i < n else i + 1
+        copies.append(F.when(reading, F.array(F.lit(number))).otherwise(F.array().cast("array<int>")))
     df = rows.withColumn(lane, F.explode(F.concat(*copies, F.array(F.lit(n)))))
+    seconds: dict[int, tuple[int, dict[str, str]]] = {}  # lane -> its second input's copies (lane number, records)
+    for m, (i, (j, tag), own) in enumerate(after.second):
+        v = n + 1 + m
+        df, renamed = _level_records(comp, df, before, lane, v, j, tag, own, f"__ember_mapped{k}_{v}_")
+        seconds[i] = (v, renamed)
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
     placed: list[str | None] = []
     for i, (node, (j, tag), own) in enumerate(zip(lanes, after.reads, after.steps or [()] * n)):
-        fields = before.columns[j]
-        if tag is None:
-            renamed = {lane_column(j, f): f for f in fields if f != TAG and not f.startswith(SIDE_PREFIX)}
-        else:
-            renamed = {lane_column(j, side_column(tag, f)): f for f in comp.side_types[id(before.seeds[j])][tag].names}
-            renamed.update({lane_column(j, h): h for h in HIDDEN if h in fields})
-        if own:  # the lane's own steps: on its copies only
-            hidden = {c: f for c, f in renamed.items() if f in HIDDEN}
-            visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
-            df, records = _lane_steps(comp, df, own, lane, i, visible, f"__ember_mapped{k}_{i}_")
-            renamed = {**records, **hidden}
+        df, renamed = _level_records(comp, df, before, lane, i, j, tag, own, f"__ember_mapped{k}_{i}_")
         if node.inputs is not None:  # a two-input step: its rows from these records, and its other input's
-            df, lane_keys, lane_names, bucket = _two_input_lane(df, lane, i, node, renamed, f"__ember_in{k}_{i}_")
+            df, lane_keys, lane_names, bucket = _two_input_lane(df, lane, i, node, renamed, f"__ember_in{k}_{i}_",
+                                                                second=seconds.get(i))
             keys.append(lane_keys)
             names.append(lane_names)
             placed.append(bucket)
@@ -226,6 +226,25 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
     seeds = after.lanes + (before.seeds[0],)  # the last seed stands for the level before (its rows)
     times = [comp.frames[id(node)].time for node in after.lanes] + [None]
     return _operator(comp, df, lane, lanes, keys, names, through, event_time, seeds, times, levels, before, placed)
+
+
+def _level_records(comp: Compilation, df: Any, before: FannedOut, lane: str, i: int, j: int, tag: str | None,
+                   own: tuple[Node, ...], prefix: str) -> tuple[Any, dict[str, str]]:
+    """The records copy ``i`` of a level reads from lane ``j`` of the level ``before`` (its main
+    output, or the side output ``tag``): the columns holding them -> their fields, after the
+    copy's ``own`` steps (run on its rows only, writing under ``prefix``)."""
+    fields = before.columns[j]
+    if tag is None:
+        renamed = {lane_column(j, f): f for f in fields if f != TAG and not f.startswith(SIDE_PREFIX)}
+    else:
+        renamed = {lane_column(j, side_column(tag, f)): f for f in comp.side_types[id(before.seeds[j])][tag].names}
+        renamed.update({lane_column(j, h): h for h in HIDDEN if h in fields})
+    if own:  # the lane's own steps: on its copies only
+        hidden = {c: f for c, f in renamed.items() if f in HIDDEN}
+        visible = {c: f for c, f in renamed.items() if f not in HIDDEN}
+        df, records = _lane_steps(comp, df, own, lane, i, visible, prefix)
+        renamed = {**records, **hidden}
+    return df, renamed
 
 
 def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: list[tuple[str, ...]],
