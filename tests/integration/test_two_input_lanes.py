@@ -252,3 +252,31 @@ def test_a_co_process_step_reading_two_lanes_of_a_fan_out(env):
     assert rows(lanes) == rows(chains)
     assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(
         r for b in _distinct(data) for r in b)
+
+
+@pytest.mark.parametrize("beside", ["raw-sink", pytest.param("dedupe", marks=pytest.mark.slow)])
+def test_a_source_on_both_inputs_of_an_interval_join_beside_other_readers(env, beside):
+    """Odd and even records of one source joined, the source also read by a raw sink (or by a
+    keyed step): the join is not read by every sink, so it runs on Ember's runtime as a lane of
+    the source's fan-out (before: refused) — pairs and late records as the model says with the
+    one source's watermark."""
+    events = model.random_batches(2, keys="ab")
+    events[0] = [(2_000, "a", 5), *events[0]]
+    left = [[r for r in b if r[2] % 2] for b in events]
+    right = [[r for r in b if not r[2] % 2] for b in events]
+    pairs, other = CollectSink(), CollectSink()
+    a = env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events")
+    odd = a.filter("v % 2 = 1", name="odd").key_by("k")
+    even = a.filter("v % 2 = 0", name="even").key_by("k")
+    (odd.interval_join(even, name="joined").between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
+     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(pairs))
+    reader = a if beside == "raw-sink" else a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    reader.sink_to(other, name="other")
+    result = env.execute(f"source-self-join-{beside}", progress=False)
+    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in pairs.batches for r in bt.rows),
+                  key=repr)
+    expected = model.interval_join(left, right, BOUND_MS, -1_500, 2_000, watermarks=model.least_watermarks([events], BOUND_MS))
+    assert len(expected.pairs) > 5 and expected.late > 0
+    assert rows == sorted(expected.pairs, key=repr)
+    assert result.late_dropped == expected.late
+    assert sorted((r["ts"], r["k"], r["v"]) for bt in other.batches for r in bt.rows) == sorted(r for b in events for r in b)

@@ -68,6 +68,17 @@ def test_a_join_alone_runs_on_sparks_native_join(env, events, clicks):
     assert plan(graph).native_join(_steps(graph)["j"]) and runtime_steps(graph) == []
 
 
+def test_a_join_beside_a_sink_of_its_input_runs_on_the_keyed_runtime_as_a_lane(env, events, clicks):
+    """A sink reads the events but not the pairs: the stream parts before the join, which then
+    runs as a lane of the events' fan-out (a native join would be planned after the split)."""
+    e = events()
+    e.key_by("k").interval_join(clicks().key_by("k"), name="j").between(0, 1).select().sink_to(CollectSink())
+    e.sink_to(CollectSink(), name="raw")
+    graph = env.graph()
+    p = plan(graph)
+    assert not p.native_join(_steps(graph)["j"]) and p.fan_out.root and [n.name for n in p.fan_out.lanes] == ["j"]
+
+
 def test_a_join_after_a_stateful_step_runs_on_the_keyed_runtime_chained_to_it(env, events, clicks):
     counted = events().key_by("k").process(Pass(), "ts bigint, k string", name="dedupe")
     counted.key_by("k").interval_join(clicks().key_by("k"), name="j").between(0, 1).select().sink_to(CollectSink())

@@ -88,8 +88,9 @@ def native_join(node: IntervalJoinNode, graph: Graph) -> bool:
     Ember's steps carry theirs in hidden columns); else on Ember's keyed runtime as a
     co-process step, where event time flows between steps as in Flink — also when its pairs'
     failures go to dead letters (after Spark's join the pairs reach the function in a plain
-    Python step, which has no dead-letter output)."""
-    return node.dead_letter is None and _only_stateful_step_on_its_path(node, graph)
+    Python step, which has no dead-letter output) — and when a sink does not read its pairs
+    (a branch parts before it: the job fans out there, the join a lane of it, as a window)."""
+    return node.dead_letter is None and _only_stateful_step_on_its_path(node, graph) and _every_sink_reads(node, graph)
 
 
 def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:
