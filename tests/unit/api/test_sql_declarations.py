@@ -100,3 +100,15 @@ def test_a_sql_step_beside_keyed_steps_in_a_fan_out_is_refused_by_the_planner(en
     q.key_by("k").process(Pass(), "ts bigint, k string", name="dedupe").sink_to(CollectSink(), name="out")
     with pytest.raises(PipelineError, match="step 'q': the job's rows part into several readers .* SQL step in a fan-out"):
         plan(env.graph())
+
+
+def test_a_sql_step_on_a_branch_of_its_own_beside_a_keyed_step_is_refused_naming_it(env, events):
+    """One source read by a SQL view and, on another branch, by a keyed step: refused before the
+    job starts, naming the SQL step (the job fans out at the source, which the SQL branch is
+    not part of)."""
+    stream = events()
+    stream.create_view("raw")
+    env.sql("SELECT k, count(*) AS n FROM raw GROUP BY k", name="q").sink_to(CollectSink(), name="counts")
+    stream.key_by("k").process(Pass(), "ts bigint, k string", name="dedupe").sink_to(CollectSink(), name="out")
+    with pytest.raises(PipelineError, match="step 'q'.*on a branch of its own beside the fan-out"):
+        plan(env.graph())
