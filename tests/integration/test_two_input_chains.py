@@ -25,6 +25,35 @@ pytestmark = pytest.mark.spark
 
 BOUND_MS, EXPIRY_MS = 1_000, 3_000
 STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND_MS), "ts")
+JOIN_LOWER_MS, JOIN_UPPER_MS = -1_500, 2_000
+
+
+def sums_as_events(stream, size, prefix=""):
+    """Tumbling windows of ``size`` ms over ``stream`` keyed by ``k``, their sums as events
+    (timestamp ``window_end - 1``, Flink's): a co-process step's first input."""
+    return (stream.key_by("k").window(TumblingEventTimeWindows.of(size))
+            .aggregate(CountSum(), output_schema="n bigint, v bigint", name=f"{prefix}sums")
+            .map(lambda r: {"ts": r["window_end"] - 1, "k": r["k"], "v": r["v"]}, SCHEMA, name=f"{prefix}as-events"))
+
+
+def alerts(sink, events):
+    """A ``Thresholds`` step's output: (batch, or END after ``events``' last), what, key, ts), sorted."""
+    return sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
+                  key=repr)
+
+
+def join_into(left, right, sink):
+    """``left`` interval-joined with ``right`` (keyed streams) within the test's bounds, both
+    records' fields into ``sink``."""
+    (left.interval_join(right, name="joined")
+     .between(timedelta(milliseconds=JOIN_LOWER_MS), timedelta(milliseconds=JOIN_UPPER_MS))
+     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(sink))
+
+
+def pairs(sink):
+    """``join_into``'s pairs: (batch, key, left ts, left v, right ts, right v), sorted."""
+    return sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in sink.batches for r in bt.rows),
+                  key=repr)
 
 
 def test_a_broadcast_step_after_a_dedupe_equals_the_model_on_the_distinct_events(env, tmp_path):
@@ -65,14 +94,11 @@ def test_a_co_process_step_after_a_window_sees_its_results_ahead_of_the_watermar
     a = env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events")
     b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
     sink = CollectSink()
-    results = (a.key_by("k").window(TumblingEventTimeWindows.of(size))
-               .aggregate(CountSum(), output_schema="n bigint, v bigint", name="sums")
-               .map(lambda r: {"ts": r["window_end"] - 1, "k": r["k"], "v": r["v"]}, SCHEMA, name="as-events"))
+    results = sums_as_events(a, size)
     results.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
                                                 name="thresholds").sink_to(sink)
     env.execute("window-thresholds", progress=False)
-    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
-                 key=repr)
+    got = alerts(sink, events)
     # Spark keeps one watermark per query, the least of its sources': the window follows the
     # rules' too (in Flink it would follow its own input's; docs/design/dataflow.md)
     ahead = model.tumbling_sums(events, BOUND_MS, size, model.two_input_watermarks(events, rules, BOUND_MS, after_last=True))
@@ -102,8 +128,7 @@ def test_a_co_process_step_after_a_sql_window_sees_its_results_ahead_of_the_wate
     results.select("ts", "k", "v").connect(b).key_by("k", "k").process(
         Thresholds(), "what string, k string, ts bigint", name="thresholds").sink_to(sink)
     env.execute("sql-window-thresholds", progress=False)
-    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
-                 key=repr)
+    got = alerts(sink, events)
     ahead = model.tumbling_sums(events, BOUND_MS, size, model.two_input_watermarks(events, rules, BOUND_MS, after_last=True))
     expected = sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS, ahead=ahead), key=repr)
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
@@ -136,8 +161,7 @@ def test_a_co_process_step_reading_a_stateful_step_on_each_input(env, tmp_path):
     deduped.connect(limits).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
                                                       name="thresholds").sink_to(sink)
     env.execute("two-upstream", progress=False)
-    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
-                 key=repr)
+    got = alerts(sink, events)
     expected = sorted(model.thresholds(distinct, rules, BOUND_MS, EXPIRY_MS), key=repr)
     assert expected != sorted(model.thresholds(with_duplicates, rules, BOUND_MS, EXPIRY_MS), key=repr)
     assert got == expected
@@ -171,8 +195,7 @@ def test_a_co_process_step_reading_the_union_of_two_stateful_steps_on_one_input(
     (deduped[0].union(deduped[1]).connect(limits).key_by("k", "k")
         .process(Thresholds(), "what string, k string, ts bigint", name="thresholds").sink_to(sink))
     env.execute("union-upstream", progress=False)
-    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in sink.batches for r in bt.rows),
-                 key=repr)
+    got = alerts(sink, events)
     assert got == sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS), key=repr) and got
 
 
@@ -195,14 +218,12 @@ def test_an_interval_join_after_a_dedupe_equals_the_model_on_the_distinct_record
     a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="left")
     b = env.from_source(ScriptedSource(right, SCHEMA), STRATEGY, name="right")
     deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
-    (deduped.key_by("k").interval_join(b.key_by("k"), name="joined")
-     .between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
-     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(sink))
+    join_into(deduped.key_by("k"), b.key_by("k"), sink)
     result = env.execute("dedupe-join", progress=False)
-    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in sink.batches for r in bt.rows), key=repr)
-    expected = model.interval_join(distinct, right, BOUND_MS, -1_500, 2_000)
+    rows = pairs(sink)
+    expected = model.interval_join(distinct, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS)
     assert expected.late > 0 and len(expected.pairs) > 5
-    assert len(model.interval_join(with_duplicates, right, BOUND_MS, -1_500, 2_000).pairs) > len(expected.pairs)
+    assert len(model.interval_join(with_duplicates, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS).pairs) > len(expected.pairs)
     assert rows == sorted(expected.pairs, key=repr)
     assert result.late_dropped == expected.late
 

@@ -13,17 +13,40 @@ import flink_model as model
 import pytest
 from test_broadcast import EVENTS, LIMITS, OUT, RULES, RuleCheck
 from test_broadcast import _streams as broadcast_streams
-from test_chains import CountSum, Dedupe, _distinct, _label
+from test_chains import Dedupe, _distinct, _label
 from test_connect import SCHEMA, Thresholds
 from test_connect import _streams as connect_streams
+from test_two_input_chains import JOIN_LOWER_MS, JOIN_UPPER_MS, _join_sides, alerts, join_into, pairs, sums_as_events
 
-from ember import CollectSink, KeyedProcessFunction, ScriptedSource, TumblingEventTimeWindows, WatermarkStrategy
+from ember import CollectSink, KeyedProcessFunction, ScriptedSource, WatermarkStrategy
 from ember.savepoints import create_savepoint
 
 pytestmark = pytest.mark.spark
 
 BOUND_MS, EXPIRY_MS = 1_000, 3_000
 STRATEGY = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(milliseconds=BOUND_MS), "ts")
+
+
+def _records(sink):
+    """The (ts, k, v) records ``sink`` received, sorted."""
+    return sorted((r["ts"], r["k"], r["v"]) for bt in sink.batches for r in bt.rows)
+
+
+def _every(batches):
+    """The records of ``batches``, sorted."""
+    return sorted(r for b in batches for r in b)
+
+
+def _one_stream(seed):
+    """Random batches, the first with a record every run of the join pairs."""
+    events = model.random_batches(seed, keys="ab")
+    events[0] = [(2_000, "a", 5), *events[0]]
+    return events
+
+
+def _odd_and_even(batches):
+    """The odd and the even records of ``batches``: the two sides of a join of one stream with itself."""
+    return [[r for r in b if r[2] % 2] for b in batches], [[r for r in b if not r[2] % 2] for b in batches]
 
 
 def test_a_dedupe_read_by_a_broadcast_step_and_a_sink(env, tmp_path):
@@ -44,7 +67,7 @@ def test_a_dedupe_read_by_a_broadcast_step_and_a_sink(env, tmp_path):
     expected = sorted(model.broadcast_rules(distinct, rules, BOUND_MS, EXPIRY_MS), key=repr)
     assert {e[1] for e in expected} == {"rule", "alert", "summary"}
     assert got == expected
-    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+    assert _records(raw) == _every(distinct)
 
     point = create_savepoint(os.path.join(env.config.checkpoint_dir, "dedupe-rules-lane"), root=str(tmp_path / "sp"))
     assert [(op["name"], op.get("lane")) for op in point.operators] == [("dedupe", None), ("check", 0)]
@@ -78,47 +101,40 @@ def test_a_dedupe_read_by_a_co_process_step_and_a_sink(env, events_on):
     distinct = _distinct(with_duplicates)
     a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
     b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
-    alerts, raw = CollectSink(), CollectSink()
+    found, raw = CollectSink(), CollectSink()
     deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
     connected = deduped.connect(b) if events_on == "first" else b.connect(deduped)
     connected.key_by("k", "k").process(Thresholds() if events_on == "first" else RulesFirst(),
-                                       "what string, k string, ts bigint", name="thresholds").sink_to(alerts)
+                                       "what string, k string, ts bigint", name="thresholds").sink_to(found)
     deduped.sink_to(raw, name="raw")
     env.execute(f"dedupe-thresholds-lane-{events_on}", progress=False)
-    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in alerts.batches for r in bt.rows),
-                 key=repr)
+    got = alerts(found, events)
     expected = sorted(model.thresholds(distinct, rules, BOUND_MS, EXPIRY_MS), key=repr)
     assert expected != sorted(model.thresholds(with_duplicates, rules, BOUND_MS, EXPIRY_MS), key=repr)
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
     assert got == expected
-    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+    assert _records(raw) == _every(distinct)
 
 
 def test_a_dedupe_read_by_an_interval_join_and_a_sink(env):
     """The join on Ember's keyed runtime (another stateful step is in the job): the pairs in
     the batches the model says on the distinct records, and their late records counted."""
-    left = model.random_batches(1, keys="ab")
-    right = model.random_batches(101, keys="ab")
-    for side in (left, right):
-        side[0] = [(2_000, "a", 5), *side[0]]
+    left, right = _join_sides(1)
     with_duplicates = [b + b[:2] for b in left]
     distinct = _distinct(with_duplicates)
-    pairs, raw = CollectSink(), CollectSink()
+    joined, raw = CollectSink(), CollectSink()
     a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="left")
     b = env.from_source(ScriptedSource(right, SCHEMA), STRATEGY, name="right")
     deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
-    (deduped.key_by("k").interval_join(b.key_by("k"), name="joined")
-     .between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
-     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(pairs))
+    join_into(deduped.key_by("k"), b.key_by("k"), joined)
     deduped.sink_to(raw, name="raw")
     result = env.execute("dedupe-join-lane", progress=False)
-    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in pairs.batches for r in bt.rows),
-                  key=repr)
-    expected = model.interval_join(distinct, right, BOUND_MS, -1_500, 2_000)
+    rows = pairs(joined)
+    expected = model.interval_join(distinct, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS)
     assert expected.late > 0 and len(expected.pairs) > 5
     assert rows == sorted(expected.pairs, key=repr)
     assert result.late_dropped == expected.late
-    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+    assert _records(raw) == _every(distinct)
 
 
 def test_a_source_read_by_a_co_process_step_and_a_sink(env):
@@ -127,17 +143,16 @@ def test_a_source_read_by_a_co_process_step_and_a_sink(env):
     events, rules = connect_streams(6)
     a = env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events")
     b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
-    alerts, raw = CollectSink(), CollectSink()
+    found, raw = CollectSink(), CollectSink()
     a.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
-                                          name="thresholds").sink_to(alerts)
+                                          name="thresholds").sink_to(found)
     a.sink_to(raw, name="raw")
     env.execute("source-thresholds-lane", progress=False)
-    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in alerts.batches for r in bt.rows),
-                 key=repr)
+    got = alerts(found, events)
     expected = sorted(model.thresholds(events, rules, BOUND_MS, EXPIRY_MS), key=repr)
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
     assert got == expected
-    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in events for r in b)
+    assert _records(raw) == _every(events)
 
 
 def test_a_co_process_step_reading_a_window_lane_after_a_dedupe(env):
@@ -150,22 +165,19 @@ def test_a_co_process_step_reading_a_window_lane_after_a_dedupe(env):
     size = 1_000
     a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
     b = env.from_source(ScriptedSource(rules, SCHEMA), STRATEGY, name="rules")
-    alerts, raw = CollectSink(), CollectSink()
+    found, raw = CollectSink(), CollectSink()
     deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
     deduped.sink_to(raw, name="raw")
-    results = (deduped.key_by("k").window(TumblingEventTimeWindows.of(size))
-               .aggregate(CountSum(), output_schema="n bigint, v bigint", name="sums")
-               .map(lambda r: {"ts": r["window_end"] - 1, "k": r["k"], "v": r["v"]}, SCHEMA, name="as-events"))
+    results = sums_as_events(deduped, size)
     results.connect(b).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
-                                                name="thresholds").sink_to(alerts)
+                                                name="thresholds").sink_to(found)
     env.execute("dedupe-window-thresholds-lanes", progress=False)
-    got = sorted(((_label(bt.batch_id, events), r["what"], r["k"], r["ts"]) for bt in alerts.batches for r in bt.rows),
-                 key=repr)
+    got = alerts(found, events)
     ahead = model.tumbling_sums(distinct, BOUND_MS, size, model.two_input_watermarks(distinct, rules, BOUND_MS, after_last=True))
     expected = sorted(model.thresholds(distinct, rules, BOUND_MS, EXPIRY_MS, ahead=ahead), key=repr)
     assert any(e[1] == "alert" for e in expected) and any(e[1] == "expired" for e in expected)
     assert got == expected
-    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+    assert _records(raw) == _every(distinct)
 
 
 @pytest.mark.parametrize("raw_sink", [True, pytest.param(False, marks=pytest.mark.slow)])
@@ -175,31 +187,25 @@ def test_one_dedupe_on_both_inputs_of_an_interval_join(env, raw_sink):
     copies of a row, one per input (before, the dedupe ran twice, once per input, each copy
     with state of its own). Pairs and late records as the model says with the one source's
     watermark; beside a raw sink or alone."""
-    events = model.random_batches(2, keys="ab")
-    events[0] = [(2_000, "a", 5), *events[0]]
-    with_duplicates = [b + b[:2] for b in events]
+    with_duplicates = [b + b[:2] for b in _one_stream(2)]
     distinct = _distinct(with_duplicates)
-    left = [[r for r in b if r[2] % 2] for b in distinct]
-    right = [[r for r in b if not r[2] % 2] for b in distinct]
-    pairs, raw = CollectSink(), CollectSink()
+    left, right = _odd_and_even(distinct)
+    joined, raw = CollectSink(), CollectSink()
     a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
     deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
-    odd = deduped.filter("v % 2 = 1", name="odd").key_by("k")
-    even = deduped.filter("v % 2 = 0", name="even").key_by("k")
-    (odd.interval_join(even, name="joined").between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
-     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(pairs))
+    join_into(deduped.filter("v % 2 = 1", name="odd").key_by("k"), deduped.filter("v % 2 = 0", name="even").key_by("k"),
+              joined)
     if raw_sink:
         deduped.sink_to(raw, name="raw")
     result = env.execute(f"dedupe-self-join-{raw_sink}", progress=False)
-    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in pairs.batches for r in bt.rows),
-                  key=repr)
-    expected = model.interval_join(left, right, BOUND_MS, -1_500, 2_000,
+    rows = pairs(joined)
+    expected = model.interval_join(left, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS,
                                    watermarks=model.least_watermarks([distinct], BOUND_MS))
     assert len(expected.pairs) > 5 and expected.late > 0
     assert rows == sorted(expected.pairs, key=repr)
     assert result.late_dropped == expected.late
     if raw_sink:
-        assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(r for b in distinct for r in b)
+        assert _records(raw) == _every(distinct)
     assert len(os.listdir(os.path.join(env.config.checkpoint_dir, f"dedupe-self-join-{raw_sink}", "state"))) == 2
 
 
@@ -222,9 +228,7 @@ def _two_lanes_job(env, data, name, shared):
         src = env.from_source(ScriptedSource(data, SCHEMA), STRATEGY, name=f"{name}-events-{part}")
         streams.append(src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name=f"{name}-dedupe-{part}"))
     first, second = (streams[0], streams[0]) if shared else streams
-    sums = (first.key_by("k").window(TumblingEventTimeWindows.of(size))
-            .aggregate(CountSum(), output_schema="n bigint, v bigint", name=f"{name}-sums")
-            .map(lambda r: {"ts": r["window_end"] - 1, "k": r["k"], "v": r["v"]}, SCHEMA, name=f"{name}-as-events"))
+    sums = sums_as_events(first, size, prefix=f"{name}-")
     limits = second.filter("v > 5", name=f"{name}-high").key_by("k").process(Forward(), SCHEMA, name=f"{name}-limits")
     sums.connect(limits).key_by("k", "k").process(Thresholds(), "what string, k string, ts bigint",
                                                   name=f"{name}-thresholds").sink_to(sinks[0])
@@ -250,8 +254,7 @@ def test_a_co_process_step_reading_two_lanes_of_a_fan_out(env):
 
     assert {r[1] for r in rows(chains)} == {"alert", "expired"}
     assert rows(lanes) == rows(chains)
-    assert sorted((r["ts"], r["k"], r["v"]) for bt in raw.batches for r in bt.rows) == sorted(
-        r for b in _distinct(data) for r in b)
+    assert _records(raw) == _every(_distinct(data))
 
 
 @pytest.mark.parametrize("beside", ["raw-sink", pytest.param("dedupe", marks=pytest.mark.slow)])
@@ -260,23 +263,18 @@ def test_a_source_on_both_inputs_of_an_interval_join_beside_other_readers(env, b
     keyed step): the join is not read by every sink, so it runs on Ember's runtime as a lane of
     the source's fan-out (before: refused) — pairs and late records as the model says with the
     one source's watermark."""
-    events = model.random_batches(2, keys="ab")
-    events[0] = [(2_000, "a", 5), *events[0]]
-    left = [[r for r in b if r[2] % 2] for b in events]
-    right = [[r for r in b if not r[2] % 2] for b in events]
-    pairs, other = CollectSink(), CollectSink()
+    events = _one_stream(2)
+    left, right = _odd_and_even(events)
+    joined, other = CollectSink(), CollectSink()
     a = env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events")
-    odd = a.filter("v % 2 = 1", name="odd").key_by("k")
-    even = a.filter("v % 2 = 0", name="even").key_by("k")
-    (odd.interval_join(even, name="joined").between(timedelta(milliseconds=-1_500), timedelta(milliseconds=2_000))
-     .select("left.k AS k", "left.ts AS lts", "left.v AS lv", "right.ts AS rts", "right.v AS rv").sink_to(pairs))
+    join_into(a.filter("v % 2 = 1", name="odd").key_by("k"), a.filter("v % 2 = 0", name="even").key_by("k"), joined)
     reader = a if beside == "raw-sink" else a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
     reader.sink_to(other, name="other")
     result = env.execute(f"source-self-join-{beside}", progress=False)
-    rows = sorted(((bt.batch_id, r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for bt in pairs.batches for r in bt.rows),
-                  key=repr)
-    expected = model.interval_join(left, right, BOUND_MS, -1_500, 2_000, watermarks=model.least_watermarks([events], BOUND_MS))
+    rows = pairs(joined)
+    expected = model.interval_join(left, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS,
+                                   watermarks=model.least_watermarks([events], BOUND_MS))
     assert len(expected.pairs) > 5 and expected.late > 0
     assert rows == sorted(expected.pairs, key=repr)
     assert result.late_dropped == expected.late
-    assert sorted((r["ts"], r["k"], r["v"]) for bt in other.batches for r in bt.rows) == sorted(r for b in events for r in b)
+    assert _records(other) == _every(events)

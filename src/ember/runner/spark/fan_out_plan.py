@@ -204,7 +204,7 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
     paths = []
     second = []
     for i, lane in enumerate(lanes):
-        twice = _reads_twice(lane, stem) and len(lane_inputs(lane, stem)) == 2
+        twice = _reads_twice(lane, stem)
         lane_paths = [_input_path(graph, stem, lane, k) for k in (0, 1)] if twice else [_between(graph, stem, lane)]
         for path in lane_paths:
             side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
@@ -275,8 +275,7 @@ def lane_inputs(lane: Node, stem: Node) -> tuple[int, ...]:
 
 def _reads_twice(node: Node, source: Node) -> bool:
     """Whether ``node`` is a two-input step reading ``source``'s rows on both inputs."""
-    return isinstance(node, CoProcessNode | IntervalJoinNode) and len(node.inputs) == 2 and all(
-        up is source or any(a is source for a in ancestors(up)) for up in node.inputs)
+    return isinstance(node, CoProcessNode | IntervalJoinNode) and lane_inputs(node, source) == (0, 1)
 
 
 def _input_path(graph: Graph, stem: Node, lane: Node, k: int) -> tuple[Node, ...]:
@@ -368,9 +367,8 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
         second: list[tuple[int, tuple[int, str | None], tuple[Node, ...]]] = []
         for node in rest:
             direct = upstream_steps(node, graph)
-            if len(direct) == 2 and isinstance(node, CoProcessNode | IntervalJoinNode) and len(node.inputs) == 2:
-                first = node.inputs[0]  # the step on the first input first
-                direct.sort(key=lambda d: 0 if first is d or any(a is d for a in ancestors(first)) else 1)
+            if len(direct) == 2 and isinstance(node, CoProcessNode | IntervalJoinNode):
+                direct.sort(key=lambda d: lane_inputs(node, d))  # the step on the first input first
             found = [next((j for j, lane in enumerate(previous) if lane is up), None) for up in direct]
             if len(direct) > 1 and not _two_lanes(node, direct, found):
                 raise PipelineError(
@@ -414,10 +412,9 @@ def _two_lanes(node: Node, direct: list[Node], found: list[int | None]) -> bool:
     one on each input, in that order, both lanes of the level before (``found``: their places
     there; both None: not yet, a later level's)."""
     if not isinstance(node, CoProcessNode | IntervalJoinNode) or isinstance(node, BroadcastProcessNode) \
-            or len(direct) != 2 or len(node.inputs) != 2 or (found[0] is None) != (found[1] is None):
+            or len(direct) != 2 or (found[0] is None) != (found[1] is None):
         return False
-    on = [[k for k, up in enumerate(node.inputs) if up is d or any(a is d for a in ancestors(up))] for d in direct]
-    return on == [[0], [1]]
+    return [lane_inputs(node, d) for d in direct] == [(0,), (1,)]
 
 
 def _stem(graph: Graph, source: Node, lanes: tuple[Node, ...], readers: dict[int, list[Node]]) -> Node:

@@ -30,7 +30,7 @@ from ember.runner.spark.keyed.runtime import HIDDEN, PRE, without_hidden
 from ember.runner.spark.keyed.windowjoin import window_join_function
 from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.translators.eventtime import TIME, own_watermark
-from ember.runner.spark.translators.keyed import BUCKET, LaneInputs, bucket_of, keyed_input, keyed_operator
+from ember.runner.spark.translators.keyed import BUCKET, LaneInputs, bucket_of, chained, keyed_input, keyed_operator
 from ember.runner.spark.translators.python_ops import output_struct, pair_records
 from ember.runner.spark.translators.transforms import check_paired_keys, column
 from ember.time.watermarks import TimeCharacteristic
@@ -65,24 +65,32 @@ def _rows(comp: Compilation, node: Any, up: Frame, stream: int, keys: tuple[str,
     before that step: Spark's watermark is the least of the two either way."""
     df = up.df
     mark = f"__ember_watermark_of_{stream}"
-    chained = event_time and (comp.plan.upstream_step(node) is not None or comp.plan.upstream_sql(node) is not None)
-    from_step = chained and TIME in df.columns  # (a keyed step's rows, or a SQL step's: translators/sql.py)
+    after_step = chained(comp, node, event_time)
+    from_step = after_step and TIME in df.columns  # (a keyed step's rows, or a SQL step's: translators/sql.py)
     if event_time and not from_step:
         assert up.time is not None
         df, own_time = own_watermark(comp, df, up.time, node.name, mark, keys)
-    columns = [F.lit(input_value).alias(INPUT)]
-    columns += [(F.col(keys[i]) if keys else F.lit(None).cast(t)).alias(key_column(i)) for i, t in enumerate(key_types)]
-    for other, struct in enumerate(structs, start=1):
-        for f in struct.fields:
-            value = F.col(f.name) if other == stream else F.lit(None).cast(f.dataType)
-            columns.append(value.alias(field_column(other, f.name)))
+    key_values = [F.col(keys[i]) if keys else F.lit(None).cast(t) for i, t in enumerate(key_types)]
+    columns = [value.alias(name) for name, value in _record_columns(stream, key_values, structs, input_value)]
     if from_step:
         columns += [F.col(TIME), F.col(PRE)]
     elif event_time:
         columns.append(own_time)
-        if chained:  # the other input's rows: none was emitted ahead of an upstream watermark
+        if after_step:  # the other input's rows: none was emitted ahead of an upstream watermark
             columns.append(F.lit(False).alias(PRE))
     return df, columns
+
+
+def _record_columns(stream: int, keys: list[Any], structs: list[Any], input_value: int) -> list[tuple[str, Any]]:
+    """A record of input ``stream`` in the two-input step's row shape, as (name, expression)
+    pairs: its input value, the ``keys`` under shared names, every input's fields under that
+    input's prefix (the other input's null)."""
+    columns = [(INPUT, F.lit(input_value))]
+    columns += [(key_column(i), key) for i, key in enumerate(keys)]
+    for other, struct in enumerate(structs, start=1):
+        for f in struct.fields:
+            columns.append((field_column(other, f.name), F.col(f.name) if other == stream else F.lit(None).cast(f.dataType)))
+    return columns
 
 
 def _connected(comp: Compilation, node: Any, what: str, fn: Callable[[list[Any]], Any],
@@ -138,14 +146,10 @@ def _shape(comp: Compilation, node: Any, stream: int, keys: list[Any], structs: 
     """A lane's rows from the input that reads the fan-out (``stream``): the columns ``_rows``
     gives such an input, as (name, expression) pairs over its records — which carry their
     event time as ``TIME`` already (and ``PRE`` after a keyed step), set before the fan-out."""
-    shape = [(INPUT, F.lit(input_value))]
-    shape += [(key_column(i), key) for i, key in enumerate(keys)]
-    for other, struct in enumerate(structs, start=1):
-        for f in struct.fields:
-            shape.append((field_column(other, f.name), F.col(f.name) if other == stream else F.lit(None).cast(f.dataType)))
+    shape = _record_columns(stream, keys, structs, input_value)
     if event_time:
         shape.append((TIME, F.col(TIME)))
-        if comp.plan.upstream_step(node) is not None:
+        if chained(comp, node, event_time):
             shape.append((PRE, F.col(PRE)))
     return tuple(shape)
 
@@ -234,9 +238,10 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     structs = [without_hidden(up.df.schema) for up in ups]
     event_time = _event_time(node, ups, "connect with a broadcast stream")
     row_keys = node.keys
+    row_key = F.xxhash64(*[F.col(f) for f in structs[0].names])  # a non-keyed stream's placement
     if not row_keys:
         row_keys = (ROW_KEY,)
-        ups[0] = Frame(ups[0].df.withColumn(ROW_KEY, F.xxhash64(*[F.col(f) for f in structs[0].names])), ups[0].time)
+        ups[0] = Frame(ups[0].df.withColumn(ROW_KEY, row_key), ups[0].time)
     key_types = [ups[0].df.schema[k].dataType for k in row_keys]
     keys = tuple(key_column(i) for i in range(len(row_keys)))
     df, columns = _rows(comp, node, ups[1], 2, (), key_types, structs, event_time, BROADCAST_INPUT)
@@ -246,7 +251,7 @@ def _broadcast_process(comp: Compilation, node: BroadcastProcessNode) -> Frame:
     adapter = BroadcastAdapter(fn, structs[0].names, structs[1].names, node.descriptors)
     out = output_struct(node.output_schema, None, node.name)
     if comp.plan.lane_inputs(node):  # a lane of a fan-out, its keyed input the fanned-out rows (fanout.py)
-        key_exprs = [F.col(k) for k in node.keys] if node.keys else [F.xxhash64(*[F.col(f) for f in structs[0].names])]
+        key_exprs = [F.col(k) for k in node.keys] if node.keys else [row_key]
         shape = _shape(comp, node, 1, key_exprs, structs, event_time, KEYED_INPUT) + ((FIRST, F.lit(False)),)
         inputs = LaneInputs(shape, copies, BUCKET)
         return keyed_operator(comp, node, Frame(copies.drop(BUCKET), ups[0].time), keys, adapter, out, event_time,

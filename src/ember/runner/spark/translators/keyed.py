@@ -107,7 +107,7 @@ def _fields(up: Frame) -> list[str]:
     return [f for f in without_hidden(up.df.schema).names if f != BUCKET]
 
 
-def _chained(comp: Compilation, node: Node, event_time: bool) -> bool:
+def chained(comp: Compilation, node: Node, event_time: bool) -> bool:
     """Whether ``node`` reads another keyed step's rows — or a SQL step's — with their event
     time (TIME, PRE)."""
     return event_time and (comp.plan.upstream_step(node) is not None or comp.plan.upstream_sql(node) is not None)
@@ -270,7 +270,7 @@ def on_tws(comp: Compilation) -> bool:
 
 def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> PreviousWatermark | None:
     """The previous batch's watermark, for a step chained after another (bucket.py)."""
-    if not _chained(comp, node, event_time):
+    if not chained(comp, node, event_time):
         return None
     return PreviousWatermark(comp.checkpoint or "")
 
@@ -301,7 +301,7 @@ def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool, timed: bo
     another keyed step, its rows carry their event time and Spark its watermark)."""
     if not event_time:
         return up.df
-    if timed or _chained(comp, node, event_time):
+    if timed or chained(comp, node, event_time):
         return restore_anchor(up.df)
     return keep_late_rows(with_event_time(comp, up.df, up.time, node.name))
 
@@ -400,7 +400,7 @@ def _rolling_combiner(comp: Compilation, node: KeyedProcessNode, up: Frame, even
     fn = node.fn
     if not isinstance(fn, RollingField) or fn.emit != "batch" or fn.by or not comp.config.combine_windows:
         return None
-    if _chained(comp, node, event_time) or (event_time and comp.plan.read_by_step(node)) or comp.plan.lane(node):
+    if chained(comp, node, event_time) or (event_time and comp.plan.read_by_step(node)) or comp.plan.lane(node):
         return None
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -464,7 +464,7 @@ def operator_window(comp: Compilation, node: WindowNode) -> Frame:
     spec, out = _window_spec(node, input_type, read_dead_letters(comp, node))
     late = (node.late_tag, input_type) if node.late_tag is not None else None
     combiner = None
-    if spec.combinable and event_time and comp.config.combine_windows and not _chained(comp, node, event_time) \
+    if spec.combinable and event_time and comp.config.combine_windows and not chained(comp, node, event_time) \
             and not comp.plan.lane(node):  # (a fan-out's lanes read the shared operator's rows, uncombined)
         ship_by_value(spec)  # the aggregate function travels with the combiner
         partial_type = T.StructType(
