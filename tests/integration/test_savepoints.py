@@ -263,19 +263,26 @@ def _vector_fn():
     return Totals()
 
 
-def test_vectorised_state_read_and_write(spark, tmp_path):
+@pytest.mark.parametrize("shape", ["alone", "chained"])
+def test_vectorised_state_read_and_write(spark, tmp_path, shape):
+    """A vectorised step's state read, changed for one key, written and restored: the output
+    goes on from the written state for that key, exactly as without the change for the others.
+    ``chained``: the step follows another keyed step, so both run on transformWithStateInPandas."""
     root = tmp_path / "ckpt"
 
     def run(name, batches, sp=None):
         env = StreamEnvironment(master="local[2]", checkpoint_dir=root, parallelism=2, spark=spark)
         sink = CollectSink()
-        (env.from_source(ScriptedSource(batches, SCHEMA), None, name="events")
-         .key_by("k").process_batches(_vector_fn(), OUT, name="vtotals").sink_to(sink))
+        events = env.from_source(ScriptedSource(batches, SCHEMA), None, name="events")
+        if shape == "chained":
+            events = events.key_by("k").process(Doubled(), SCHEMA, name="doubled")
+        events.key_by("k").process_batches(_vector_fn(), OUT, name="vtotals").sink_to(sink)
         env.execute(name, progress=False, from_savepoint=sp)
         return _rows(sink)
 
     head = run("v1", BATCHES[:3])
     point = create_savepoint(str(root / "v1"), root=str(tmp_path / "sp"))
+    assert [op["name"] for op in point.operators] == (["vtotals"] if shape == "alone" else ["doubled", "vtotals"])
     state = point.read_state("vtotals", spark)
     last = {}
     for k, n, total, _ in head:
@@ -283,6 +290,8 @@ def test_vectorised_state_read_and_write(spark, tmp_path):
     assert sorted(state.itertuples(index=False, name=None)) == sorted((k, n, t) for k, (n, t) in last.items())
     state.loc[state.k == "b", ["n", "total"]] = [500, 5]
     written = point.write_state("vtotals", state, str(tmp_path / "sp" / "w"), spark)
+    if shape == "chained":
+        assert written.read_state("doubled", spark).equals(point.read_state("doubled", spark))
     plain, after = run("plain", BATCHES, point.path), run("after", BATCHES, written.path)
     for (k, n, total, ts), (k2, n2, total2, ts2) in zip(sorted(plain, key=lambda r: r[3]), sorted(after, key=lambda r: r[3])):
         assert (k, ts) == (k2, ts2)

@@ -419,13 +419,6 @@ def _on_tws(op: dict[str, Any]) -> bool:
 
 def check_writable(op: dict[str, Any]) -> None:
     """Raise unless the state of operator ``op`` (its manifest entry) can be written."""
-    delta = op.get("state layout") == "delta"
-    if _on_tws(op) and op["kind"] != "process function" and not (delta and op["kind"] == VECTORISED):
-        raise SavepointError(
-            f"operator '{op['name']}' is a {op['kind']} on Spark's transformWithStateInPandas (a job with several keyed "
-            "steps, or the delta layout): writing its state is built for process functions there, and for vectorised "
-            "ones on the delta layout (reading works for any)"
-        )
     if op["kind"] not in STATE_KINDS_WRITABLE:
         raise SavepointError(
             f"operator '{op['name']}' is a {op['kind']}: writing state is supported for "
