@@ -6,11 +6,13 @@ invariant, and through a savepoint rescaled 2 -> 4."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter, defaultdict
 
 import flink_model as model
 import pytest
 from test_chains import BOUND, SCHEMA, CountSum, Dedupe, Report, _distinct, _fired, _reported
+from test_savepoints import OUT, RunningTotal
 
 from ember import CollectSink, KeyedProcessFunction, OutputTag, ScriptedSource, StreamEnvironment, TumblingEventTimeWindows
 from ember.state.descriptors import ValueStateDescriptor
@@ -345,3 +347,41 @@ def test_keyed_steps_after_a_lane_run_as_a_second_level_with_flinks_timestamps(e
     assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(r for b in distinct for r in b)
 
 
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_keyed_step_reading_a_union_of_branches_of_a_fan_out_sees_each_branchs_records(env, beside):
+    """dedupe -> {even values, not key 'a' -> hundredfold} -> union -> a per-key tally (and,
+    ``beside``, a raw sink of the dedupe): the tally sees every record of each branch once
+    (a record on both branches twice), as Flink's union forwards both inputs; each key's
+    counts are 1..m and its last total the sum of its values on both branches. One Spark
+    operator per keyed step: before, the job planned the dedupe once per branch of the union
+    (3 operators, each with its state) or, with the raw sink, was refused."""
+    batches = model.random_batches(11)
+    given = [b + b[:2] for b in batches]
+    distinct = [r for b in _distinct(given) for r in b]
+    left = [r for r in distinct if r[2] % 2 == 0]
+    right = [(ts, k, v * 100) for ts, k, v in distinct if k != "a"]
+    assert set(left) & {(ts, k, v) for ts, k, v in distinct if k != "a"} and left and right  # both branches share records
+    tallies, raw = CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(given, SCHEMA), None, name="events")
+    deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    evens = deduped.filter("v % 2 = 0", name="evens")
+    hundredfold = deduped.filter(lambda r: r["k"] != "a", name="not-a").map(
+        lambda r: {**r, "v": r["v"] * 100}, SCHEMA, name="hundredfold")
+    (evens.union(hundredfold, name="both").key_by("k")
+        .process(RunningTotal(), OUT, name="tally").sink_to(tallies, name="tallies"))
+    name = f"fan-out-union-{beside}"
+    if beside:
+        deduped.sink_to(raw, name="raw")
+    env.execute(name, progress=False)
+    rows = tallies.rows()
+    assert Counter((r["ts"], r["k"]) for r in rows) == Counter((ts, k) for ts, k, _ in left + right)
+    by_key = defaultdict(list)
+    for r in rows:
+        by_key[r["k"]].append((r["n"], r["total"]))
+    for k, seen in by_key.items():
+        expected = [v for _, key, v in left + right if key == k]
+        assert sorted(n for n, _ in seen) == list(range(1, len(expected) + 1))
+        assert max(seen)[1] == sum(expected)
+    if beside:
+        assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(distinct)
+    assert len(os.listdir(os.path.join(env.config.checkpoint_dir, name, "state"))) == 2

@@ -33,6 +33,7 @@ from ember.graph.nodes import (
     SelectNode,
     SideOutputNode,
     SourceNode,
+    UnionNode,
 )
 from ember.runner.spark.placement import CARRIES_TIME, dead_letters_of, runtime_steps, upstream_steps
 
@@ -65,6 +66,10 @@ class FanOut:
     # Two-input lanes reading the stem on both inputs: (the lane's index, the steps its second
     # input reads through, as ``paths``; ``paths`` holds its first input's).
     second: tuple[tuple[int, tuple[Node, ...]], ...] = ()
+    # One-input lanes reading the stem through a union of several paths: (the lane's index, one
+    # more path, as ``paths``, unions left out; ``paths`` holds its first). Each path runs on a
+    # copy of the row of its own, and the copies merge into the lane's rows (translators/fanout.py).
+    unions: tuple[tuple[int, tuple[Node, ...]], ...] = ()
 
     @property
     def seeds(self) -> tuple[Node, ...]:
@@ -148,7 +153,7 @@ def fan_out_of(graph: Graph, ignore: frozenset[int] = frozenset()) -> FanOut | N
                     reached.add(id(reader))
                     stack.append(reader)
         through = any(id(s) in reached for s in graph.sinks)
-        if len(lanes) > 1 or through or any(_reads_twice(n, source) for n in lanes):
+        if len(lanes) > 1 or through or any(_reads_twice(n, source) or _branches_merged(source, n) for n in lanes):
             candidates.append((source, lanes, through))
     if not candidates:
         return None
@@ -203,9 +208,15 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
     instead = "in the path's map or in a function" if root else f"before '{source.name}', or into a function"
     paths = []
     second = []
+    unions = []
     for i, lane in enumerate(lanes):
         twice = _reads_twice(lane, stem)
-        lane_paths = [_input_path(graph, stem, lane, k) for k in (0, 1)] if twice else [_between(graph, stem, lane)]
+        if twice:
+            lane_paths = [_input_path(graph, stem, lane, k) for k in (0, 1)]
+        elif lane.inputs and _through_a_union(graph, stem, lane):
+            lane_paths = _union_paths(stem, lane.inputs[0], lane)
+        else:
+            lane_paths = [_between(graph, stem, lane)]
         for path in lane_paths:
             side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
             for step in path[1:] if side else path:
@@ -218,6 +229,8 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
         paths.append(lane_paths[0])
         if twice:
             second.append((i, lane_paths[1]))
+        else:
+            unions += [(i, path) for path in lane_paths[1:]]
     after = _levels(graph, source, lanes, ignore)
     every_lane = [lane for level in (lanes, *(lv.lanes for lv in after)) for lane in level]
     for node in graph.nodes:
@@ -236,13 +249,14 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
                 "out; every sink of such a job must (yet): run that branch as its own job", sink.name,
             )
     _check_branches(graph, stem, source)
-    first_level = (lanes + tuple(lanes[i] for i, _ in second), tuple(paths) + tuple(p for _, p in second))
+    copies = (*second, *unions)
+    first_level = (lanes + tuple(lanes[i] for i, _ in copies), tuple(paths) + tuple(p for _, p in copies))
     levels = [first_level, *((level.lanes, level.steps) for level in after)]
     for level_lanes, level_paths in levels:
         _one_reporter(level_lanes, level_paths, graph)
     steps = {id(s): s for _, level_paths in levels for path in level_paths for s in path}
     detours = tuple(o for s in steps.values() for o in _dead_letter_outputs(s, graph))
-    return FanOut(source, lanes, tuple(paths), through, stem, after, root, detours, tuple(second))
+    return FanOut(source, lanes, tuple(paths), through, stem, after, root, detours, tuple(second), tuple(unions))
 
 
 class SharedDeadLetters(PipelineError):
@@ -259,12 +273,53 @@ def _one_reporter(lanes: tuple[Node, ...], paths: tuple[tuple[Node, ...], ...], 
             continue
         on = [lane.name for lane, path in zip(lanes, paths) if any(step is s for s in path)]
         if len(on) > 1:
+            several = (f"several keyed steps ({', '.join(repr(n) for n in dict.fromkeys(on))})" if len(set(on)) > 1
+                       else f"several paths to '{on[0]}' (a union merges them)")
             raise SharedDeadLetters(
-                f"'{step.name}' ({step.kind}) sends dead letters and is on the paths of several keyed steps "
-                f"({', '.join(repr(n) for n in on)}) after the point where they part; each runs it on its own copy of "
-                "the rows, so a record it fails on would be a dead letter once for each: give each its own step, "
-                "or leave its dead letters out there (yet)", step.name,
+                f"'{step.name}' ({step.kind}) sends dead letters and is on the paths of {several} after the point "
+                "where they part; each runs it on its own copy of the rows, so a record it fails on would be a dead "
+                "letter once for each: give each its own step, or leave its dead letters out there (yet)", step.name,
             )
+
+
+def _through_a_union(graph: Graph, stem: Node, lane: Node) -> bool:
+    """Whether the one-input step ``lane`` reads ``stem``'s rows through a union."""
+    return len(lane.inputs) == 1 and any(isinstance(s, UnionNode) for s in _between(graph, stem, lane))
+
+
+def _branches_merged(source: Node, lane: Node) -> bool:
+    """Whether the one-input step ``lane`` reads ``source``'s rows along several paths, merged by
+    a union (each path would plan ``source`` once more in a Spark query, a tree)."""
+
+    def paths(node: Node) -> int:
+        if node is source:
+            return 1
+        if isinstance(node, UnionNode):
+            return sum(paths(up) for up in node.inputs if up is source or any(a is source for a in ancestors(up)))
+        return paths(node.inputs[0]) if node.inputs else 0
+
+    return len(lane.inputs) == 1 and paths(lane.inputs[0]) > 1
+
+
+def _union_paths(stem: Node, node: Node, lane: Node) -> list[tuple[Node, ...]]:
+    """Every path of steps from after ``stem`` to ``node`` (included), unions left out: a union
+    of two branches of ``stem``'s rows gives two paths (each its own copy of a row, as Flink's
+    union forwards each input's records). Refuses a union merging rows from elsewhere."""
+    if node is stem:
+        return [()]
+    if isinstance(node, UnionNode):
+        out = []
+        for up in node.inputs:
+            if up is not stem and not any(a is stem for a in ancestors(up)):
+                raise PipelineError(
+                    f"'{node.name}' (union) merges the rows of '{stem.name}' with those of '{up.name}', which do not "
+                    f"come from it, on the way to '{lane.name}' after the point where the job fans out; in a fan-out "
+                    "a union merges branches of the fanned-out rows only (yet): run that part as its own job",
+                    node.name,
+                )
+            out += _union_paths(stem, up, lane)
+        return out
+    return [path + (node,) for path in _union_paths(stem, node.inputs[0], lane)]
 
 
 def lane_inputs(lane: Node, stem: Node) -> tuple[int, ...]:

@@ -312,13 +312,11 @@ def test_a_step_with_dead_letters_on_several_lanes_paths_is_refused_naming_it(en
         plan(env.graph())
 
 
-@pytest.mark.parametrize("shape", ["union", "map with unread dead letters", "dead letters meeting another stream"])
+@pytest.mark.parametrize("shape", ["map with unread dead letters", "dead letters meeting another stream"])
 def test_other_steps_on_a_readers_own_path_are_refused_naming_them(env, events, shape):
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     letters = OutputTag("bad")
-    if shape == "union":
-        path = first.filter("k = 'x'", name="x").union(first.filter("k = 'y'", name="y"), name="reshape")
-    elif shape == "map with unread dead letters":
+    if shape == "map with unread dead letters":
         path = first.map(lambda r: r, dead_letter=letters, name="reshape")
     else:
         path = first.map(lambda r: r, name="m").filter(lambda r: True, dead_letter=letters, name="reshape")
@@ -328,6 +326,47 @@ def test_other_steps_on_a_readers_own_path_are_refused_naming_them(env, events, 
     first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
     said = "only filter, map, flat_map, select, join_lookup and map_batches steps \\(their dead letters read by sinks"
     with pytest.raises(PipelineError, match=f"step 'reshape'.*between the stateful steps? 'first' and 'a'.*{said}"):
+        plan(env.graph())
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_reader_through_a_union_of_branches_gets_a_copy_per_path(env, events, beside):
+    """A union of branches of the fanned-out rows: one path per branch (the union left out,
+    the steps after it on each), each run on a copy of its own — also with no other reader,
+    where the keyed step would otherwise be planned once per branch of the union."""
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    left = first.filter("k = 'x'", name="x")
+    right = first.filter("k = 'y'", name="y").map(lambda r: r, name="m")
+    left.union(right, name="both").filter("ts > 0", name="later").key_by("k").process(_Count(), KEYED, name="a").sink_to(
+        CollectSink())
+    if beside:
+        first.sink_to(CollectSink(), name="raw")
+    fan = plan(env.graph()).fan_out
+    assert [n.name for n in fan.lanes] == ["a"] and fan.through == beside
+    named = [[s.name for s in path if not isinstance(s, KeyByNode)] for path in (fan.paths[0], *(p for _, p in fan.unions))]
+    assert named == [["x", "later"], ["y", "m", "later"]]
+    assert all(isinstance(path[-1], KeyByNode) for path in (fan.paths[0], *(p for _, p in fan.unions)))
+    assert [i for i, _ in fan.unions] == [0]
+
+
+def test_a_union_with_rows_from_outside_a_fan_out_is_refused_naming_it(env, events):
+    src = events()
+    first = src.key_by("k").process(_Count(), KEYED, name="first")
+    first.filter("k = 'x'", name="x").union(src, name="mixed").key_by("k").process(_Count(), KEYED, name="a").sink_to(
+        CollectSink())
+    first.sink_to(CollectSink(), name="raw")
+    with pytest.raises(PipelineError, match="step 'mixed'.*merges the rows of 'first' with those of 'events'"):
+        plan(env.graph())
+
+
+def test_dead_letters_of_a_step_on_several_paths_of_a_union_are_refused(env, events):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    shared = first.map(lambda r: r, dead_letter=OutputTag("bad"), name="shared")
+    shared.get_side_output(OutputTag("bad")).sink_to(CollectSink(), name="letters")
+    (shared.filter("k = 'x'", name="x").union(shared.filter("k = 'y'", name="y"), name="both")
+        .key_by("k").process(_Count(), KEYED, name="a").sink_to(CollectSink()))
+    first.sink_to(CollectSink(), name="raw")
+    with pytest.raises(PipelineError, match="step 'shared'.*several paths to 'a' \\(a union merges them\\)"):
         plan(env.graph())
 
 

@@ -123,8 +123,11 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     # Which output of the stem each lane reads: its main output (None) or a side output's tag.
     # A two-input lane reading the stem on both inputs gets a second copy of a row for its second
     # input, under a lane number of its own past the pass-through's (``ids``) until its row shape is made.
-    paths = list(fan.paths) + [path for _, path in fan.second]
-    ids = list(range(n)) + [n + 1 + m for m in range(len(fan.second))]
+    # A lane reading the stem through a union of several paths gets a copy of a row per further
+    # path, numbered the same way (merged into the lane's records once their steps ran).
+    extra = [*fan.second, *fan.unions]
+    paths = list(fan.paths) + [path for _, path in extra]
+    ids = list(range(n)) + [n + 1 + m for m in range(len(extra))]
     reads = [path[0].tag.name if isinstance(path[0], SideOutputNode) else None for path in paths]
     passing = [F.lit(n)] if fan.through else []
 
@@ -153,6 +156,13 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         if tail:
             df, renamed = _lane_steps(comp, df, tail, LANE, v, renamed, f"__ember_mapped0_{v}_")
         seconds[i] = (v, renamed)
+    merged: dict[int, list[tuple[int, dict[str, str]]]] = {}  # lane -> its union copies (lane number, records)
+    for m, (i, _) in enumerate(fan.unions, start=len(fan.second)):
+        v, tag, tail = ids[n + m], reads[n + m], tails[n + m]
+        renamed = records[tag]
+        if tail:
+            df, renamed = _lane_steps(comp, df, tail, LANE, v, renamed, f"__ember_mapped0_{v}_")
+        merged.setdefault(i, []).append((v, renamed))
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
     placed: list[str | None] = []  # per lane: a column placing some of its rows in a bucket of their own
@@ -160,6 +170,12 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         renamed = records[tag]
         if tail:  # the lane's own steps from its first that is no filter on: on its rows only
             df, renamed = _lane_steps(comp, df, tail, LANE, i, renamed, f"__ember_mapped0_{i}_")
+        if i in merged:  # a union's paths: each copy's records into columns of the lane's own
+            df, renamed = _merge_copies(df, LANE, i, renamed, merged[i], lane.node.name)
+            placed.append(None)
+            keys.append(_key_columns(lane, renamed))
+            names.append(renamed)
+            continue
         if lane.inputs is not None:  # a two-input step: its rows from these records, and its other input's
             df, lane_keys, lane_names, bucket = _two_input_lane(df, LANE, i, lane, renamed, second=seconds.get(i))
             keys.append(lane_keys)
@@ -226,6 +242,29 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
     seeds = after.lanes + (before.seeds[0],)  # the last seed stands for the level before (its rows)
     times = [comp.frames[id(node)].time for node in after.lanes] + [None]
     return _operator(comp, df, lane, lanes, keys, names, through, event_time, seeds, times, levels, before, placed)
+
+
+def _merge_copies(df: Any, lane: str, i: int, renamed: dict[str, str], copies: list[tuple[int, dict[str, str]]],
+                  name: str) -> tuple[Any, dict[str, str]]:
+    """Lane ``i``'s rows from a union of paths: its own copies' records (``renamed``: columns ->
+    fields) and each further copy's (``copies``: its lane number and records), in columns of the
+    lane's own, every copy numbered lane ``i`` from then on."""
+    prefix = f"__ember_union0_{i}_"
+    out: dict[str, str] = {}
+    for column_, field in renamed.items():
+        value: Any = None
+        for v, theirs in copies:
+            other = next((c for c, f in theirs.items() if f == field), None)
+            if other is None:
+                raise PipelineError(f"the union before '{name}' merges rows without the field '{field}' "
+                                    f"(one path has: {', '.join(sorted(theirs.values()))})", name)
+            when = F.col(lane) == F.lit(v)
+            value = F.when(when, F.col(other)) if value is None else value.when(when, F.col(other))
+        df = df.withColumn(prefix + field, value.otherwise(F.col(column_)))
+        out[prefix + field] = field
+    numbers = [F.lit(v) for v, _ in copies]
+    df = df.withColumn(lane, F.when(F.col(lane).isin(*numbers), F.lit(i)).otherwise(F.col(lane)).cast("int"))
+    return df, out
 
 
 def _level_records(comp: Compilation, df: Any, before: FannedOut, lane: str, i: int, j: int, tag: str | None,
