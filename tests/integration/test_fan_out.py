@@ -385,3 +385,43 @@ def test_a_keyed_step_reading_a_union_of_branches_of_a_fan_out_sees_each_branchs
     if beside:
         assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(distinct)
     assert len(os.listdir(os.path.join(env.config.checkpoint_dir, name, "state"))) == 2
+
+
+class Scaled(KeyedProcessFunction):
+    """Passes each record on with its value times ``factor`` (a keyed step that keeps no state)."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def process_element(self, value, ctx):
+        yield {**value, "v": value["v"] * self.factor}
+
+
+def test_a_second_level_step_reading_two_lanes_through_a_union_sees_each_branchs_records(env):
+    """dedupe -> {twice, thrice} (two lanes) -> {twice's values divisible by 4, thrice's plus
+    one} -> union -> a per-key tally (a second level reading both lanes through the union),
+    and a raw sink of 'twice': the tally sees every record of both branches once, its counts
+    per key 1..m and its last total their sum (refused before)."""
+    batches = model.random_batches(12)
+    given = [b + b[:1] for b in batches]
+    distinct = [r for b in _distinct(given) for r in b]
+    twice = [(ts, k, v * 2) for ts, k, v in distinct]
+    branches = [r for r in twice if r[2] % 4 == 0] + [(ts, k, v * 3 + 1) for ts, k, v in distinct]
+    assert 0 < len([r for r in twice if r[2] % 4 == 0]) < len(twice)
+    tallies, raw = CollectSink(), CollectSink()
+    src = env.from_source(ScriptedSource(given, SCHEMA), None, name="events")
+    deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+    doubled = deduped.key_by("k").process(Scaled(2), SCHEMA, name="twice")
+    tripled = deduped.key_by("k").process(Scaled(3), SCHEMA, name="thrice")
+    (doubled.filter("v % 4 = 0", name="fours").union(tripled.map(lambda r: {**r, "v": r["v"] + 1}, SCHEMA, name="plus-one"),
+                                                     name="both")
+        .key_by("k").process(RunningTotal(), OUT, name="tally").sink_to(tallies, name="tallies"))
+    doubled.sink_to(raw, name="raw")
+    env.execute("fan-out-level-union", progress=False)
+    rows = tallies.rows()
+    assert Counter((r["ts"], r["k"]) for r in rows) == Counter((ts, k) for ts, k, _ in branches)
+    for k in {k for _, k, _ in branches}:
+        seen = sorted((r["n"], r["total"]) for r in rows if r["k"] == k)
+        expected = [v for _, key, v in branches if key == k]
+        assert [n for n, _ in seen] == list(range(1, len(expected) + 1)) and seen[-1][1] == sum(expected)
+    assert Counter((r["ts"], r["k"], r["v"]) for r in raw.rows()) == Counter(twice)

@@ -103,6 +103,9 @@ class Level:
     # Two-input lanes reading two lanes of the level before: (the lane's index, what its second
     # input reads there, as ``reads``, and through which steps, as ``steps``; those hold its first's).
     second: tuple[tuple[int, tuple[int, str | None], tuple[Node, ...]], ...] = ()
+    # One-input lanes reading lanes of the level before through a union of several paths: (the
+    # lane's index, what one more path reads there, as ``reads``, and through which steps).
+    unions: tuple[tuple[int, tuple[int, str | None], tuple[Node, ...]], ...] = ()
 
 
 # What a lane may read its rows through after the point where the lanes part (each runs on that
@@ -214,7 +217,7 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
         if twice:
             lane_paths = [_input_path(graph, stem, lane, k) for k in (0, 1)]
         elif lane.inputs and _through_a_union(graph, stem, lane):
-            lane_paths = _union_paths(stem, lane.inputs[0], lane)
+            lane_paths = [path for _, path in _union_paths((stem,), lane.inputs[0], lane)]
         else:
             lane_paths = [_between(graph, stem, lane)]
         for path in lane_paths:
@@ -251,7 +254,8 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
     _check_branches(graph, stem, source)
     copies = (*second, *unions)
     first_level = (lanes + tuple(lanes[i] for i, _ in copies), tuple(paths) + tuple(p for _, p in copies))
-    levels = [first_level, *((level.lanes, level.steps) for level in after)]
+    levels = [first_level, *((level.lanes + tuple(level.lanes[i] for i, _, _ in (*level.second, *level.unions)),
+                              level.steps + tuple(own for _, _, own in (*level.second, *level.unions))) for level in after)]
     for level_lanes, level_paths in levels:
         _one_reporter(level_lanes, level_paths, graph)
     steps = {id(s): s for _, level_paths in levels for path in level_paths for s in path}
@@ -301,25 +305,29 @@ def _branches_merged(source: Node, lane: Node) -> bool:
     return len(lane.inputs) == 1 and paths(lane.inputs[0]) > 1
 
 
-def _union_paths(stem: Node, node: Node, lane: Node) -> list[tuple[Node, ...]]:
-    """Every path of steps from after ``stem`` to ``node`` (included), unions left out: a union
-    of two branches of ``stem``'s rows gives two paths (each its own copy of a row, as Flink's
-    union forwards each input's records). Refuses a union merging rows from elsewhere."""
-    if node is stem:
-        return [()]
+def _union_paths(ups: tuple[Node, ...], node: Node, lane: Node) -> list[tuple[Node, tuple[Node, ...]]]:
+    """Every path of steps from after one of ``ups`` to ``node`` (included), unions left out, with
+    the step it starts after: a union of two branches gives two paths (each its own copy of a
+    row, as Flink's union forwards each input's records). Refuses a union merging rows from
+    elsewhere."""
+    if any(node is up for up in ups):
+        return [(node, ())]
     if isinstance(node, UnionNode):
         out = []
         for up in node.inputs:
-            if up is not stem and not any(a is stem for a in ancestors(up)):
+            found = _union_paths(ups, up, lane)
+            if not found:
+                named = " or ".join(repr(u.name) for u in ups)
                 raise PipelineError(
-                    f"'{node.name}' (union) merges the rows of '{stem.name}' with those of '{up.name}', which do not "
-                    f"come from it, on the way to '{lane.name}' after the point where the job fans out; in a fan-out "
-                    "a union merges branches of the fanned-out rows only (yet): run that part as its own job",
-                    node.name,
+                    f"'{node.name}' (union) merges rows of '{up.name}' that do not pass {named} with rows that do, on "
+                    f"the way to '{lane.name}' after the point where the job fans out; there a union merges branches "
+                    f"of the rows of {named} only (yet): run that part as its own job", node.name,
                 )
-            out += _union_paths(stem, up, lane)
+            out += found
         return out
-    return [path + (node,) for path in _union_paths(stem, node.inputs[0], lane)]
+    if not node.inputs:
+        return []
+    return [(start, path + (node,)) for start, path in _union_paths(ups, node.inputs[0], lane)]
 
 
 def lane_inputs(lane: Node, stem: Node) -> tuple[int, ...]:
@@ -420,12 +428,20 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
         reads: list[tuple[int, str | None]] = []
         steps: list[tuple[Node, ...]] = []
         second: list[tuple[int, tuple[int, str | None], tuple[Node, ...]]] = []
+        unions: list[tuple[int, tuple[int, str | None], tuple[Node, ...]]] = []
         for node in rest:
             direct = upstream_steps(node, graph)
             if len(direct) == 2 and isinstance(node, CoProcessNode | IntervalJoinNode):
                 direct.sort(key=lambda d: lane_inputs(node, d))  # the step on the first input first
             found = [next((j for j, lane in enumerate(previous) if lane is up), None) for up in direct]
-            if len(direct) > 1 and not _two_lanes(node, direct, found):
+            merged = len(node.inputs) == 1 and any(isinstance(s, UnionNode) for up in direct for s in _between(graph, up, node))
+            if merged and len(set(j is None for j in found)) > 1:
+                raise PipelineError(
+                    f"'{node.name}' reads stateful steps ({', '.join(a.name for a in direct)}) of different levels "
+                    f"of the fan-out after '{source.name}' through a union; there a union merges lanes of one level "
+                    "(yet): run that part as its own job", node.name,
+                )
+            if len(direct) > 1 and not merged and not _two_lanes(node, direct, found):
                 raise PipelineError(
                     f"'{node.name}' reads stateful steps ({', '.join(a.name for a in direct)}) after the fan-out "
                     f"after '{source.name}'; there a two-input step reads one on each input, both keyed steps of "
@@ -435,9 +451,16 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
                 continue
             if len(direct) == 1 and isinstance(node, CoProcessNode | IntervalJoinNode):
                 _check_two_input_lane(node, direct[0], direct[0], False, both=False)
+            if merged:  # one path per branch of the union, each from the lane it starts after
+                routes = [(found[[id(d) for d in direct].index(id(up))], path)
+                          for up, path in _union_paths(tuple(direct), node.inputs[0], node)]
+            else:
+                routes = [(j, _input_path(graph, upstream, node, k) if len(direct) > 1 else _between(graph, upstream, node))
+                          for k, (upstream, j) in enumerate(zip(direct, found))]
             per_input = []
-            for k, (upstream, j) in enumerate(zip(direct, found)):
-                path = _input_path(graph, upstream, node, k) if len(direct) > 1 else _between(graph, upstream, node)
+            for j, path in routes:
+                assert j is not None
+                upstream = previous[j]
                 side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
                 own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))
                 for step in own:
@@ -447,16 +470,17 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
                             f"the fan-out after '{source.name}'; there {_ALLOWED}: move it into '{upstream.name}' or "
                             f"'{node.name}'", step.name,
                         )
-                assert j is not None
                 per_input.append(((j, side), own))
-            if len(per_input) > 1:
+            if merged:
+                unions += [(len(level), *extra) for extra in per_input[1:]]
+            elif len(per_input) > 1:
                 second.append((len(level), *per_input[1]))
             level.append(node)
             reads.append(per_input[0][0])
             steps.append(per_input[0][1])
         if not level:  # not reached: every keyed step after source reads a lane of some level
             raise PipelineError(f"'{rest[0].name}' cannot be placed after the fan-out after '{source.name}'", rest[0].name)
-        levels.append(Level(tuple(level), tuple(reads), tuple(steps), tuple(second)))
+        levels.append(Level(tuple(level), tuple(reads), tuple(steps), tuple(second), tuple(unions)))
         rest = [n for n in rest if not any(n is lane for lane in level)]
         previous = tuple(level)
     return tuple(levels)

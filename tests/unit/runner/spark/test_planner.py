@@ -355,7 +355,7 @@ def test_a_union_with_rows_from_outside_a_fan_out_is_refused_naming_it(env, even
     first.filter("k = 'x'", name="x").union(src, name="mixed").key_by("k").process(_Count(), KEYED, name="a").sink_to(
         CollectSink())
     first.sink_to(CollectSink(), name="raw")
-    with pytest.raises(PipelineError, match="step 'mixed'.*merges the rows of 'first' with those of 'events'"):
+    with pytest.raises(PipelineError, match="step 'mixed'.*merges rows of 'events' that do not pass 'first' with rows that do"):
         plan(env.graph())
 
 
@@ -393,14 +393,32 @@ def test_the_steps_between_two_levels_are_the_lanes_own_in_graph_order(env, even
     assert [[s.name for s in own] for own in level.steps] == [["later", "reshape", "any", "again"]]
 
 
-def test_a_union_between_two_levels_of_a_fan_out_is_refused_naming_it(env, events):
+def test_a_union_between_two_levels_of_a_fan_out_gives_a_copy_per_path(env, events):
+    """A second-level step reading lanes of the first through a union: one path per branch,
+    each from the lane it starts after (here both branches of 'a', and one of 'b')."""
     first = events().key_by("k").process(_Count(), KEYED, name="first")
     a = first.key_by("k").process(_Count(), KEYED, name="a")
+    b = first.key_by("k").process(_Count(), KEYED, name="b")
     reshaped = a.map_batches(lambda pdf: pdf, name="reshape")
-    (reshaped.filter("k = 'x'", name="x").union(reshaped.filter("k = 'y'", name="y"), name="again")
+    (reshaped.filter("k = 'x'", name="x").union(reshaped.filter("k = 'y'", name="y"), b.filter("ts > 0", name="z"), name="again")
         .key_by("k").process(_Count(), KEYED, name="a2").sink_to(CollectSink()))
-    first.key_by("k").process(_Count(), KEYED, name="b").sink_to(CollectSink())
-    with pytest.raises(PipelineError, match="step 'again'.*between 'a' and 'a2'.*only filter, map, flat_map, select"):
+    b.sink_to(CollectSink(), name="b-out")
+    (level,) = plan(env.graph()).fan_out.after
+    assert [n.name for n in level.lanes] == ["a2"] and level.second == ()
+    assert [(level.reads[0], [s.name for s in level.steps[0]])] + [(read, [s.name for s in own]) for _, read, own in level.unions] == [
+        ((0, None), ["reshape", "x"]), ((0, None), ["reshape", "y"]), ((1, None), ["z"])]
+
+
+@pytest.mark.parametrize("other", ["a", "b"])
+def test_a_union_of_lanes_of_two_levels_is_refused_naming_it(env, events, other):
+    first = events().key_by("k").process(_Count(), KEYED, name="first")
+    a = first.key_by("k").process(_Count(), KEYED, name="a")
+    a2 = a.key_by("k").process(_Count(), KEYED, name="a2")
+    b = first.key_by("k").process(_Count(), KEYED, name="b")
+    a2.union(a if other == "a" else b, name="mixed").key_by("k").process(_Count(), KEYED, name="c").sink_to(CollectSink())
+    said = ("step 'mixed'.*merges rows of 'a' that do not pass 'a2' with rows that do" if other == "a"
+            else "step 'c'.*reads stateful steps \\(a2, b\\) of different levels")
+    with pytest.raises(PipelineError, match=said):
         plan(env.graph())
 
 

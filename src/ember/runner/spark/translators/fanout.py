@@ -171,7 +171,7 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
         if tail:  # the lane's own steps from its first that is no filter on: on its rows only
             df, renamed = _lane_steps(comp, df, tail, LANE, i, renamed, f"__ember_mapped0_{i}_")
         if i in merged:  # a union's paths: each copy's records into columns of the lane's own
-            df, renamed = _merge_copies(df, LANE, i, renamed, merged[i], lane.node.name)
+            df, renamed = _merge_copies(df, LANE, i, renamed, merged[i], lane.node.name, f"__ember_union0_{i}_")
             placed.append(None)
             keys.append(_key_columns(lane, renamed))
             names.append(renamed)
@@ -207,7 +207,9 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
     lanes = [comp.lanes[id(node)] for node in after.lanes]
     # A two-input lane reading two lanes of the level before gets a copy of the second one's rows
     # under a lane number of its own past the pass-through's until its row shape is made.
-    reads = list(after.reads) + [read for _, read, _ in after.second]
+    # A lane reading the level before through a union gets a copy per further path, likewise.
+    extra = [*after.second, *after.unions]
+    reads = list(after.reads) + [read for _, read, _ in extra]
     copies = []
     for i, (j, tag) in enumerate(reads):
         reading = F.col(before.lane) == F.lit(j)
@@ -223,11 +225,18 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
         v = n + 1 + m
         df, renamed = _level_records(comp, df, before, lane, v, j, tag, own, f"__ember_mapped{k}_{v}_")
         seconds[i] = (v, renamed)
+    merged: dict[int, list[tuple[int, dict[str, str]]]] = {}  # lane -> its union copies (lane number, records)
+    for m, (i, (j, tag), own) in enumerate(after.unions, start=len(after.second)):
+        v = n + 1 + m
+        df, renamed = _level_records(comp, df, before, lane, v, j, tag, own, f"__ember_mapped{k}_{v}_")
+        merged.setdefault(i, []).append((v, renamed))
     keys: list[tuple[str, ...]] = []
     names: list[dict[str, str] | None] = []
     placed: list[str | None] = []
     for i, (node, (j, tag), own) in enumerate(zip(lanes, after.reads, after.steps or [()] * n)):
         df, renamed = _level_records(comp, df, before, lane, i, j, tag, own, f"__ember_mapped{k}_{i}_")
+        if i in merged:  # a union's paths: each copy's records into columns of the lane's own
+            df, renamed = _merge_copies(df, lane, i, renamed, merged[i], node.node.name, f"__ember_union{k}_{i}_")
         if node.inputs is not None:  # a two-input step: its rows from these records, and its other input's
             df, lane_keys, lane_names, bucket = _two_input_lane(df, lane, i, node, renamed, f"__ember_in{k}_{i}_",
                                                                 second=seconds.get(i))
@@ -245,11 +254,10 @@ def _next_level(comp: Compilation, before: FannedOut, k: int, after: Level, even
 
 
 def _merge_copies(df: Any, lane: str, i: int, renamed: dict[str, str], copies: list[tuple[int, dict[str, str]]],
-                  name: str) -> tuple[Any, dict[str, str]]:
+                  name: str, prefix: str) -> tuple[Any, dict[str, str]]:
     """Lane ``i``'s rows from a union of paths: its own copies' records (``renamed``: columns ->
     fields) and each further copy's (``copies``: its lane number and records), in columns of the
-    lane's own, every copy numbered lane ``i`` from then on."""
-    prefix = f"__ember_union0_{i}_"
+    lane's own (``prefix``), every copy numbered lane ``i`` from then on."""
     out: dict[str, str] = {}
     for column_, field in renamed.items():
         value: Any = None
