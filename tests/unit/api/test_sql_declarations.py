@@ -102,13 +102,37 @@ def test_a_sql_step_beside_keyed_steps_in_a_fan_out_is_refused_by_the_planner(en
         plan(env.graph())
 
 
-def test_a_sql_step_on_a_branch_of_its_own_beside_a_keyed_step_is_refused_naming_it(env, events):
-    """One source read by a SQL view and, on another branch, by a keyed step: refused before the
-    job starts, naming the SQL step (the job fans out at the source, which the SQL branch is
-    not part of)."""
+def test_a_sql_step_on_a_branch_of_its_own_runs_beside_the_rest_of_the_job(env, events):
+    """One source read by a SQL view and, on another branch, by a keyed step and a raw sink: the
+    query is a SQL branch, beside the rest (a fan-out at the source); every sink is written from
+    the query's rows."""
     stream = events()
     stream.create_view("raw")
     env.sql("SELECT k, count(*) AS n FROM raw GROUP BY k", name="q").sink_to(CollectSink(), name="counts")
     stream.key_by("k").process(Pass(), "ts bigint, k string", name="dedupe").sink_to(CollectSink(), name="out")
-    with pytest.raises(PipelineError, match="step 'q'.*on a branch of its own beside the fan-out"):
+    stream.sink_to(CollectSink(), name="all")
+    planned = plan(env.graph())
+    assert [n.name for n in planned.sql_branches] == ["q"]
+    assert planned.fan_out is not None and [n.name for n in planned.fan_out.lanes] == ["dedupe"]
+    assert sorted(s.name for s in planned.streamed_sinks) == ["all", "counts", "out"]
+
+
+def test_a_sql_branch_whose_rows_meet_other_rows_is_refused_naming_the_step(env, events):
+    stream = events()
+    stream.create_view("raw")
+    q = env.sql("SELECT ts, k FROM raw WHERE k = 'a'", name="q").select("ts", "k", name="again")
+    q.union(stream.select("ts", "k", name="plain"), name="mixed").sink_to(CollectSink(), name="both")
+    stream.sink_to(CollectSink(), name="all")
+    with pytest.raises(PipelineError, match="step 'mixed'.*reads the rows of the SQL step 'q'.*and those of 'plain'"):
+        plan(env.graph())
+
+
+def test_a_sql_branch_beside_a_step_reading_two_stateful_steps_is_refused(env, events):
+    stream = events()
+    stream.create_view("raw")
+    env.sql("SELECT ts, k FROM raw", name="q").sink_to(CollectSink(), name="rows")
+    a = stream.key_by("k").process(Pass(), "ts bigint, k string", name="a")
+    b = stream.key_by("k").process(Pass(), "ts bigint, k string", name="b")
+    a.union(b).key_by("k").process(Pass(), "ts bigint, k string", name="both").sink_to(CollectSink(), name="out")
+    with pytest.raises(PipelineError, match="step 'q'.*beside the rest of the job, and 'both' reads several stateful steps"):
         plan(env.graph())

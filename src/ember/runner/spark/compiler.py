@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ember.graph.graph import Graph
+from ember.graph.graph import Graph, ancestors
 from ember.graph.nodes import Node, SideOutputNode, SinkNode
 from ember.job import EnvironmentConfig
 from ember.runner.spark import translators  # noqa: F401 - fills TRANSLATORS
@@ -23,6 +23,7 @@ from ember.runner.spark.planner import plan
 from ember.runner.spark.spool import clear_spool, read_spool
 from ember.runner.spark.translators.fanout import FannedOut, fan_out
 from ember.runner.spark.translators.sinks import check_sink, metric_readers, prepare_sink, sink_writer, write_batch
+from ember.runner.spark.translators.sql_branches import SqlParts
 
 # Frame, Compilation and the table are re-exported: they were defined here before compilation.py.
 __all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "registry", "compile_graph"]
@@ -56,6 +57,9 @@ class CompiledJob:
     # With ``compilation.count_rows``: receives (batch id, rows per step) of the steps compiled per
     # micro-batch (after the split, and a detour's), once their sinks wrote.
     on_branch_counts: Callable[[int, dict[str, int]], None] | None = None
+    # SQL steps on branches of their own: the query's rows are the union of theirs and the
+    # rest's (translators/sql_branches.py), parted again per micro-batch.
+    sql_parts: SqlParts | None = None
 
     @property
     def df(self) -> Any:
@@ -68,7 +72,7 @@ class CompiledJob:
     @property
     def one_sink(self) -> bool:
         """The query's rows go to one sink, written without a split."""
-        return self.fork is None and self.fanned is None and not self.detours
+        return self.fork is None and self.fanned is None and not self.detours and self.sql_parts is None
 
     def writer(self) -> Any:
         """``writeStream`` for the job's sink(s)."""
@@ -93,16 +97,19 @@ class CompiledJob:
         """Every sink's branch on one micro-batch of the split step's rows."""
         streamed = self.streamed_sinks
         branches, detoured = [], {}
-        if self.fork is None and self.fanned is None:
+        if self.fork is None and self.fanned is None and self.sql_parts is None:
             write_batch(streamed[0], batch, batch_id, self.target(streamed[0]))
         else:
             batch.persist()
             try:
+                main, seeds = (batch, []) if self.sql_parts is None else self.sql_parts.split(batch)
+                seeds = [(node, Frame(rows, None)) for node, rows in seeds]
                 if self.fanned is not None:
-                    branch = self.compilation.branch_from(self.fanned.branches(batch), counted=self.fanned.lanes)
+                    branch = self.compilation.branch_from(self.fanned.branches(main) + seeds, counted=self.fanned.lanes)
+                elif self.fork is not None:
+                    branch = self.compilation.branch_from([(self.fork, Frame(main, self.frame.time)), *seeds])
                 else:
-                    assert self.fork is not None
-                    branch = self.compilation.branch(self.fork, Frame(batch, self.frame.time))
+                    branch = self.compilation.branch_from(seeds)
                 for sink in streamed:
                     write_batch(sink, branch.frame(sink.inputs[0]).df, batch_id, self.target(sink))
                 branches.append(branch)
@@ -157,6 +164,8 @@ def compile_graph(
         for sink in d.sinks:
             schemas[id(sink)] = comp.branch(d.side, empty).frame(sink.inputs[0]).df.schema
     streamed_sinks = list(physical.streamed_sinks)
+    if physical.sql_branches:
+        return _with_sql_branches(graph, comp, physical, schemas, detours, streamed_sinks)
     if physical.fan_out is not None:
         fanned = fan_out(comp, physical.fan_out)
         for sink in streamed_sinks:  # every branch checked against the lanes' schemas now, not mid-job
@@ -170,3 +179,30 @@ def compile_graph(
     for sink in streamed_sinks:  # check every branch against the split step's schema now, not mid-job
         schemas[id(sink)] = comp.branch(fork, Frame(streamed.df.limit(0), streamed.time)).frame(sink.inputs[0]).df.schema
     return CompiledJob(graph.sinks, streamed, comp, fork, None, schemas, detours, streamed_sinks)
+
+
+def _with_sql_branches(graph: Graph, comp: Compilation, physical: Any, schemas: dict[int, Any], detours: list[Detour],
+                       streamed_sinks: list[SinkNode]) -> CompiledJob:
+    """A job with SQL steps on branches of their own (translators/sql_branches.py): the rest of
+    the job as it would run alone (a fan-out, a split, or one sink's rows), its rows unioned with
+    the queries', every sink written per micro-batch."""
+    ahead = [s for s in streamed_sinks if not any(a is b for b in physical.sql_branches for a in ancestors(s))]
+    fanned, fork, main = None, physical.fork, None
+    if physical.fan_out is not None:
+        fanned = fan_out(comp, physical.fan_out)
+        main = fanned.frame
+        for sink in ahead:
+            schemas[id(sink)] = comp.branch_from(fanned.branches(main.df.limit(0))).frame(sink.inputs[0]).df.schema
+    elif ahead:
+        fork = fork if fork is not None else ahead[0].inputs[0]  # (one sink: its rows, written as a split's)
+        comp.frame(fork)
+        main = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
+        for sink in ahead:
+            schemas[id(sink)] = comp.branch(fork, Frame(main.df.limit(0), main.time)).frame(sink.inputs[0]).df.schema
+    branches = [(node, comp.frame(node).df) for node in physical.sql_branches]
+    for node, df in branches:
+        for sink in graph.sinks_after(node):
+            schemas[id(sink)] = comp.branch_from([(node, Frame(df.limit(0), None))]).frame(sink.inputs[0]).df.schema
+    parts, union = SqlParts.union(None if main is None else main.df, branches)
+    frame = Frame(union, None if main is None else main.time)
+    return CompiledJob(graph.sinks, frame, comp, fork, fanned, schemas, detours, streamed_sinks, sql_parts=parts)

@@ -51,7 +51,7 @@ from ember.rolling import emits_per_record
 
 __all__ = ["APWS", "TWS", "CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join",
            "spark_keyed_operator", "spark_stateful_operators", "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql",
-           "upstream_sqls"]
+           "upstream_sqls", "sql_branches"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
 DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
@@ -102,15 +102,36 @@ def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:
 
 def _every_sink_reads(node: Node, graph: Graph) -> bool:
     """Whether every sink reads ``node``'s records — but for sinks of dead letters that detour
-    (planner.py): those leave the query beside it. A sink that does not is on a branch that
-    parts before ``node``, and the job fans out there (fan_out_plan.root_fan_out)."""
+    (planner.py) and of SQL branches (:func:`sql_branches`): those leave the query beside it. A
+    sink that does not is on a branch that parts before ``node``, and the job fans out there
+    (fan_out_plan.root_fan_out)."""
+    branches = sql_branches(graph)
     for sink in graph.sinks:
         before = list(ancestors(sink))
-        if any(a is node for a in before):
+        if any(a is node for a in before) or any(a is b for b in branches for a in before):
             continue
         if not any(detours(a) for a in before):
             return False
     return True
+
+
+def sql_branches(graph: Graph) -> tuple[SqlNode, ...]:
+    """The SQL steps on branches of their own in a job with several sinks: each reads sources
+    through stateless steps only, nothing stateful reads its rows, and some sink does not read
+    them. Such a query runs beside the rest of the job, not after its split (where only
+    stateless steps can run): its rows join the query's output and leave it at the split
+    (planner.py, compiler.py)."""
+    if len(graph.sinks) < 2:
+        return ()
+    out = []
+    for node in graph.nodes:
+        if not isinstance(node, SqlNode) or any(isinstance(a, STATEFUL) for a in ancestors(node)):
+            continue
+        after = [n for n in graph.nodes if any(a is node for a in ancestors(n))]
+        if any(isinstance(n, STATEFUL) for n in after) or len(graph.sinks_after(node)) == len(graph.sinks):
+            continue
+        out.append(node)
+    return tuple(out)
 
 
 def spark_stateful_operators(graph: Graph) -> list[Node]:

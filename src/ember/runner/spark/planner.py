@@ -62,12 +62,13 @@ from ember.runner.spark.placement import (
     runtime_steps,
     spark_stateful_operators,
     sql_beside_steps,
+    sql_branches,
     upstream_sql,
     upstream_sqls,
     upstream_steps,
 )
 
-__all__ = ["Plan", "plan", "physical_notes", "job_fan_out"]
+__all__ = ["Plan", "plan", "physical_notes", "job_fan_out", "main_graph"]
 
 
 def physical_notes(graph: Graph) -> Callable[[Node], str]:
@@ -110,6 +111,10 @@ class Plan:
     detours: tuple[SideOutputNode, ...] = ()
     streamed_sinks: tuple[SinkNode, ...] = field(default=())
     fan_out: FanOut | None = None
+    # SQL steps on branches of their own (sql_branches): each query runs beside the rest of the
+    # job in the streaming query, its rows joining the split's (compiler.py); their sinks are
+    # among ``streamed_sinks``.
+    sql_branches: tuple[SqlNode, ...] = ()
 
     def detoured_sinks(self, side: SideOutputNode) -> list[SinkNode]:
         return self.graph.sinks_after(side)
@@ -198,6 +203,17 @@ def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
     _check_chains(graph)
+    branches = sql_branches(graph)
+    if branches:
+        _check_sql_branches(graph, branches)
+        two = next((n for n in runtime_steps(graph) if len(upstream_steps(n, graph)) > 1), None)
+        if two is not None:  # (its operators are numbered walking the branches: restart.pipeline_manifest)
+            raise PipelineError(
+                f"the SQL step '{branches[0].name}' runs on a branch of its own beside the rest of the job, and "
+                f"'{two.name}' reads several stateful steps; the two together are not supported yet: run the SQL "
+                "step as its own job", branches[0].name,
+            )
+        return _with_sql_branches(graph, branches)
     fan = job_fan_out(graph)
     if fan is not None:
         sql = next((n for n in graph.nodes if isinstance(n, SqlNode)), None)
@@ -213,6 +229,44 @@ def plan(graph: Graph) -> Plan:
     return Plan(graph, fork, tuple(detours), tuple(streamed))
 
 
+def _check_sql_branches(graph: Graph, branches: tuple[SqlNode, ...]) -> None:
+    """Refuses a SQL branch (placement.sql_branches) whose rows meet other rows after the
+    query, naming the step."""
+    for node in branches:
+        after = [n for n in graph.nodes if any(a is node for a in ancestors(n))]
+        inside = {id(node)} | {id(n) for n in after}
+        for n in after:
+            foreign = next((p for p in n.inputs if id(p) not in inside), None)
+            if foreign is not None:
+                raise PipelineError(
+                    f"'{n.name}' reads the rows of the SQL step '{node.name}', which runs on a branch of its own "
+                    f"beside the rest of the job, and those of '{foreign.name}' too; there a SQL step's rows meet no "
+                    "other rows (yet): read them into sinks of their own", n.name,
+                )
+
+
+def main_graph(graph: Graph, branches: tuple[SqlNode, ...]) -> Graph | None:
+    """The job without its SQL branches (:func:`sql_branches`) and their sinks; None when every
+    sink reads one."""
+    sinks = [s for s in graph.sinks if not any(a is b for b in branches for a in ancestors(s))]
+    return Graph(sinks) if sinks else None
+
+
+def _with_sql_branches(graph: Graph, branches: tuple[SqlNode, ...]) -> Plan:
+    """The plan of a job with SQL branches: the rest of the job planned alone (split, fan-out),
+    every sink written per micro-batch from the query's rows."""
+    main = main_graph(graph, branches)
+    fork: Node | None = None
+    detours: tuple[SideOutputNode, ...] = ()
+    streamed: tuple[SinkNode, ...] = ()
+    fan: FanOut | None = None
+    if main is not None:
+        inner = plan(main)
+        fork, detours, streamed, fan = inner.fork, inner.detours, inner.streamed_sinks, inner.fan_out
+    after = tuple(s for s in graph.sinks if any(a is b for b in branches for a in ancestors(s)))
+    return Plan(graph, fork, detours, (*streamed, *after), fan, branches)
+
+
 def job_fan_out(graph: Graph) -> FanOut | None:
     """The job's fan-out (fan_out_plan.py), or None — also when a stateful step's only other
     reader is a dead-letter output that detours (a ``map`` with dead letters between two keyed
@@ -220,6 +274,10 @@ def job_fan_out(graph: Graph) -> FanOut | None:
     A job that cannot run otherwise may fan out before its first keyed steps (root_fan_out):
     a stream read by several keyed steps, or by one and by a sink of its raw records. Dead
     letters of steps on a lane's own path detour (``FanOut.detours``)."""
+    branches = sql_branches(graph)
+    if branches:  # the fan-out of the rest of the job, beside them
+        main = main_graph(graph, branches)
+        return None if main is None else job_fan_out(main)
     try:
         fan = _with_detours(graph, fan_out_of)
     except PipelineError:

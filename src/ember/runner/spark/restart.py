@@ -44,6 +44,7 @@ from ember.runner.spark.placement import (
     native_window,
     runtime_steps,
     spark_keyed_operator,
+    sql_branches,
     upstream_steps,
 )
 from ember.runner.spark.planner import job_fan_out
@@ -64,6 +65,9 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     default 128 (a manifest without them, any written before they could change, means 128)."""
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
     stateful = [node for node in graph.nodes if _stateful(node)]
+    branches = sql_branches(graph)
+    if branches:  # their queries run beside the rest, numbered after it (translators/sql_branches.py)
+        stateful = [*reversed(branches), *(n for n in stateful if not any(n is b for b in branches))]
     operators = [_operator(node, graph) for node in stateful]
     fan = job_fan_out(graph)
     spark_operator = spark_keyed_operator(graph, keyed_operator, fan is not None, stored_keyed_operator(stored),
