@@ -189,21 +189,12 @@ def test_one_dedupe_on_both_inputs_of_an_interval_join(env, raw_sink):
     watermark; beside a raw sink or alone."""
     with_duplicates = [b + b[:2] for b in _one_stream(2)]
     distinct = _distinct(with_duplicates)
-    left, right = _odd_and_even(distinct)
-    joined, raw = CollectSink(), CollectSink()
+    raw = CollectSink()
     a = env.from_source(ScriptedSource(with_duplicates, SCHEMA), STRATEGY, name="events")
     deduped = a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
-    join_into(deduped.filter("v % 2 = 1", name="odd").key_by("k"), deduped.filter("v % 2 = 0", name="even").key_by("k"),
-              joined)
     if raw_sink:
         deduped.sink_to(raw, name="raw")
-    result = env.execute(f"dedupe-self-join-{raw_sink}", progress=False)
-    rows = pairs(joined)
-    expected = model.interval_join(left, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS,
-                                   watermarks=model.least_watermarks([distinct], BOUND_MS))
-    assert len(expected.pairs) > 5 and expected.late > 0
-    assert rows == sorted(expected.pairs, key=repr)
-    assert result.late_dropped == expected.late
+    _odd_even_join_equals_the_model(env, deduped, distinct, f"dedupe-self-join-{raw_sink}")
     if raw_sink:
         assert _records(raw) == _every(distinct)
     assert len(os.listdir(os.path.join(env.config.checkpoint_dir, f"dedupe-self-join-{raw_sink}", "state"))) == 2
@@ -264,17 +255,25 @@ def test_a_source_on_both_inputs_of_an_interval_join_beside_other_readers(env, b
     the source's fan-out (before: refused) — pairs and late records as the model says with the
     one source's watermark."""
     events = _one_stream(2)
-    left, right = _odd_and_even(events)
-    joined, other = CollectSink(), CollectSink()
+    other = CollectSink()
     a = env.from_source(ScriptedSource(events, SCHEMA), STRATEGY, name="events")
-    join_into(a.filter("v % 2 = 1", name="odd").key_by("k"), a.filter("v % 2 = 0", name="even").key_by("k"), joined)
     reader = a if beside == "raw-sink" else a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
     reader.sink_to(other, name="other")
-    result = env.execute(f"source-self-join-{beside}", progress=False)
-    rows = pairs(joined)
-    expected = model.interval_join(left, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS,
-                                   watermarks=model.least_watermarks([events], BOUND_MS))
-    assert len(expected.pairs) > 5 and expected.late > 0
-    assert rows == sorted(expected.pairs, key=repr)
-    assert result.late_dropped == expected.late
+    _odd_even_join_equals_the_model(env, a, events, f"source-self-join-{beside}")
     assert _records(other) == _every(events)
+
+
+def _odd_even_join_equals_the_model(env, stream, records, name):
+    """Joins the odd and even records of ``stream`` (whose records are the batches ``records``),
+    runs the job ``name``, and checks its pairs and late records against the model with the one
+    stream's watermarks."""
+    joined = CollectSink()
+    join_into(stream.filter("v % 2 = 1", name="odd").key_by("k"), stream.filter("v % 2 = 0", name="even").key_by("k"),
+              joined)
+    result = env.execute(name, progress=False)
+    left, right = _odd_and_even(records)
+    expected = model.interval_join(left, right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS,
+                                   watermarks=model.least_watermarks([records], BOUND_MS))
+    assert len(expected.pairs) > 5 and expected.late > 0
+    assert pairs(joined) == sorted(expected.pairs, key=repr)
+    assert result.late_dropped == expected.late

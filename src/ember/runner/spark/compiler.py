@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ember.graph.graph import Graph, ancestors
+from ember.graph.graph import Graph
 from ember.graph.nodes import Node, SideOutputNode, SinkNode
 from ember.job import EnvironmentConfig
 from ember.runner.spark import translators  # noqa: F401 - fills TRANSLATORS
@@ -19,6 +19,7 @@ from ember.runner.spark.compilation import TRANSLATORS, Compilation, Frame, regi
 from ember.runner.spark.datasources import register_sources
 from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT
 from ember.runner.spark.fenced_writes import SinkTarget
+from ember.runner.spark.placement import reads_one_of
 from ember.runner.spark.planner import plan
 from ember.runner.spark.spool import clear_spool, read_spool
 from ember.runner.spark.translators.fanout import FannedOut, fan_out
@@ -155,7 +156,6 @@ def compile_graph(
     physical = plan(graph)
     comp = Compilation(graph, spark, config, job_name, checkpoint, end_of_input_marker, stop_marker, plan=physical,
                        count_rows=count_rows)
-    fork = physical.fork
     detours = [Detour(side, physical.detoured_sinks(side), comp.layout.spool(side.inputs[0].name)) for side in physical.detours]
     comp.detoured = {id(d.side.inputs[0]): d.directory for d in detours}
     schemas = {}
@@ -164,42 +164,45 @@ def compile_graph(
         for sink in d.sinks:
             schemas[id(sink)] = comp.branch(d.side, empty).frame(sink.inputs[0]).df.schema
     streamed_sinks = list(physical.streamed_sinks)
-    if physical.sql_branches:
-        return _with_sql_branches(graph, comp, physical, schemas, detours, streamed_sinks)
+    ahead = [s for s in streamed_sinks if not reads_one_of(s, physical.sql_branches)]
+    fanned, fork, main = _rest(comp, physical, ahead, schemas, split_one=bool(physical.sql_branches))
+    if not physical.sql_branches:
+        assert main is not None  # (a job without SQL branches has a sink of its own rows)
+        return CompiledJob(graph.sinks, main, comp, fork, fanned, schemas, detours, streamed_sinks)
+    return _with_sql_branches(graph, comp, physical.sql_branches, main, fork, fanned, schemas, detours, streamed_sinks)
+
+
+def _rest(comp: Compilation, physical: Any, sinks: list[SinkNode], schemas: dict[int, Any],
+          split_one: bool) -> tuple[FannedOut | None, Node | None, Frame | None]:
+    """The query's rows for ``sinks`` (the job's streamed sinks but those of SQL branches): a
+    fan-out's shared operator, the split step's, or one sink's — with ``split_one``, written as a
+    split's (the SQL branches' rows join them); each sink's branch checked against their schema
+    now, not mid-job. Returns the fan-out, the split step and the rows (None without sinks)."""
     if physical.fan_out is not None:
         fanned = fan_out(comp, physical.fan_out)
-        for sink in streamed_sinks:  # every branch checked against the lanes' schemas now, not mid-job
+        for sink in sinks:
             schemas[id(sink)] = comp.branch_from(fanned.branches(fanned.frame.df.limit(0))).frame(sink.inputs[0]).df.schema
-        return CompiledJob(graph.sinks, fanned.frame, comp, None, fanned, schemas, detours, streamed_sinks)
-    if fork is None:
-        return CompiledJob(graph.sinks, comp.frame(streamed_sinks[0].inputs[0]), comp, None, None, schemas, detours,
-                           streamed_sinks)
+        return fanned, None, fanned.frame
+    if not sinks:
+        return None, None, None
+    fork = physical.fork
+    if fork is None and not split_one:
+        return None, None, comp.frame(sinks[0].inputs[0])
+    fork = fork if fork is not None else sinks[0].inputs[0]  # (one sink: its rows, written as a split's)
     comp.frame(fork)
-    streamed = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
-    for sink in streamed_sinks:  # check every branch against the split step's schema now, not mid-job
-        schemas[id(sink)] = comp.branch(fork, Frame(streamed.df.limit(0), streamed.time)).frame(sink.inputs[0]).df.schema
-    return CompiledJob(graph.sinks, streamed, comp, fork, None, schemas, detours, streamed_sinks)
+    rows = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
+    for sink in sinks:
+        schemas[id(sink)] = comp.branch(fork, Frame(rows.df.limit(0), rows.time)).frame(sink.inputs[0]).df.schema
+    return None, fork, rows
 
 
-def _with_sql_branches(graph: Graph, comp: Compilation, physical: Any, schemas: dict[int, Any], detours: list[Detour],
+def _with_sql_branches(graph: Graph, comp: Compilation, sql_branches: tuple[Node, ...], main: Frame | None,
+                       fork: Node | None, fanned: FannedOut | None, schemas: dict[int, Any], detours: list[Detour],
                        streamed_sinks: list[SinkNode]) -> CompiledJob:
     """A job with SQL steps on branches of their own (translators/sql_branches.py): the rest of
-    the job as it would run alone (a fan-out, a split, or one sink's rows), its rows unioned with
-    the queries', every sink written per micro-batch."""
-    ahead = [s for s in streamed_sinks if not any(a is b for b in physical.sql_branches for a in ancestors(s))]
-    fanned, fork, main = None, physical.fork, None
-    if physical.fan_out is not None:
-        fanned = fan_out(comp, physical.fan_out)
-        main = fanned.frame
-        for sink in ahead:
-            schemas[id(sink)] = comp.branch_from(fanned.branches(main.df.limit(0))).frame(sink.inputs[0]).df.schema
-    elif ahead:
-        fork = fork if fork is not None else ahead[0].inputs[0]  # (one sink: its rows, written as a split's)
-        comp.frame(fork)
-        main = comp.tagged.get(id(fork)) or comp.frames[id(fork)]
-        for sink in ahead:
-            schemas[id(sink)] = comp.branch(fork, Frame(main.df.limit(0), main.time)).frame(sink.inputs[0]).df.schema
-    branches = [(node, comp.frame(node).df) for node in physical.sql_branches]
+    the job's rows (``main``, :func:`_rest`) unioned with the queries', every sink written per
+    micro-batch."""
+    branches = [(node, comp.frame(node).df) for node in sql_branches]
     for node, df in branches:
         for sink in graph.sinks_after(node):
             schemas[id(sink)] = comp.branch_from([(node, Frame(df.limit(0), None))]).frame(sink.inputs[0]).df.schema

@@ -294,29 +294,21 @@ def _through_a_union(graph: Graph, stem: Node, lane: Node) -> bool:
 def _branches_merged(source: Node, lane: Node) -> bool:
     """Whether the one-input step ``lane`` reads ``source``'s rows along several paths, merged by
     a union (each path would plan ``source`` once more in a Spark query, a tree)."""
-
-    def paths(node: Node) -> int:
-        if node is source:
-            return 1
-        if isinstance(node, UnionNode):
-            return sum(paths(up) for up in node.inputs if up is source or any(a is source for a in ancestors(up)))
-        return paths(node.inputs[0]) if node.inputs else 0
-
-    return len(lane.inputs) == 1 and paths(lane.inputs[0]) > 1
+    return len(lane.inputs) == 1 and len(_union_paths((source,), lane.inputs[0], lane, strict=False)) > 1
 
 
-def _union_paths(ups: tuple[Node, ...], node: Node, lane: Node) -> list[tuple[Node, tuple[Node, ...]]]:
+def _union_paths(ups: tuple[Node, ...], node: Node, lane: Node, strict: bool = True) -> list[tuple[Node, tuple[Node, ...]]]:
     """Every path of steps from after one of ``ups`` to ``node`` (included), unions left out, with
     the step it starts after: a union of two branches gives two paths (each its own copy of a
-    row, as Flink's union forwards each input's records). Refuses a union merging rows from
-    elsewhere."""
+    row, as Flink's union forwards each input's records). ``strict``: refuses a union merging
+    rows from elsewhere (else such an input gives no path)."""
     if any(node is up for up in ups):
         return [(node, ())]
     if isinstance(node, UnionNode):
         out = []
         for up in node.inputs:
-            found = _union_paths(ups, up, lane)
-            if not found:
+            found = _union_paths(ups, up, lane, strict)
+            if not found and strict:
                 named = " or ".join(repr(u.name) for u in ups)
                 raise PipelineError(
                     f"'{node.name}' (union) merges rows of '{up.name}' that do not pass {named} with rows that do, on "
@@ -327,7 +319,7 @@ def _union_paths(ups: tuple[Node, ...], node: Node, lane: Node) -> list[tuple[No
         return out
     if not node.inputs:
         return []
-    return [(start, path + (node,)) for start, path in _union_paths(ups, node.inputs[0], lane)]
+    return [(start, path + (node,)) for start, path in _union_paths(ups, node.inputs[0], lane, strict)]
 
 
 def lane_inputs(lane: Node, stem: Node) -> tuple[int, ...]:
@@ -434,7 +426,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
             if len(direct) == 2 and isinstance(node, CoProcessNode | IntervalJoinNode):
                 direct.sort(key=lambda d: lane_inputs(node, d))  # the step on the first input first
             found = [next((j for j, lane in enumerate(previous) if lane is up), None) for up in direct]
-            merged = len(node.inputs) == 1 and any(isinstance(s, UnionNode) for up in direct for s in _between(graph, up, node))
+            merged = any(_through_a_union(graph, up, node) for up in direct)
             if merged and len(set(j is None for j in found)) > 1:
                 raise PipelineError(
                     f"'{node.name}' reads stateful steps ({', '.join(a.name for a in direct)}) of different levels "

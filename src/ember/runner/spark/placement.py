@@ -51,7 +51,7 @@ from ember.rolling import emits_per_record
 
 __all__ = ["APWS", "TWS", "CARRIES_TIME", "DETOURING", "dead_letters_of", "detours", "native_window", "native_join",
            "spark_keyed_operator", "spark_stateful_operators", "runtime_steps", "upstream_steps", "sql_beside_steps", "upstream_sql",
-           "upstream_sqls", "sql_branches"]
+           "upstream_sqls", "sql_branches", "reads_one_of"]
 
 # Steps whose dead letters may detour: stateless, their tasks spool what fails (spool.py, planner.py).
 DETOURING = (ParseJsonNode, MapNode, FlatMapNode, FilterNode, MapBatchesNode, LookupJoinNode)
@@ -107,12 +107,16 @@ def _every_sink_reads(node: Node, graph: Graph) -> bool:
     (fan_out_plan.root_fan_out)."""
     branches = sql_branches(graph)
     for sink in graph.sinks:
-        before = list(ancestors(sink))
-        if any(a is node for a in before) or any(a is b for b in branches for a in before):
+        if reads_one_of(sink, (node, *branches)):
             continue
-        if not any(detours(a) for a in before):
+        if not any(detours(a) for a in ancestors(sink)):
             return False
     return True
+
+
+def reads_one_of(node: Node, steps: tuple[Node, ...]) -> bool:
+    """Whether ``node`` reads the rows of one of ``steps``, directly or through other steps."""
+    return any(a is s for a in ancestors(node) for s in steps)
 
 
 def sql_branches(graph: Graph) -> tuple[SqlNode, ...]:

@@ -59,6 +59,7 @@ from ember.runner.spark.placement import (
     detours,
     native_join,
     native_window,
+    reads_one_of,
     runtime_steps,
     spark_stateful_operators,
     sql_beside_steps,
@@ -248,7 +249,7 @@ def _check_sql_branches(graph: Graph, branches: tuple[SqlNode, ...]) -> None:
 def main_graph(graph: Graph, branches: tuple[SqlNode, ...]) -> Graph | None:
     """The job without its SQL branches (:func:`sql_branches`) and their sinks; None when every
     sink reads one."""
-    sinks = [s for s in graph.sinks if not any(a is b for b in branches for a in ancestors(s))]
+    sinks = [s for s in graph.sinks if not reads_one_of(s, branches)]
     return Graph(sinks) if sinks else None
 
 
@@ -263,7 +264,7 @@ def _with_sql_branches(graph: Graph, branches: tuple[SqlNode, ...]) -> Plan:
     if main is not None:
         inner = plan(main)
         fork, detours, streamed, fan = inner.fork, inner.detours, inner.streamed_sinks, inner.fan_out
-    after = tuple(s for s in graph.sinks if any(a is b for b in branches for a in ancestors(s)))
+    after = tuple(s for s in graph.sinks if reads_one_of(s, branches))
     return Plan(graph, fork, detours, (*streamed, *after), fan, branches)
 
 
