@@ -42,7 +42,7 @@ def _pipeline(env, streams, campaigns, dead_stream):
 
 
 def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly(env, r, prefix):
-    produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=20_000, rate=None)
+    produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=10_000, rate=None)
     report = produce(produced)
     streams = stream_names(prefix, 2)
     good = dict(user_id="u", ad_id=produced.source().campaign_table()[0][0], event_type="view", event_time="1")
@@ -64,8 +64,8 @@ def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly
     result = env.execute("bad-input", progress=progress.append)
     batches = [p["numInputRows"] for p in progress if p["numInputRows"]]
     # Bounded: the source admits at most 2,000 entries per batch, the rest waits in Redis. (An RSS check
-    # here could not tell: 20 k records are ~2 MB, while the JVM's heap grows lazily by hundreds of MB.)
-    assert len(batches) >= 10 and max(batches) <= 2_000
+    # here could not tell: 10 k records are ~1 MB, while the JVM's heap grows lazily by hundreds of MB.)
+    assert len(batches) >= 5 and max(batches) <= 2_000
     assert result.events == report.events + len(bad) + 1  # the entry without 'event' never enters the job
 
     # Valid records: exactly the views the generator produced, per campaign.
@@ -74,7 +74,7 @@ def test_malformed_records_go_to_dead_letters_and_valid_ones_are_counted_exactly
     camps = np.array(source.ids["campaigns"], dtype=object)
     expected = collections.Counter(camps[ref["ad"][ref["event_type"] == 0] // source.ads_per_campaign].tolist())
     got = collections.Counter(row["campaign_id"] for row in views.rows())
-    assert got == expected and sum(got.values()) > 5_000
+    assert got == expected and sum(got.values()) > 2_500
 
     # Every bad record once, with its raw text and reason.
     dead = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in r.xrange(f"{prefix}:dead")]
@@ -138,7 +138,7 @@ def test_json_decoded_at_the_source_feeds_event_time_windows_with_dead_letters(e
 
     from ember import TumblingEventTimeWindows, WatermarkStrategy
 
-    produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=20_000, rate=None)
+    produced = ProduceConfig("yahoo", prefix=prefix, partitions=2, events=10_000, rate=None)
     report = produce(produced)
     streams = stream_names(prefix, 2)
     bad = {"{oops": "invalid JSON", json.dumps({"ad_id": "a", "event_type": "view"}): "field 'event_time' is missing"}

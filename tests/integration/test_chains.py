@@ -253,9 +253,11 @@ def test_python_steps_between_two_windows_keep_each_records_event_time(env, betw
     assert result.late_dropped == expected.late
 
 
-# join_lookup runs inside join_lookup_unmatched, and Arrow map_batches between keyed steps in
-# test_map_batches_with_dead_letters_between_keyed_steps_keeps_the_others_event_time: make test-all runs them alone
-@pytest.mark.parametrize("between", ["select", pytest.param("join_lookup", marks=pytest.mark.slow), "join_lookup_unmatched",
+# join_lookup runs inside join_lookup_unmatched (a select after it), and Arrow map_batches between keyed
+# steps in test_map_batches_with_dead_letters_between_keyed_steps_keeps_the_others_event_time: make test-all
+# runs them alone
+@pytest.mark.parametrize("between", [pytest.param("select", marks=pytest.mark.slow),
+                                     pytest.param("join_lookup", marks=pytest.mark.slow), "join_lookup_unmatched",
                                      pytest.param("map_batches_arrow", marks=pytest.mark.slow), "map_batches_pandas"])
 def test_sql_steps_between_two_windows_keep_each_records_event_time(env, between):
     """A projection (``select``), and a lookup join followed by one, between two keyed steps:

@@ -270,7 +270,7 @@ def test_the_sql_peaks_example_equals_its_plain_python_figures(load_example):
     assert len(got) >= 3
 
 
-@pytest.mark.parametrize("beside", ["raw sink", "dedupe", "dedupe and raw sink"])
+@pytest.mark.parametrize("beside", ["raw sink", pytest.param("dedupe", marks=pytest.mark.slow), "dedupe and raw sink"])
 def test_a_sql_window_on_a_branch_of_its_own_equals_the_model_beside_the_rest(env, beside):
     """A SQL window over a source that other sinks read too — its raw records, a dedupe of it
     (a keyed step), or both (a fan-out): the query runs beside the rest of the job in the one
@@ -328,3 +328,33 @@ def test_a_job_with_a_sql_branch_restarts_from_its_checkpoint_and_savepoint_read
     tail = run("sql-branch-halves", None)
     assert 0 < len(head[0]) < len(whole[0])
     assert sorted(head[0] + tail[0]) == sorted(whole[0]) and sorted(head[1] + tail[1]) == sorted(whole[1])
+
+
+def test_a_sql_window_on_a_branch_of_its_own_drops_late_records_as_it_does_alone(spark, tmp_path):
+    """With late records (and a duplicate per batch), a SQL window beside a raw sink fires the
+    model's windows in the model's batches and drops as many late rows as the same query alone:
+    the branch runs Spark's one-stateful-operator late-row rule, not the previous batch's
+    watermark of a query with several (``late_by_previous``). The raw sink gets every record."""
+    data = model.random_batches(4, batches=8)
+    given = [b + b[:1] for b in data]
+    expected = model.windows(given, BOUND, "tumbling", SIZE)
+    assert expected.late > 0 and expected.fired != model.windows(given, BOUND, "tumbling", SIZE,
+                                                                  late_by_previous=True).fired
+
+    def run(name, beside):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=str(tmp_path / name), parallelism=2, spark=spark)
+        src = env.from_source(ScriptedSource(given, SCHEMA), STRATEGY, name="events")
+        src.create_view("events")
+        windows, raw = CollectSink(), CollectSink()
+        env.sql(QUERY.format(what="count(*) AS n, sum(v) AS s", view="events", size=SIZE), name="per-window").sink_to(
+            windows, name="windows")
+        if beside:
+            src.sink_to(raw, name="raw")
+        result = env.execute(name, progress=False)
+        return _windows(windows, given), result.late_dropped, raw
+
+    alone, late_alone, _ = run("sql-late-alone", False)
+    beside, late_beside, raw = run("sql-late-beside", True)
+    assert alone == expected.fired == beside
+    assert 0 < late_beside == late_alone <= expected.late
+    assert sorted((r["ts"], r["k"], r["v"]) for r in raw.rows()) == sorted(r for b in given for r in b)
