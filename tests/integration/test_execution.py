@@ -272,6 +272,25 @@ def test_sparks_python_workers_import_the_installed_pyspark_not_its_zip(spark):
     assert ".zip" not in path and path.endswith(os.path.join("site-packages", "pyspark", "__init__.py")), path
 
 
+def test_sparks_python_workers_running_embers_code_collect_young_objects_after_a_task(spark):
+    """In a Python worker of Spark's daemon that imported Ember's runner, the daemon's
+    collection after each task is Ember's young one (ember.runner.spark.worker_gc) — fails
+    if a pyspark release changes the daemon so that it no longer applies."""
+    import pandas as pd
+
+    def where(frames):
+        import sys
+
+        import ember.runner.spark  # noqa: F401 - what any of Ember's worker-side code imports
+
+        main = sys.modules["__main__"]
+        for _ in frames:
+            yield pd.DataFrame({"main": [main.__spec__.name], "gc": [type(main.gc).__name__]})
+
+    rows = {tuple(r) for r in spark.range(0, 4, 1, 2).mapInPandas(where, "main string, gc string").collect()}
+    assert rows == {("pyspark.daemon", "AfterTaskCollector")}
+
+
 def test_count_sink_counts_sums_and_samples_each_batch(env):
     """CountSink against the rows it was given: per batch the count, the sum of
     ``sum_field`` and one latency sample per row whose ``latency_field`` is positive (the
