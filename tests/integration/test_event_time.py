@@ -98,11 +98,15 @@ def _on_operator(path: str, kind: str) -> bool:
     return path == "operator" or kind == "session"
 
 
-# Spark's native tumbling window is also checked by the findings below and the slow random
-# streams; a session window runs on Ember's operator whatever the path (the same job twice).
+# In make test-all only: Spark's native tumbling window (the findings below and the slow random
+# streams check it too) and the native path of a session window (it runs on Ember's operator
+# whatever the path: the same job as the operator's).
+SLOW_PATHS = {("tumbling", "native"), ("session", "native")}
+
+
 @pytest.mark.parametrize(("kind", "size", "slide", "path"), [
-    pytest.param(*c, p, id=f"{c[0]}-{p}", marks=[pytest.mark.slow] if (c[0], p) in {("tumbling", "native"), ("session", "native")}
-                 else []) for c in CASES for p in ("native", "operator")])
+    pytest.param(*case, path, id=f"{case[0]}-{path}", marks=[pytest.mark.slow] if (case[0], path) in SLOW_PATHS else [])
+    for case in CASES for path in ("native", "operator")])
 def test_windows_equal_the_model_batch_by_batch_on_a_random_stream(env, kind, size, slide, path):
     batches = model.random_batches(8)
     expected = model.windows(batches, 1_000, kind, size, slide, in_batch=_on_operator(path, kind))
