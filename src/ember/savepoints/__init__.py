@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
 from typing import Any, Callable
 
@@ -29,8 +30,10 @@ from ember.errors import RestartError, SavepointError
 from ember.graph.graph import Graph
 from ember.job import EnvironmentConfig, default_max_parallelism
 from ember.runner.spark.checkpoint import EMBER_DIR, CheckpointLayout, batch_conf, last_batch, offset_log_entry, read_json, write_json
+from ember.runner.spark.conversion import write_converted_checkpoint
 from ember.runner.spark.restart import compare, pipeline_manifest, spark_operator_ids, stored_max_parallelism
 from ember.runner.spark.state_io import rescale_checkpoint
+from ember.savepoints.convert import as_converted, check_convertible, converted_manifest, layout_changes
 from ember.savepoints.state import read_broadcast_state, read_state, write_state
 from ember.savepoints.store import (
     SavepointInfo,
@@ -183,7 +186,9 @@ def restore_savepoint(
     than the savepoint's, its state is repartitioned (Spark's offline state
     repartitioning). The restored job gets a new identity, so its exactly-once
     sinks fence their writes apart from the original's (a what-if run and the
-    original can write side by side). ``max_parallelism`` None: the savepoint's."""
+    original can write side by side). ``max_parallelism`` None: the savepoint's. With a
+    ``state_layout`` other than the one the savepoint's keyed steps hold, their state is
+    converted into it (convert.py)."""
     manifest = verify(path)
     held = stored_max_parallelism(manifest["pipeline"])  # None: no keyed steps' state to spread
     if max_parallelism is None:
@@ -197,8 +202,9 @@ def restore_savepoint(
                 f"{manifest['partitions']} -> {parallelism}) needs the RocksDB state backend (Ember's default); "
                 "restore it without changing parallelism"
             )
-    problems = compare(manifest["pipeline"], pipeline_manifest(graph, keyed_operator, state_layout, manifest["pipeline"],
-                                                               state_backend, max_parallelism))
+    current = pipeline_manifest(graph, keyed_operator, state_layout, manifest["pipeline"], state_backend, max_parallelism)
+    converting = layout_changes(manifest["pipeline"], current)  # restored into another state layout: convert.py
+    problems = compare(as_converted(manifest["pipeline"], current) if converting else manifest["pipeline"], current)
     if problems:
         listed = "\n  - ".join(problems)
         raise RestartError(
@@ -210,6 +216,9 @@ def restore_savepoint(
             f"rescaling to parallelism {parallelism}: the job's keys are spread over {held} state buckets "
             f"(its max_parallelism), so at most {held} state partitions can hold state"
         )
+    if converting:
+        check_convertible(path, manifest, graph, parallelism, state_backend)
+        rescale = False
     _clear_checkpoint(checkpoint)
     copy_into_checkpoint(path, checkpoint)
     layout = CheckpointLayout(checkpoint)
@@ -219,12 +228,19 @@ def restore_savepoint(
     if os.path.exists(layout.job_id):
         os.remove(layout.job_id)  # a new identity: its sinks fence apart from the original job's
     write_json(layout.restored_from, {"savepoint": os.path.abspath(path), "batch_id": manifest["batch_id"]})
-    if rescale and parallelism is not None:
-        try:
+    try:
+        if rescale and parallelism is not None:
             rescale_checkpoint(spark, checkpoint, parallelism)
-        except BaseException:
-            shutil.rmtree(checkpoint, ignore_errors=True)  # no half-restored job is left behind
-            raise
+        if converting:
+            ops = manifest["pipeline"]["operators"]
+            steps = [(i, op, new["name"]) for i, op, new in zip(spark_operator_ids(ops), ops, current["operators"])]
+            write_converted_checkpoint(spark, checkpoint, int(manifest["batch_id"]), steps)
+            write_json(layout.pipeline, converted_manifest(current), indent=1)
+            print(f"[ember] the state of {', '.join(repr(n) for n in converting)} converted to state_layout="
+                  f"'{state_layout}' from the savepoint {path}", file=sys.stderr, flush=True)
+    except BaseException:
+        shutil.rmtree(checkpoint, ignore_errors=True)  # no half-restored job is left behind
+        raise
     return manifest
 
 

@@ -61,6 +61,7 @@ __all__ = [
 
 EMBER_DIR = "ember"
 QUIET = "quiet"  # ember/quiet/<step>/: a keyed step's quiet-bucket marks, believed only by the run that wrote them
+INITIAL_STATE = "initial-state"  # ember/initial-state/<step>.parquet: a converted checkpoint's keyed state (savepoints/convert.py)
 RUNNING, STOP, STOP_REQUEST, END_OF_INPUT = "running", "stop", "stop-request", "end-of-input"
 RUNTIME_MARKERS = frozenset({RUNNING, STOP, STOP_REQUEST, END_OF_INPUT})
 
@@ -147,6 +148,23 @@ class CheckpointLayout:
     def quiet(self, step: str) -> str:
         """A keyed step's marks of its buckets without timers (keyed/reach.py); never part of a savepoint."""
         return os.path.join(self.ember_dir, QUIET, _safe(step))
+
+    def initial_state(self, step: str) -> str:
+        """A keyed step's state handed to its Spark operator in the first micro-batch of a
+        checkpoint converted from a savepoint of another state layout (savepoints/convert.py):
+        Parquet, one row per state bucket (the bucket, its state pickled as the blob layout's)."""
+        return os.path.join(self.ember_dir, INITIAL_STATE, _safe(step) + ".parquet")
+
+    @property
+    def start_offsets(self) -> str:
+        """A converted checkpoint's source positions (savepoints/convert.py): the savepoint's
+        offsets, which its sources start from; by source once the job maps them (execution.py)."""
+        return self._file("start-offsets.json")
+
+    def converting(self) -> bool:
+        """Whether this checkpoint is a converted one whose first micro-batch (which hands
+        the keyed steps their state) has not committed yet."""
+        return os.path.exists(self.start_offsets) and last_batch(self.path, "commits") < 0
 
     def has_progress(self) -> bool:
         """Spark planned at least one batch from this checkpoint (its offset log is not empty)."""
@@ -396,3 +414,28 @@ def state_writes(checkpoint: str, last: int) -> dict[str, Any]:
         "checkpoint_snapshot_bytes": snapshots,
         "checkpoint_versions": len(versions),
     }
+
+
+# -- a converted checkpoint's sources (savepoints/convert.py) -------------------------------
+
+START_OFFSETS_OPTION, SOURCE_ID_OPTION = "start_offsets", "ember_source"  # options of Ember's Python sources
+BY_SOURCE = "by_source"
+END_OF_INPUT_SOURCE = "__end_of_input"  # the end-of-input marker's source id (step names are the others')
+
+
+def start_offset(options: dict[str, str], default: dict[str, Any]) -> dict[str, Any]:
+    """An Ember source's first offset: ``default`` — or, in a checkpoint converted from a
+    savepoint (its first micro-batch, whose end offsets are the savepoint's), the savepoint's
+    position of this source, so that batch reads nothing and the next goes on from there.
+    Spark asks a source for its initial offset only for micro-batch 0."""
+    path, me = options.get(START_OFFSETS_OPTION), options.get(SOURCE_ID_OPTION)
+    if not path or not os.path.exists(path):
+        return default
+    by_source = (read_json(path) or {}).get(BY_SOURCE) or {}
+    if me not in by_source:
+        from ember.errors import EmberError
+
+        raise EmberError(f"the converted checkpoint's start positions ({path}) name no position for source '{me}': "
+                         "it would read its input again from the start")
+    start = json.loads(by_source[me])
+    return start if isinstance(start, dict) else default

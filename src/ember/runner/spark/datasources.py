@@ -40,6 +40,7 @@ from ember.runner.spark.checkpoint import (
     mark_source_done,
     offset_log_entry,
     sources_done,
+    start_offset,
 )
 from ember.runner.spark.keyed.reach import BATCH_ID_PROPERTY
 
@@ -69,7 +70,7 @@ class SequenceReader(DataSourceStreamReader):
         # offset log), so the origin is fixed once, in the checkpoint.
         fixed = self.spec.get("start_ms")
         origin = int(fixed) if fixed is not None else fixed_origin(self.options["origin_file"])
-        return {"n": 0, "origin_ms": origin, "done": False}
+        return start_offset(self.options, {"n": 0, "origin_ms": origin, "done": False})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(int(self.spec["max_events_per_batch"]))
@@ -142,7 +143,7 @@ class ScriptedReader(DataSourceStreamReader):
         self.batches = json.loads(options["batches"])
 
     def initialOffset(self) -> dict:
-        return {"batch": 0, "done": len(self.batches) == 0, "n": 0}
+        return start_offset(self.options, {"batch": 0, "done": len(self.batches) == 0, "n": 0})
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if admission_stopped(self.options):
@@ -186,11 +187,12 @@ class EndOfInputReader(DataSourceStreamReader):
     (the watermark it moves takes effect after the batch, so that input is not late)."""
 
     def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
         self.marker = options["marker"]
         self.sources = int(options.get("sources") or 0)
 
     def initialOffset(self) -> dict:
-        return {"ended": 0}
+        return start_offset(self.options, {"ended": 0})
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         ended = os.path.exists(self.marker) or sources_done(self.marker, self.sources)

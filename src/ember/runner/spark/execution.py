@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 import socket
 import sys
 from typing import Any, Callable
 
-from ember.errors import ConfigError, JobFailedError, LatencyTargetError, PipelineError
+from ember.errors import ConfigError, JobFailedError, LatencyTargetError, PipelineError, RestartError
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import SqlNode
 from ember.job import DEFAULT_MAX_PARALLELISM, EnvironmentConfig, JobResult, RunListener, default_max_parallelism
@@ -29,6 +30,7 @@ from ember.runner.spark.checkpoint import (
     write_json,
 )
 from ember.runner.spark.compiler import compile_graph
+from ember.runner.spark.conversion import map_start_offsets
 from ember.runner.spark.latency import BELOW_FLOOR, BoundController
 from ember.runner.spark.leader import STOOD_DOWN, LeaderLock
 from ember.runner.spark.placement import runtime_steps
@@ -92,6 +94,29 @@ def _check_partitions(spark: Any, graph: Graph, config: EnvironmentConfig, layou
         )
 
 
+def _converted_start(job: Any, layout: CheckpointLayout) -> None:
+    """A checkpoint converted from a savepoint (runner/spark/conversion.py), before its first
+    micro-batch: every keyed step's state file must have been handed to the step (else its
+    state would be lost: refused, naming the files), and each source is told where the
+    savepoint left it. Once that batch committed, the conversion's files go."""
+    folder = os.path.dirname(layout.initial_state("-"))
+    if not layout.converting():
+        for leftover in (folder, layout.start_offsets):
+            if os.path.isdir(leftover):
+                shutil.rmtree(leftover, ignore_errors=True)
+            elif os.path.exists(leftover):
+                os.remove(leftover)
+        return
+    handed = {os.path.abspath(p) for p in job.compilation.initial_states}
+    left = sorted(f for f in (os.listdir(folder) if os.path.isdir(folder) else ())
+                  if os.path.abspath(os.path.join(folder, f)) not in handed)
+    if left:
+        raise RestartError(
+            f"the converted checkpoint {layout.path} holds state for {', '.join(left)}, which no keyed step of this "
+            "pipeline takes in (a step renamed, or one that cannot be handed state): it would be lost, so the job "
+            "does not start")
+    map_start_offsets(job.df, layout.path)
+
 def run_job(
     graph: Graph,
     spark: Any,
@@ -133,6 +158,7 @@ def run_job(
         job.on_branch_counts = listener.branch_counts
     write_json(layout.operators, {"key_types": job.compilation.key_types, "spark_operators": job.compilation.sql_operators})
     job.prepare_sinks()
+    _converted_start(job, layout)
     writer = (
         job.writer()
         .outputMode(job.output_mode)

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
-from ember.runner.spark.checkpoint import admission_bound, admission_stopped
+from ember.runner.spark.checkpoint import admission_bound, admission_stopped, start_offset
 from ember.runner.spark.json_decode import ARROW_TYPES, decode_json
 
 __all__ = ["RedisStreamsDataSource", "decode_entries", "ZERO_ID"]
@@ -87,7 +87,8 @@ class RedisStreamsReader(DataSourceStreamReader):
         return self._redis
 
     def initialOffset(self) -> dict:
-        return {"ids": {s: ZERO_ID for s in self.streams}, "read": {s: 0 for s in self.streams}, "done": False}
+        return start_offset(self.options, {"ids": {s: ZERO_ID for s in self.streams}, "read": {s: 0 for s in self.streams},
+                                           "done": False})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows)

@@ -47,7 +47,8 @@ from ember.runner.spark.placement import TWS
 from ember.runner.spark.restart import state_buckets
 from ember.runner.spark.translators.keyed import bucket_of
 
-__all__ = ["read_operator_state", "read_broadcast_state", "write_operator_state", "check_writable", "rescale_checkpoint", "STATE_KINDS_WRITABLE"]
+__all__ = ["read_operator_state", "read_broadcast_state", "write_operator_state", "check_writable", "rescale_checkpoint",
+           "bucket_states", "STATE_KINDS_WRITABLE"]
 
 KEYED = ("process function", "window", "broadcast process function", "window join", "keyed interval join")  # read as key, state, value rows
 VECTORISED = "vectorised process function"
@@ -224,16 +225,43 @@ def _new_keyed_blobs(
         timers = {n: t for n, t in old_slots.get(key, {}).items() if n in (EVENT_TIMERS, PROCESSING_TIMERS)}  # a kept key keeps its timers
         blobs[where[key]]["keys"][key] = {**states, **timers}
     for blob in blobs.values():
-        for key, slot in blob["keys"].items():
-            for kind in (EVENT_TIMERS, PROCESSING_TIMERS):
-                for ts in sorted(slot.get(kind, ())):
-                    blob["n"] += 1
-                    heapq.heappush(blob[kind], (int(ts), blob["n"], key))
+        _queues_from_slots(blob)
     shared = next((blob[BROADCAST] for blob in old.values() if BROADCAST in blob), None)
     if shared is not None:  # a broadcast step: every bucket keeps its copy of the broadcast state
         for blob in blobs.values():
             blob[BROADCAST] = copy.deepcopy(shared)
     return {b: blob for b, blob in blobs.items() if blob["keys"] or BROADCAST in blob}
+
+
+def _queues_from_slots(blob: dict[str, Any]) -> None:
+    """Push each key's timers (its slot's) onto the bucket's queues, numbered after ``n``."""
+    for key, slot in blob["keys"].items():
+        for kind in (EVENT_TIMERS, PROCESSING_TIMERS):
+            for ts in sorted(slot.get(kind, ())):
+                blob["n"] += 1
+                heapq.heappush(blob[kind], (int(ts), blob["n"], key))
+
+
+def bucket_states(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each state bucket of keyed step ``op`` (a process function or Python window, one Spark
+    operator of its own) at committed ``batch_id``, as the blob layout keeps it — whichever
+    layout the checkpoint holds: ``{"keys": {key: slot}, timer queues, "n", ...}``. A bucket
+    of the delta layout gets its queues rebuilt from its keys' slots (as its working copy
+    does, keyed/tws.py SlotBlob); what a converted checkpoint hands the step (conversion.py)."""
+    from ember.runner.spark.keyed.delta import OVERFLOW
+    from ember.runner.spark.keyed.tws import VERSION
+
+    if op.get("state layout") != "delta":
+        return _buckets(spark, checkpoint, batch_id, op_id, _on_tws(op))
+    metas = _buckets(spark, checkpoint, batch_id, op_id, tws=True)
+    out = {}
+    for bucket, table in _delta_buckets(spark, checkpoint, batch_id, op_id, False).items():
+        meta = metas.get(bucket) or empty_bucket_state()
+        blob = {k: v for k, v in meta.items() if k not in (VERSION, OVERFLOW)}
+        blob.update({"keys": table["keys"], EVENT_TIMERS: [], PROCESSING_TIMERS: [], "n": int(meta.get("n", 0))})
+        _queues_from_slots(blob)
+        out[bucket] = blob
+    return out
 
 
 def _new_vectorised_tables(spark: Any, old: dict[int, Any], op: dict[str, Any], frame: pd.DataFrame) -> dict[int, Any]:

@@ -16,6 +16,7 @@ Timers: ``applyInPandasWithState`` calls a group once Spark's watermark is
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Callable, Iterator
 
 import pandas as pd
@@ -134,8 +135,34 @@ class BucketProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         return self._run(key, iter(()), timerValues, expiredTimerInfo.getExpiryTimeInMs())
 
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:  # noqa: N802,N803
+        """The first micro-batch of a checkpoint converted from a savepoint of another state
+        layout (savepoints/convert.py): the bucket's state as the savepoint held it — the
+        blob layout's dict, pickled by Ember into the job's own checkpoint — written as this
+        operator keeps it, with its earliest timer registered. Spark calls this before any
+        record or timer of the batch."""
+        for payload in initialState.iloc[:, -1]:  # (one row per bucket; columns unnamed, as input rows')
+            self._seed(key, pickle.loads(payload), timerValues)
+
+    def _seed(self, key: Any, blob: dict[str, Any], timer_values: TimerValues) -> None:
+        state = _State(self, timer_values, None)
+        state.update((pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL),))
+        _seed_timeout(state, blob, self.anchor is not None)
+        state.finish()
+
     def close(self) -> None:
         pass
+
+
+def _seed_timeout(state: _State, blob: dict[str, Any], event_time: bool) -> None:
+    """A bucket's Spark timer after its state was handed in: its earliest timer, as a bucket
+    call leaves it (bucket.py)."""
+    from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
+
+    if event_time and blob.get(EVENT_TIMERS):
+        state.setTimeoutTimestamp(max(int(blob[EVENT_TIMERS][0][0]), state.getCurrentWatermarkMs(), 1))
+    elif not event_time and blob.get(PROCESSING_TIMERS):
+        state.setTimeoutDuration(max(1, int(blob[PROCESSING_TIMERS][0][0]) - 1 - state.getCurrentProcessingTimeMs()))
 
 
 class _DeltaState(_State):
@@ -341,6 +368,34 @@ class DeltaSlotProcessor(BucketProcessor):
             yield from self._outputs(bucket, frames, state)
             if not state.timers_kept:  # rebuilt, and the call changed nothing: kept for the next call
                 state.keep_timers()
+            state.finish()
+        finally:
+            log.close()
+        _count(log, self.counters)
+
+    def _seed(self, key: Any, blob: dict[str, Any], timer_values: TimerValues) -> None:
+        """The bucket's handed-in state (handleInitialState) written into its log and working
+        copy, as a call that set every key's slot would."""
+        import os
+
+        from ember.runner.spark.keyed.delta import OVERFLOW, DeltaLog, SlotTable, local_state_root
+
+        bucket = int(key[0])
+        state = _SlotState(self, timer_values, None)
+        log = state.log = DeltaLog(self.parts, _MetaVersion(state),
+                                   SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))), bucket, ["slot"])
+        try:
+            log.open()
+            target = state.load_blob()
+            slots = blob["keys"]
+            target["keys"].prefetch(list(slots))
+            for k, slot in slots.items():
+                target["keys"][k] = slot
+            for name, value in blob.items():  # the timer queues and their sequence, broadcast state, TTL sweep
+                if name not in ("keys", VERSION, OVERFLOW):
+                    target[name] = value
+            state.store_blob(target)
+            _seed_timeout(state, target, self.anchor is not None)
             state.finish()
         finally:
             log.close()

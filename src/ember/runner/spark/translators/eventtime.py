@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ember.errors import PipelineError
+from ember.runner.spark.checkpoint import END_OF_INPUT_SOURCE
 from ember.runner.spark.compilation import Compilation
 from ember.runner.spark.datasources import END_OF_TIME_MS
 from ember.runner.spark.keyed.runtime import ANCHOR, HIDDEN, TIME_OUT
@@ -98,7 +99,10 @@ def _with_end_of_input(comp: Compilation, df: Any, column: str = TIME, keys: tup
     for source in comp.graph.sources:
         comp.frame(source)  # (translated once: every source's reader is known before the row is built)
     marking = all(n.name in comp.marking for n in comp.graph.sources)
-    eos = (comp.spark.readStream.format("ember_end_of_input").option("marker", comp.end_of_input_marker)
+    from ember.runner.spark.translators.sources import positioned
+
+    eos = (positioned(comp, comp.spark.readStream.format("ember_end_of_input"), END_OF_INPUT_SOURCE)
+           .option("marker", comp.end_of_input_marker)
            .option("sources", len(comp.graph.sources) if marking else 0).load())
 
     def value(f: Any) -> Any:

@@ -13,6 +13,7 @@ splits it into the main stream and one stream per side output.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -210,7 +211,21 @@ def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], 
         comp.lanes[id(node)] = Lane(node, keys, bucket_fn, schema, event_time, timeout, processor, lane_inputs)
         return comp.spark.createDataFrame([], schema)
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
-    return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor)
+    return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor, _initial_state(comp, node))
+
+
+def _initial_state(comp: Compilation, node: Node) -> Any | None:
+    """In the first micro-batch of a checkpoint converted from a savepoint of another state
+    layout (savepoints/convert.py), the step's state as the savepoint held it, grouped by
+    state bucket as its rows are; None otherwise."""
+    if comp.checkpoint is None:
+        return None
+    layout = CheckpointLayout(comp.checkpoint)
+    path = layout.initial_state(node.name)
+    if not layout.converting() or not os.path.exists(path):
+        return None
+    comp.initial_states.append(path)  # (the runner checks every step's state was taken: execution.py)
+    return comp.spark.read.parquet(path).groupBy(BUCKET)
 
 
 def _visible(df: Any) -> Any:
@@ -276,11 +291,14 @@ def _previous_watermark(comp: Compilation, node: Node, event_time: bool) -> Prev
 
 
 def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType, state_type: str, event_time: bool,
-           timeout: Any, processor: Any = None) -> Any:
+           timeout: Any, processor: Any = None, initial: Any = None) -> Any:
     """The bucket function on Spark: ``applyInPandasWithState`` or ``transformWithStateInPandas``
     as placement.spark_keyed_operator chooses (keyed/tws.py) — the latter also for a step on
-    design B, whose ``processor`` (keyed/tws.py) is given."""
+    design B, whose ``processor`` (keyed/tws.py) is given. ``initial``: the state Spark hands
+    the latter in the first micro-batch (a converted checkpoint's, grouped by bucket)."""
     if processor is None and not on_tws(comp):
+        if initial is not None:  # (convert.py makes every converted step's checkpoint keep it on TWS)
+            raise PipelineError("a converted checkpoint's state can only be handed to transformWithStateInPandas")
         return grouped.applyInPandasWithState(bucket_fn, schema, state_type, "append", timeout)
     if comp.config.state_backend != "rocksdb":
         raise PipelineError(
@@ -293,7 +311,8 @@ def _apply(comp: Compilation, grouped: Any, bucket_fn: Any, schema: T.StructType
     if processor is None:
         processor = BucketProcessor(bucket_fn, list(grouped._df.columns), ANCHOR if event_time else None)
     processor.call, processor.columns = bucket_fn, list(grouped._df.columns)
-    return grouped.transformWithStateInPandas(processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else "")
+    return grouped.transformWithStateInPandas(processor, schema, "Append", mode, initialState=initial,
+                                              eventTimeColumnName=ANCHOR if event_time else "")
 
 
 def _timed(comp: Compilation, node: Node, up: Frame, event_time: bool, timed: bool = False) -> Any:

@@ -13,12 +13,12 @@ from ember.connectors.external import RedisStreamSource, redis_url
 from ember.connectors.spark_sources import FileSource, RateSource, ScriptedSource
 from ember.errors import PipelineError
 from ember.graph.nodes import SourceNode
-from ember.runner.spark.checkpoint import fixed_origin
+from ember.runner.spark.checkpoint import SOURCE_ID_OPTION, START_OFFSETS_OPTION, fixed_origin
 from ember.runner.spark.compilation import Compilation, Frame, registry, translates
 from ember.runner.spark.generator_batches import source_spec
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec
 
-__all__ = ["SOURCE_BUILDERS", "packed_source"]
+__all__ = ["SOURCE_BUILDERS", "packed_source", "positioned"]
 
 SourceBuilder = Callable[[Compilation, SourceNode, Any], Any]
 SOURCE_BUILDERS: dict[type[Source], SourceBuilder] = {}
@@ -31,6 +31,12 @@ def translate_source(comp: Compilation, node: SourceNode) -> Frame:
     if builder is None:
         raise PipelineError(f"the Spark runner has no reader for {type(node.source).__name__}", node.name)
     return Frame(builder(comp, node, node.source), time=node.watermark)
+
+
+def positioned(comp: Compilation, reader: Any, source_id: str) -> Any:
+    """An Ember Python source's reader, named ``source_id`` among the job's sources, which starts
+    where a converted checkpoint says (checkpoint.start_offset; savepoints/convert.py)."""
+    return reader.option(SOURCE_ID_OPTION, source_id).option(START_OFFSETS_OPTION, comp.layout.start_offsets)
 
 
 # --------------------------------------------------------------------------- Spark's own
@@ -87,7 +93,7 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
             rows.append(values)
         batches.append(rows)
     return (
-        comp.spark.readStream.format("ember_scripted")
+        positioned(comp, comp.spark.readStream.format("ember_scripted"), node.name)
         .option("schema", src.schema)
         .option("batches", json.dumps(batches))
         .option("partitions", str(src.partitions))
@@ -110,7 +116,7 @@ def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) 
     url = redis_url(src.url)
     check_redis(url, node.name)  # unreachable Redis fails before the job starts
     return (
-        comp.spark.readStream.format("ember_redis_streams")
+        positioned(comp, comp.spark.readStream.format("ember_redis_streams"), node.name)
         .option("url", url)
         .option("streams", json.dumps(list(src.streams)))
         .option("schema", src.schema)
@@ -137,7 +143,7 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
     """
     per_batch = src.max_events_per_batch or comp.config.max_events_per_batch
     if src.needs_python_driver or comp.config.latency_target_ms is not None:  # (Spark's reader has a fixed bound)
-        reader = comp.spark.readStream.format("ember_sequence")
+        reader = positioned(comp, comp.spark.readStream.format("ember_sequence"), node.name)
         for option, value in fused.items():  # a step fused into the reader (pack, decode)
             reader = reader.option(option, value)
         return (
