@@ -71,7 +71,8 @@ def check_convertible(path: str, manifest: dict[str, Any], graph: Graph, paralle
     problems = []
     for op in manifest["pipeline"]["operators"]:
         if op["kind"] not in CONVERTIBLE_KINDS:
-            problems.append(f"'{op['name']}' is a {op['kind']}: its state cannot be handed to a new query yet "
+            article = "an" if op["kind"][0] in "aeiou" else "a"
+            problems.append(f"'{op['name']}' is {article} {op['kind']}: its state cannot be handed to a new query yet "
                             f"(a conversion carries {' and '.join(CONVERTIBLE_KINDS)}es' state)")
         elif "lane" in op:
             problems.append(f"'{op['name']}' reads a fan-out: a lane's state cannot be converted yet")
