@@ -232,3 +232,4 @@ def test_large_state_example(spark, load_example, tmp_path):
     blob, delta = results
     assert delta["rebuilt_rows"] > 0  # the second run started without local copies
     assert delta["checkpoint_bytes_per_batch"] < blob["checkpoint_bytes_per_batch"]
+    assert example.run_moved(str(tmp_path / "moved"), 6000, 1500, 12, spark)["exact"]
