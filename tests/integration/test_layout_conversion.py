@@ -10,6 +10,8 @@ import random
 from datetime import timedelta
 
 import flink_model as model
+import numpy as np
+import pandas as pd
 import pytest
 
 from ember import (
@@ -23,6 +25,7 @@ from ember import (
     WatermarkStrategy,
 )
 from ember.errors import RestartError, SavepointError
+from ember.functions import VectorizedKeyedFunction
 from ember.runner.spark.checkpoint import CheckpointLayout, read_json
 from ember.savepoints import create_savepoint
 from ember.state.descriptors import ValueStateDescriptor
@@ -121,6 +124,40 @@ def test_a_savepoint_restored_into_the_other_layout_goes_on_as_one_run(spark, tm
     manifest = read_json(CheckpointLayout(os.path.join(str(tmp_path), "second")).pipeline)
     assert manifest["operators"][0].get("state layout", "blob") == after
     assert manifest["operators"][0]["spark operator"] == "transformWithStateInPandas"
+
+
+class VectorTotals(VectorizedKeyedFunction):
+    """Per key a running total of v (a vectorised step's table, numbers only), each record out
+    with it."""
+
+    state_schema = "total bigint"
+
+    def process_batch(self, events, state, ctx):
+        keys = events["k"].to_numpy()
+        prior = state["total"].reindex(keys).fillna(0).to_numpy()
+        running = events.groupby("k", sort=False)["v"].cumsum().to_numpy() + prior
+        out = pd.DataFrame({"kind": "record", "k": keys, "at": events["ts"], "total": running.astype(np.int64)})
+        return out, out.groupby("k", sort=False).tail(1).set_index("k")[["total"]]
+
+
+@pytest.mark.parametrize(("before", "after"), [("blob", "delta"), pytest.param("delta", "blob", marks=pytest.mark.slow)])
+def test_a_vectorised_step_s_table_converts(spark, tmp_path, before, after):
+    batches = [[(ts, k, v) for ts, k, v in b] for b in batches_of(5)]
+    ints = [[(ts, ord(k), v) for ts, k, v in b] for b in batches]  # (the delta layout keeps integer keys)
+    rows = []
+    read = 0
+    for layout, name, point in ((before, "v-first", None), (after, "v-second", "sp")):
+        env = _env(spark, tmp_path, layout)
+        sink = CollectSink()
+        src = env.from_source(ScriptedSource(ints, "ts bigint, k bigint, v int", ends=False), BOUND, name="events")
+        src.key_by("k").process_batches(VectorTotals(), "kind string, k bigint, at bigint, total bigint",
+                                        name="totals").sink_to(sink)
+        if point:
+            point = create_savepoint(os.path.join(str(tmp_path), "v-first"), root=str(tmp_path / point)).path
+        limit = sum(len(b) for b in ints[:4]) if point is None else sum(len(b) for b in ints) - read
+        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
+        rows += [(r["kind"], chr(r["k"]), r["at"], r["total"]) for r in sink.rows()]
+    assert sorted(rows) == sorted(running_totals(batches))
 
 
 class Count(AggregateFunction):

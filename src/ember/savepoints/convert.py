@@ -9,8 +9,8 @@ skipped, and the keyed steps continue with the same keys, values and timers.
 
 What a conversion needs, checked before anything is copied (else refused, naming it):
 
-- every stateful step of the job on Ember's keyed runtime as a process function or a
-  Python window (the state of vectorised steps, two-input joins and broadcast steps, and
+- every stateful step of the job on Ember's keyed runtime as a process function, a Python
+  window or a vectorised process function (the state of two-input joins and broadcast steps, and
   of Spark's own operators — native windows, SQL, stream-stream joins — cannot be handed
   to a new query yet), none a lane of a fan-out;
 - every source one of Ember's own readers (scripted, Redis streams, generators on Ember's
@@ -34,7 +34,7 @@ from ember.runner.spark.placement import TWS
 
 __all__ = ["layout_changes", "as_converted", "check_convertible", "converted_manifest", "CONVERTIBLE_KINDS"]
 
-CONVERTIBLE_KINDS = ("process function", "window")
+CONVERTIBLE_KINDS = ("process function", "window", "vectorised process function")
 _LAYOUT_FIELDS = ("state layout", "spark operator")
 
 
@@ -73,7 +73,7 @@ def check_convertible(path: str, manifest: dict[str, Any], graph: Graph, paralle
         if op["kind"] not in CONVERTIBLE_KINDS:
             article = "an" if op["kind"][0] in "aeiou" else "a"
             problems.append(f"'{op['name']}' is {article} {op['kind']}: its state cannot be handed to a new query yet "
-                            f"(a conversion carries {' and '.join(CONVERTIBLE_KINDS)}es' state)")
+                            "(a conversion carries process functions', Python windows' and vectorised steps' state)")
         elif "lane" in op:
             problems.append(f"'{op['name']}' reads a fan-out: a lane's state cannot be converted yet")
     for node in graph.sources:

@@ -67,7 +67,7 @@ def _savepoint(*ops, partitions=2):
 
 
 @pytest.mark.parametrize(("op", "why"), [
-    (_op("v", "vectorised process function"), r"'v' is a vectorised process function"),
+    (_op("b", "broadcast process function"), r"'b' is a broadcast process function"),
     (_op("j", "interval join"), r"'j' is an interval join"),
     (_op("l", lane=1), r"'l' reads a fan-out"),
 ])
@@ -84,7 +84,8 @@ def test_sources_spark_reads_and_other_settings_are_refused():
         check_convertible("sp", _savepoint(_op("ok")), graph, 4)
     with pytest.raises(SavepointError, match=r"state_backend='hdfs'.*needs 'rocksdb'"):
         check_convertible("sp", _savepoint(_op("ok")), graph, None, "hdfs")
-    check_convertible("sp", _savepoint(_op("ok"), _op("w", "window")), graph, 2)  # (nothing to refuse)
+    check_convertible("sp", _savepoint(_op("ok"), _op("w", "window"), _op("v", "vectorised process function")),
+                      graph, 2)  # (nothing to refuse)
 
 
 def test_a_source_starts_where_the_converted_checkpoint_says(tmp_path):

@@ -243,9 +243,10 @@ def _queues_from_slots(blob: dict[str, Any]) -> None:
 
 
 def bucket_states(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Each state bucket of keyed step ``op`` (a process function or Python window, one Spark
-    operator of its own) at committed ``batch_id``, as the blob layout keeps it — whichever
-    layout the checkpoint holds: ``{"keys": {key: slot}, timer queues, "n", ...}``. A bucket
+    """Each state bucket of keyed step ``op`` (a process function, Python window or vectorised
+    step, one Spark operator of its own) at committed ``batch_id``, as the blob layout keeps
+    it — whichever layout the checkpoint holds: ``{"keys": {key: slot}, timer queues, "n",
+    ...}``, or a vectorised step's table (a DataFrame indexed by key). A bucket
     of the delta layout gets its queues rebuilt from its keys' slots (as its working copy
     does, keyed/tws.py SlotBlob); what a converted checkpoint hands the step (conversion.py)."""
     from ember.runner.spark.keyed.delta import OVERFLOW
@@ -253,6 +254,8 @@ def bucket_states(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: di
 
     if op.get("state layout") != "delta":
         return _buckets(spark, checkpoint, batch_id, op_id, _on_tws(op))
+    if op["kind"] == VECTORISED:
+        return _delta_buckets(spark, checkpoint, batch_id, op_id, True)
     metas = _buckets(spark, checkpoint, batch_id, op_id, tws=True)
     out = {}
     for bucket, table in _delta_buckets(spark, checkpoint, batch_id, op_id, False).items():

@@ -144,7 +144,8 @@ class BucketProcessor(StatefulProcessor):
         for payload in initialState.iloc[:, -1]:  # (one row per bucket; columns unnamed, as input rows')
             self._seed(key, pickle.loads(payload), timerValues)
 
-    def _seed(self, key: Any, blob: dict[str, Any], timer_values: TimerValues) -> None:
+    def _seed(self, key: Any, blob: Any, timer_values: TimerValues) -> None:
+        """``blob``: a process function's or window's dict, or a vectorised step's table."""
         state = _State(self, timer_values, None)
         state.update((pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL),))
         _seed_timeout(state, blob, self.anchor is not None)
@@ -159,6 +160,8 @@ def _seed_timeout(state: _State, blob: dict[str, Any], event_time: bool) -> None
     call leaves it (bucket.py)."""
     from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
 
+    if not isinstance(blob, dict):  # a vectorised step's table: no timers
+        return
     if event_time and blob.get(EVENT_TIMERS):
         state.setTimeoutTimestamp(max(int(blob[EVENT_TIMERS][0][0]), state.getCurrentWatermarkMs(), 1))
     elif not event_time and blob.get(PROCESSING_TIMERS):
@@ -210,6 +213,26 @@ class DeltaBucketProcessor(BucketProcessor):
             log.open()
             yield from self._outputs(bucket, frames, _DeltaState(self, timer_values,
                                                                  DeltaTable(log, self.key, self.fields, self.types, self.step)))
+        finally:
+            log.close()
+        _count(log, self.counters)
+
+
+    def _seed(self, key: Any, blob: Any, timer_values: TimerValues) -> None:
+        """The bucket's handed-in table (handleInitialState: a DataFrame indexed by key, the
+        step's state fields as columns) written into its log and working copy."""
+        import os
+
+        from ember.runner.spark.keyed.delta import DeltaLog, LocalTable, local_state_root
+        from ember.runner.spark.keyed.vectorized import DeltaTable
+
+        bucket = int(key[0])
+        log = DeltaLog(self.parts, self.version, LocalTable(os.path.join(local_state_root(), self.directory, str(bucket)),
+                                                            self.types), bucket, self.fields)
+        try:
+            log.open()
+            if len(blob):
+                DeltaTable(log, self.key, self.fields, self.types, self.step).update(blob[self.fields])
         finally:
             log.close()
         _count(log, self.counters)
