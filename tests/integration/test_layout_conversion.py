@@ -238,3 +238,87 @@ def test_a_checkpoint_s_layout_change_names_the_way_to_convert_it(spark, tmp_pat
     _timer_job(env, batches, CollectSink())
     with pytest.raises(RestartError, match=r"ember savepoint create <job> --stop.*--from-savepoint"):
         env.execute("kept", progress=False, max_events=1)
+
+
+@pytest.mark.parametrize(("before", "after"), [("blob", "delta"), pytest.param("delta", "blob", marks=pytest.mark.slow)])
+def test_broadcast_state_and_the_keyed_state_beside_it_convert(spark, tmp_path, before, after):
+    """Two sources (events, rules): the rule a first run read still checks the events the
+    restored, converted run reads, and the alert counts go on."""
+    from test_broadcast import EVENTS, LIMITS, RULES, RuleCheckWithoutTimers
+
+    events = [[], [(1, "a", 7)], [(3, "c", 7), (4, "a", 8)]]
+    rules = [[(0, "r1", 5)], [], []]
+    sinks = []
+    point = None
+    for layout, name, upto in ((before, "b-first", 2), (after, "b-second", 3)):
+        env = _env(spark, tmp_path, layout)
+        sink = CollectSink()
+        a = env.from_source(ScriptedSource(events[:upto], EVENTS), name="events")
+        b = env.from_source(ScriptedSource(rules[:upto], RULES), name="rules")
+        a.key_by("k").connect(b.broadcast(LIMITS)).process(RuleCheckWithoutTimers(), "what string, name string, ts bigint, n int",
+                                                           name="check").sink_to(sink)
+        env.execute(name, progress=False, from_savepoint=point)
+        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
+        sinks.append(sorted((r["what"], r["name"], r["n"]) for r in sink.rows()))
+    assert sinks == [[("alert", "a:r1", 1), ("rule", "r1", 1)], [("alert", "a:r1", 2), ("alert", "c:r1", 1)]]
+
+
+def test_a_window_join_converts_with_both_sides_waiting_records(spark, tmp_path):
+    """Two event-time inputs joined per 2 s window on Ember's runtime: the records either side
+    left in open windows at the cut are joined after it, every pair as the model says."""
+    from test_window_joins import PAIR, _pair, _streams
+
+    left, right = _streams(1)
+    total = sum(len(b) for b in left + right)
+    rows, read, point = [], 0, None
+    for layout, name in (("blob", "j-first"), ("delta", "j-second")):
+        env = _env(spark, tmp_path, layout)
+        sink = CollectSink()
+        a = env.from_source(ScriptedSource(left, SCHEMA, ends=False), BOUND, name="left")
+        b = env.from_source(ScriptedSource(right, SCHEMA, ends=False), BOUND, name="right")
+        a.join(b).where("k").equal_to("k").window(TumblingEventTimeWindows.of(2_000)).apply(_pair, PAIR, name="joined") \
+            .sink_to(sink)
+        limit = sum(len(x) for x in left[:4] + right[:4]) if point is None else total - read
+        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
+        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
+        rows.append(sorted((r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for r in sink.rows()))
+    expected, _late = model.window_join(left, right, 1_000, 2_000, 2_000, "inner")
+    assert rows[0] and rows[1], "both runs should join pairs"
+    assert sorted(rows[0] + rows[1]) == sorted(e[1:] for e in expected if e[0] != model.END)
+
+
+def test_the_lanes_of_a_fan_out_convert_each_with_its_own_state(spark, tmp_path):
+    """A dedupe read by two running aggregates keyed differently (lanes of one operator) and a
+    sink: each lane's counts and sums go on across the conversion as the plain-Python ones."""
+    from collections import defaultdict
+
+    from test_fan_out import RUNNING, Dedupe, Running, _expected, _records
+
+    batches = _records(10)
+    runs, read, point = [], 0, None
+    for layout, name in (("blob", "f-first"), ("delta", "f-second")):
+        env = _env(spark, tmp_path, layout)
+        by_k, by_g = CollectSink(), CollectSink()
+        src = env.from_source(ScriptedSource(batches, "i bigint, k string, v bigint, g bigint", ends=False), name="events")
+        first = src.key_by("i").process(Dedupe(), "i bigint, k string, v bigint, g bigint", name="first")
+        first.key_by("k").process(Running("k"), RUNNING, name="by-k").sink_to(by_k, name="by-k-out")
+        first.key_by("g").process(Running("g"), RUNNING, name="by-g").sink_to(by_g, name="by-g-out")
+        first.select("i", name="ids").sink_to(CollectSink(), name="raw")
+        limit = sum(len(b) for b in batches[:5]) if point is None else 120 - read
+        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
+        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
+        runs.append((by_k, by_g))
+    manifest = read_json(CheckpointLayout(os.path.join(str(tmp_path), "f-second")).pipeline)
+    assert {op["name"]: ("lane" in op, op.get("state layout")) for op in manifest["operators"]} == \
+        {"first": (False, "delta"), "by-k": (True, "delta"), "by-g": (True, "delta")}
+    records = [r for b in batches for r in b]
+
+    def running(sinks):
+        seqs = defaultdict(list)
+        for sink in sinks:
+            for r in sink.rows():
+                seqs[r["key"]].append((r["n"], r["total"]))
+        return {k: ([n for n, _ in sorted(v)], max(v)[1]) for k, v in seqs.items()}
+
+    assert running([k for k, _ in runs]) == _expected(records, 1)[0]
+    assert running([g for _, g in runs]) == _expected(records, 3)[0]

@@ -9,10 +9,11 @@ skipped, and the keyed steps continue with the same keys, values and timers.
 
 What a conversion needs, checked before anything is copied (else refused, naming it):
 
-- every stateful step of the job on Ember's keyed runtime as a process function, a Python
-  window or a vectorised process function (the state of two-input joins and broadcast steps, and
-  of Spark's own operators — native windows, SQL, stream-stream joins — cannot be handed
-  to a new query yet), none a lane of a fan-out;
+- every stateful step of the job on Ember's keyed runtime (process functions and what runs
+  as one — co-process steps, CEP, rolling aggregations —, Python windows, vectorised steps,
+  broadcast steps, window joins and interval joins on Ember's runtime; alone, chained, or as
+  lanes of a fan-out): the state of Spark's own operators (native windows, SQL, Spark's
+  stream-stream joins) cannot be handed to a new query;
 - every source one of Ember's own readers (scripted, Redis streams, generators on Ember's
   sequence source), which can start at a given position; Spark's file and rate readers cannot;
 - the savepoint's parallelism (restore first, then rescale with another savepoint), and
@@ -34,7 +35,8 @@ from ember.runner.spark.placement import TWS
 
 __all__ = ["layout_changes", "as_converted", "check_convertible", "converted_manifest", "CONVERTIBLE_KINDS"]
 
-CONVERTIBLE_KINDS = ("process function", "window", "vectorised process function")
+CONVERTIBLE_KINDS = ("process function", "window", "vectorised process function", "broadcast process function",
+                     "window join", "keyed interval join")
 _LAYOUT_FIELDS = ("state layout", "spark operator")
 
 
@@ -73,9 +75,8 @@ def check_convertible(path: str, manifest: dict[str, Any], graph: Graph, paralle
         if op["kind"] not in CONVERTIBLE_KINDS:
             article = "an" if op["kind"][0] in "aeiou" else "a"
             problems.append(f"'{op['name']}' is {article} {op['kind']}: its state cannot be handed to a new query yet "
-                            "(a conversion carries process functions', Python windows' and vectorised steps' state)")
-        elif "lane" in op:
-            problems.append(f"'{op['name']}' reads a fan-out: a lane's state cannot be converted yet")
+                            "(Spark's own operators take no initial state: a conversion carries the state of steps on "
+                            "Ember's keyed runtime)")
     for node in graph.sources:
         src = node.source
         if isinstance(src, FileSource | RateSource) or (isinstance(src, GeneratorSource) and not src.needs_python_driver):

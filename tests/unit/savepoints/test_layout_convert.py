@@ -67,9 +67,9 @@ def _savepoint(*ops, partitions=2):
 
 
 @pytest.mark.parametrize(("op", "why"), [
-    (_op("b", "broadcast process function"), r"'b' is a broadcast process function"),
-    (_op("j", "interval join"), r"'j' is an interval join"),
-    (_op("l", lane=1), r"'l' reads a fan-out"),
+    (_op("j", "interval join"), r"'j' is an interval join: .*Spark's own operators take no initial state"),
+    (_op("n", "window aggregate"), r"'n' is a window aggregate"),
+    (_op("q", "sql"), r"'q' is a sql"),
 ])
 def test_state_that_cannot_be_handed_on_is_refused_naming_the_step(op, why):
     with pytest.raises(SavepointError, match=why):
@@ -84,8 +84,9 @@ def test_sources_spark_reads_and_other_settings_are_refused():
         check_convertible("sp", _savepoint(_op("ok")), graph, 4)
     with pytest.raises(SavepointError, match=r"state_backend='hdfs'.*needs 'rocksdb'"):
         check_convertible("sp", _savepoint(_op("ok")), graph, None, "hdfs")
-    check_convertible("sp", _savepoint(_op("ok"), _op("w", "window"), _op("v", "vectorised process function")),
-                      graph, 2)  # (nothing to refuse)
+    check_convertible("sp", _savepoint(_op("ok"), _op("w", "window"), _op("v", "vectorised process function"),
+                                       _op("b", "broadcast process function"), _op("l", lane=1), _op("j", "window join"),
+                                       _op("i", "keyed interval join")), graph, 2)  # (nothing to refuse)
 
 
 def test_a_source_starts_where_the_converted_checkpoint_says(tmp_path):

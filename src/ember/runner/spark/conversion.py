@@ -31,6 +31,7 @@ from typing import Any
 
 from ember.errors import RestartError
 from ember.runner.spark.checkpoint import BY_SOURCE, CheckpointLayout, read_json, write_json
+from ember.runner.spark.restart import state_buckets
 from ember.runner.spark.state_io import bucket_states
 
 __all__ = ["write_converted_checkpoint", "map_start_offsets", "streaming_source_ids", "STATE_COLUMN"]
@@ -53,8 +54,9 @@ def write_converted_checkpoint(spark: Any, checkpoint: str, batch: int,
     written = 0
     for op_id, op, name in steps:  # (read before the old state goes)
         states = bucket_states(spark, checkpoint, batch, op_id, op)
+        offset = int(op.get("lane") or 0) * state_buckets(op)  # a fan-out's lane: its operator's grouping keys
         table = pa.table({
-            BUCKET: pa.array(sorted(states), pa.int32()),
+            BUCKET: pa.array([b + offset for b in sorted(states)], pa.int32()),
             STATE_COLUMN: pa.array([pickle.dumps(states[b], protocol=pickle.HIGHEST_PROTOCOL) for b in sorted(states)],
                                    pa.binary()),
         })

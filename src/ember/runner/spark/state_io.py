@@ -244,7 +244,7 @@ def _queues_from_slots(blob: dict[str, Any]) -> None:
 
 def bucket_states(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Each state bucket of keyed step ``op`` (a process function, Python window or vectorised
-    step, one Spark operator of its own) at committed ``batch_id``, as the blob layout keeps
+    step; a fan-out's lane: its own buckets, numbered as alone) at committed ``batch_id``, as the blob layout keeps
     it — whichever layout the checkpoint holds: ``{"keys": {key: slot}, timer queues, "n",
     ...}``, or a vectorised step's table (a DataFrame indexed by key). A bucket
     of the delta layout gets its queues rebuilt from its keys' slots (as its working copy
@@ -253,12 +253,12 @@ def bucket_states(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: di
     from ember.runner.spark.keyed.tws import VERSION
 
     if op.get("state layout") != "delta":
-        return _buckets(spark, checkpoint, batch_id, op_id, _on_tws(op))
+        return _lane(_buckets(spark, checkpoint, batch_id, op_id, _on_tws(op)), op)
     if op["kind"] == VECTORISED:
-        return _delta_buckets(spark, checkpoint, batch_id, op_id, True)
-    metas = _buckets(spark, checkpoint, batch_id, op_id, tws=True)
+        return _lane(_delta_buckets(spark, checkpoint, batch_id, op_id, True), op)
+    metas = _lane(_buckets(spark, checkpoint, batch_id, op_id, tws=True), op)
     out = {}
-    for bucket, table in _delta_buckets(spark, checkpoint, batch_id, op_id, False).items():
+    for bucket, table in _lane(_delta_buckets(spark, checkpoint, batch_id, op_id, False), op).items():
         meta = metas.get(bucket) or empty_bucket_state()
         blob = {k: v for k, v in meta.items() if k not in (VERSION, OVERFLOW)}
         blob.update({"keys": table["keys"], EVENT_TIMERS: [], PROCESSING_TIMERS: [], "n": int(meta.get("n", 0))})

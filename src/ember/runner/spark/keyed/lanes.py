@@ -129,5 +129,12 @@ class LanesProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         return self._dispatch(key, iter(()), timerValues, expiredTimerInfo.getExpiryTimeInMs())
 
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:  # noqa: N802,N803
+        """A converted checkpoint's first micro-batch (keyed/tws.py): the bucket's state to its lane."""
+        lane, bucket = divmod(int(key[0]), self.buckets)
+        proc = self.lanes[lane]
+        if proc is not None:
+            proc.handleInitialState((bucket,), initialState, timerValues)
+
     def close(self) -> None:
         pass

@@ -44,7 +44,7 @@ from ember.runner.spark.keyed.runtime import SIDE_PREFIX, TAG, side_column, with
 from ember.runner.spark.keyed.tws import BucketProcessor
 from ember.runner.spark.placement import dead_letters_of
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, keep_late_rows, restore_anchor, with_event_time
-from ember.runner.spark.translators.keyed import BUCKET, bucket_of
+from ember.runner.spark.translators.keyed import BUCKET, bucket_of, initial_state
 from ember.runner.spark.translators.python_ops import lane_map, lane_map_batches, python_filter
 from ember.runner.spark.translators.transforms import column, lane_lookup, lane_select
 
@@ -344,7 +344,8 @@ def _operator(comp: Compilation, df: Any, lane: str, lanes: list[Any], keys: lis
         timed = any(parts.timeout == GroupStateTimeout.ProcessingTimeTimeout for parts in lanes)
         mode = "ProcessingTime" if timed else "None"
     result = rows.groupBy(BUCKET).transformWithStateInPandas(
-        processor, schema, "Append", mode, eventTimeColumnName=ANCHOR if event_time else ""
+        processor, schema, "Append", mode, initialState=initial_state(comp, [parts.node for parts in lanes]),
+        eventTimeColumnName=ANCHOR if event_time else ""
     )
     every = tuple(node for level in levels for node in level)
     return FannedOut(Frame(result, times[0]), lane, seeds, tuple(tuple(c) for c in outputs), tuple(times), through,

@@ -211,21 +211,24 @@ def _run_keyed(comp: Compilation, node: Node, up: Frame, keys: tuple[str, ...], 
         comp.lanes[id(node)] = Lane(node, keys, bucket_fn, schema, event_time, timeout, processor, lane_inputs)
         return comp.spark.createDataFrame([], schema)
     grouped, bucket_fn = _buckets(comp, node, up, keys, event_time, bucket_fn, partials, timed)
-    return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor, _initial_state(comp, node))
+    return _apply(comp, grouped, bucket_fn, schema, state_type, event_time, timeout, processor, initial_state(comp, [node]))
 
 
-def _initial_state(comp: Compilation, node: Node) -> Any | None:
+def initial_state(comp: Compilation, nodes: list[Node]) -> Any | None:
     """In the first micro-batch of a checkpoint converted from a savepoint of another state
-    layout (savepoints/convert.py), the step's state as the savepoint held it, grouped by
-    state bucket as its rows are; None otherwise."""
+    layout (savepoints/convert.py), the state of the steps ``nodes`` (one, or a fan-out's lanes
+    sharing an operator) as the savepoint held it, grouped by state bucket as their rows are;
+    None otherwise."""
     if comp.checkpoint is None:
         return None
     layout = CheckpointLayout(comp.checkpoint)
-    path = layout.initial_state(node.name)
-    if not layout.converting() or not os.path.exists(path):
+    if not layout.converting():
         return None
-    comp.initial_states.append(path)  # (the runner checks every step's state was taken: execution.py)
-    return comp.spark.read.parquet(path).groupBy(BUCKET)
+    paths = [p for p in (layout.initial_state(node.name) for node in nodes) if os.path.exists(p)]
+    if not paths:
+        return None
+    comp.initial_states.extend(paths)  # (the runner checks every step's state was taken: execution.py)
+    return comp.spark.read.parquet(*paths).groupBy(BUCKET)
 
 
 def _visible(df: Any) -> Any:
