@@ -236,7 +236,7 @@ def test_a_checkpoint_s_layout_change_names_the_way_to_convert_it(spark, tmp_pat
     env.execute("kept", progress=False, max_events=len(batches[0]))
     env = _env(spark, tmp_path, "delta")
     _timer_job(env, batches, CollectSink())
-    with pytest.raises(RestartError, match=r"ember savepoint create <job> --stop.*--from-savepoint"):
+    with pytest.raises(RestartError, match=r"ember savepoint create <job> --stop.*--state-layout L --from-savepoint"):
         env.execute("kept", progress=False, max_events=1)
 
 

@@ -410,7 +410,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stop-when-idle", type=float, metavar="S", help="stop once no input arrived for S seconds (drain, then stop)")
     run.add_argument("--name", help="job name (checkpoint subdirectory); default: the file name")
     run.add_argument("--from-savepoint", metavar="PATH",
-                     help="start from a savepoint (a new job name: its checkpoint must be new); with --parallelism, rescale")
+                     help="start from a savepoint (a new job name: its checkpoint must be new); with --parallelism, rescale; "
+                          "with another --state-layout, convert its keyed state")
     run.add_argument("--standby", action="store_true",
                      help="if the job already runs: start this driver and wait; take over at once if the running one dies, "
                           "stand down if it ends by itself")

@@ -252,7 +252,8 @@ def compare(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
                 f"{where}: its state is kept as {layouts[old.get('state layout', 'blob')]} in the checkpoint, and this "
                 f"pipeline keeps it as {layouts[new.get('state layout', 'blob')]}; a checkpoint keeps its layout "
                 "(to convert it: stop the job with a savepoint, `ember savepoint create <job> --stop`, and restore "
-                "that with the new layout, `--from-savepoint`, under a new job name; docs/savepoints.md)"
+                "that with the new layout, `ember run ... --state-layout L --from-savepoint PATH`, under a new job name; "
+                "docs/savepoints.md)"
             )
         elif (old.get("lane"), old.get("level")) != (new.get("lane"), new.get("level")):
             problems.append(
