@@ -30,7 +30,15 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ember.errors import SavepointError
-from ember.runner.spark.checkpoint import EMBER_DIR, QUIET, checkpoint_partitions, is_runtime_marker, last_batch
+from ember.runner.spark.checkpoint import (
+    EMBER_DIR,
+    INITIAL_STATE,
+    QUIET,
+    START_OFFSETS,
+    checkpoint_partitions,
+    is_runtime_marker,
+    last_batch,
+)
 
 __all__ = [
     "SavepointError",
@@ -75,7 +83,10 @@ def _wanted(rel: str, name: str, batch: int) -> bool:
         found = _STATE_FILE.match(name)
         return found is None or int(found.group(1)) <= batch + 1  # state version = batch + 1
     if top == EMBER_DIR:
-        return not is_runtime_marker(name) and rel.split(os.sep)[1:2] != [QUIET]  # (marks of one run: keyed/reach.py)
+        # (not: marks of one run, keyed/reach.py; a conversion's state and source positions, needed
+        # only until its micro-batch 0 commits, and a cut is at a committed batch: conversion.py)
+        return not is_runtime_marker(name) and rel.split(os.sep)[1:2] not in ([QUIET], [INITIAL_STATE]) \
+            and not (rel == EMBER_DIR and name == START_OFFSETS)
     return True
 
 

@@ -62,6 +62,7 @@ __all__ = [
 EMBER_DIR = "ember"
 QUIET = "quiet"  # ember/quiet/<step>/: a keyed step's quiet-bucket marks, believed only by the run that wrote them
 INITIAL_STATE = "initial-state"  # ember/initial-state/<step>.parquet: a converted checkpoint's keyed state (savepoints/convert.py)
+START_OFFSETS = "start-offsets.json"  # ember/start-offsets.json: its sources' start positions
 RUNNING, STOP, STOP_REQUEST, END_OF_INPUT = "running", "stop", "stop-request", "end-of-input"
 RUNTIME_MARKERS = frozenset({RUNNING, STOP, STOP_REQUEST, END_OF_INPUT})
 
@@ -159,7 +160,7 @@ class CheckpointLayout:
     def start_offsets(self) -> str:
         """A converted checkpoint's source positions (savepoints/convert.py): the savepoint's
         offsets, which its sources start from; by source once the job maps them (execution.py)."""
-        return self._file("start-offsets.json")
+        return self._file(START_OFFSETS)
 
     def converting(self) -> bool:
         """Whether this checkpoint is a converted one whose first micro-batch (which hands
