@@ -326,3 +326,44 @@ def test_the_lanes_of_a_fan_out_convert_each_with_its_own_state(spark, tmp_path)
 
     assert running([k for k, _ in runs]) == _expected(records, 1)[0]
     assert running([g for _, g in runs]) == _expected(records, 3)[0]
+
+
+def test_event_time_windows_on_the_lanes_of_a_fan_out_fire_after_the_conversion(spark, tmp_path):
+    """Two windows reading one dedupe (lanes of one operator, on event time): a window a key
+    left open at the cut fires after it though that key reads nothing more — through the
+    timer the conversion registered for its bucket — with the model's count."""
+    from test_chains import Dedupe
+
+    head = batches_of(13, 4)
+    tail, ts = [], max(t for b in head for t, _, _ in b)
+    for i in range(4):  # key d reads nothing after the cut; time goes on
+        batch = [(ts + 300 * j + 1, "abc"[(i + j) % 3], j + 1) for j in range(1, 6)]
+        ts = max(t for t, _, _ in batch)
+        tail.append(batch)
+    batches = head + tail
+    assert any(k == "d" for b in head for _, k, _ in b)
+    runs, read, point = [], 0, None
+    for layout, name in (("blob", "l-first"), ("delta", "l-second")):
+        env = _env(spark, tmp_path, layout)
+        small, large = CollectSink(), CollectSink()
+        src = env.from_source(ScriptedSource(batches, SCHEMA, ends=False), BOUND, name="events")
+        deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
+        (deduped.key_by("k").window(TumblingEventTimeWindows.of(timedelta(seconds=2)))
+         .aggregate(Count(), output_schema="n bigint", name="small").sink_to(small, name="small-out"))
+        (deduped.key_by("k").window(TumblingEventTimeWindows.of(timedelta(seconds=3)))
+         .aggregate(Count(), output_schema="n bigint", name="large").sink_to(large, name="large-out"))
+        limit = sum(len(b) for b in head) if point is None else sum(len(b) for b in batches) - read
+        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
+        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
+        runs.append((small, large))
+    last = max(t for b in batches for t, _, _ in b)
+    for i, size in ((0, 2_000), (1, 3_000)):
+        got = sorted((r["k"], r["window_start"], r["n"]) for run in runs for r in run[i].rows())
+        counts: dict[tuple, int] = {}
+        for t, k, _ in sum(batches, []):
+            counts[(k, t // size * size)] = counts.get((k, t // size * size), 0) + 1
+        closed = sorted((k, s, n) for (k, s), n in counts.items() if s + size - 1 <= last - 1_000 - 1)
+        assert [g for g in got if g[:2] in {c[:2] for c in closed}] == closed, size
+        assert len(got) == len({g[:2] for g in got}), "a window fired twice"
+    d_late = [r for r in runs[1][0].rows() if r["k"] == "d"]
+    assert d_late, "key d's last window should fire in the converted run, on its timer"

@@ -117,6 +117,7 @@ def _converted_start(job: Any, layout: CheckpointLayout) -> None:
             "does not start")
     map_start_offsets(job.df, layout.path)
 
+
 def run_job(
     graph: Graph,
     spark: Any,

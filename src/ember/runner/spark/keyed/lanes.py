@@ -133,8 +133,8 @@ class LanesProcessor(StatefulProcessor):
         """A converted checkpoint's first micro-batch (keyed/tws.py): the bucket's state to its lane."""
         lane, bucket = divmod(int(key[0]), self.buckets)
         proc = self.lanes[lane]
-        if proc is not None:
-            proc.handleInitialState((bucket,), initialState, timerValues)
+        if proc is not None:  # (its timers on this operator's time: the lanes' processors have no anchor)
+            proc.seed((bucket,), initialState, timerValues, self.anchor is not None)
 
     def close(self) -> None:
         pass

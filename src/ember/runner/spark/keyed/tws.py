@@ -141,21 +141,26 @@ class BucketProcessor(StatefulProcessor):
         blob layout's dict, pickled by Ember into the job's own checkpoint — written as this
         operator keeps it, with its earliest timer registered. Spark calls this before any
         record or timer of the batch."""
-        for payload in initialState.iloc[:, -1]:  # (one row per bucket; columns unnamed, as input rows')
-            self._seed(key, pickle.loads(payload), timerValues)
+        self.seed(key, initialState, timerValues, self.anchor is not None)
 
-    def _seed(self, key: Any, blob: Any, timer_values: TimerValues) -> None:
+    def seed(self, key: Any, initial: pd.DataFrame, timer_values: TimerValues, event_time: bool) -> None:
+        """:meth:`handleInitialState` for the bucket ``key``; ``event_time``: the operator runs on
+        event time (a fan-out's lane processor has no anchor of its own: keyed/lanes.py)."""
+        for payload in initial.iloc[:, -1]:  # (one row per bucket; columns unnamed, as input rows')
+            self._seed(key, pickle.loads(payload), timer_values, event_time)
+
+    def _seed(self, key: Any, blob: Any, timer_values: TimerValues, event_time: bool) -> None:
         """``blob``: a process function's or window's dict, or a vectorised step's table."""
         state = _State(self, timer_values, None)
         state.update((pickle.dumps(blob, protocol=pickle.HIGHEST_PROTOCOL),))
-        _seed_timeout(state, blob, self.anchor is not None)
+        _seed_timeout(state, blob, event_time)
         state.finish()
 
     def close(self) -> None:
         pass
 
 
-def _seed_timeout(state: _State, blob: dict[str, Any], event_time: bool) -> None:
+def _seed_timeout(state: _State, blob: Any, event_time: bool) -> None:
     """A bucket's Spark timer after its state was handed in: its earliest timer, as a bucket
     call leaves it (bucket.py)."""
     from ember.runner.spark.keyed.runtime import EVENT_TIMERS, PROCESSING_TIMERS
@@ -217,8 +222,7 @@ class DeltaBucketProcessor(BucketProcessor):
             log.close()
         _count(log, self.counters)
 
-
-    def _seed(self, key: Any, blob: Any, timer_values: TimerValues) -> None:
+    def _seed(self, key: Any, blob: Any, timer_values: TimerValues, event_time: bool) -> None:
         """The bucket's handed-in table (handleInitialState: a DataFrame indexed by key, the
         step's state fields as columns) written into its log and working copy."""
         import os
@@ -396,7 +400,7 @@ class DeltaSlotProcessor(BucketProcessor):
             log.close()
         _count(log, self.counters)
 
-    def _seed(self, key: Any, blob: dict[str, Any], timer_values: TimerValues) -> None:
+    def _seed(self, key: Any, blob: dict[str, Any], timer_values: TimerValues, event_time: bool) -> None:
         """The bucket's handed-in state (handleInitialState) written into its log and working
         copy, as a call that set every key's slot would."""
         import os
@@ -418,7 +422,7 @@ class DeltaSlotProcessor(BucketProcessor):
                 if name not in ("keys", VERSION, OVERFLOW):
                     target[name] = value
             state.store_blob(target)
-            _seed_timeout(state, target, self.anchor is not None)
+            _seed_timeout(state, target, event_time)
             state.finish()
         finally:
             log.close()
