@@ -421,7 +421,7 @@ def state_writes(checkpoint: str, last: int) -> dict[str, Any]:
 
 START_OFFSETS_OPTION, SOURCE_ID_OPTION = "start_offsets", "ember_source"  # options of Ember's Python sources
 BY_SOURCE = "by_source"
-END_OF_INPUT_SOURCE = "__end_of_input"  # the end-of-input marker's source id (step names are the others')
+END_OF_INPUT_SOURCE = "__end_of_input"  # the end-of-input readers' source ids, numbered (step names are the others')
 
 
 def start_offset(options: dict[str, str], default: dict[str, Any]) -> dict[str, Any]:

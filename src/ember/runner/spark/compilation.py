@@ -75,6 +75,7 @@ class Compilation:
     counters: dict[str, Any] = field(default_factory=dict)  # Spark accumulators, by name
     key_types: dict[str, list[str]] = field(default_factory=dict)  # keyed step -> its key fields' Spark types
     initial_states: list[str] = field(default_factory=list)  # the converted checkpoint's state files handed to keyed steps
+    end_of_input_reads: int = 0  # the end-of-input readers built so far (each named apart: translators/eventtime.py)
     sql_operators: dict[str, int] = field(default_factory=dict)  # SQL step -> its query's Spark stateful operators
     detoured: dict[int, str] = field(default_factory=dict)  # step -> spool directory of its detoured dead letters
     # Sources read by Spark's own readers, which keep admitting input after the stop marker.

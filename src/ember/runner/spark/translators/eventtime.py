@@ -94,14 +94,15 @@ def _timestamp(df: Any, field: str, step: str) -> Any:
 
 
 def _with_end_of_input(comp: Compilation, df: Any, column: str = TIME, keys: tuple[str, ...] = ()) -> Any:
+    from ember.runner.spark.translators.sources import positioned
+
     # the bounded sources that mark themselves done (Ember's own readers: given a done_file when
     # translated, Compilation.marking); with any other, only the driver's marker ends the input
     for source in comp.graph.sources:
         comp.frame(source)  # (translated once: every source's reader is known before the row is built)
     marking = all(n.name in comp.marking for n in comp.graph.sources)
-    from ember.runner.spark.translators.sources import positioned
-
-    eos = (positioned(comp, comp.spark.readStream.format("ember_end_of_input"), END_OF_INPUT_SOURCE)
+    comp.end_of_input_reads += 1  # (a source id of its own: a converted checkpoint positions each apart)
+    eos = (positioned(comp, comp.spark.readStream.format("ember_end_of_input"), f"{END_OF_INPUT_SOURCE}{comp.end_of_input_reads}")
            .option("marker", comp.end_of_input_marker)
            .option("sources", len(comp.graph.sources) if marking else 0).load())
 
