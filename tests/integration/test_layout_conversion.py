@@ -24,7 +24,7 @@ from ember import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
-from ember.errors import RestartError, SavepointError
+from ember.errors import JobFailedError, RestartError, SavepointError
 from ember.functions import VectorizedKeyedFunction
 from ember.runner.spark.checkpoint import CheckpointLayout, read_json
 from ember.savepoints import create_savepoint
@@ -367,3 +367,35 @@ def test_event_time_windows_on_the_lanes_of_a_fan_out_fire_after_the_conversion(
         assert len(got) == len({g[:2] for g in got}), "a window fired twice"
     d_late = [r for r in runs[1][0].rows() if r["k"] == "d"]
     assert d_late, "key d's last window should fire in the converted run, on its timer"
+
+
+def test_a_converted_job_that_fails_in_its_first_micro_batch_hands_the_state_in_again(spark, tmp_path, monkeypatch):
+    """The converted query's micro-batch 0 fails after its state was written (its sink raises):
+    the restarted job runs that batch again, handing the state in anew, and goes on as one run."""
+    batches = batches_of(9)
+    first_sink, second_sink = CollectSink(), CollectSink()
+    env = _env(spark, tmp_path, "blob")
+    _timer_job(env, batches, first_sink)
+    read = env.execute("c-first", progress=False, max_events=sum(len(b) for b in batches[:4])).events
+    point = create_savepoint(os.path.join(str(tmp_path), "c-first"), root=str(tmp_path / "sp")).path
+
+    accept = CollectSink.accept_batch
+    failed = []
+
+    def once(self, batch_id, *args):
+        if batch_id == 0 and not failed:
+            failed.append(batch_id)
+            raise RuntimeError("the sink fails once, in the converted query's first micro-batch")
+        return accept(self, batch_id, *args)
+
+    monkeypatch.setattr(CollectSink, "accept_batch", once)
+    env = _env(spark, tmp_path, "delta")
+    _timer_job(env, batches, second_sink)
+    with pytest.raises(JobFailedError, match="fails once"):
+        env.execute("c-second", progress=False, from_savepoint=point, max_events=1)
+    assert failed and CheckpointLayout(os.path.join(str(tmp_path), "c-second")).converting()
+    env = _env(spark, tmp_path, "delta")
+    _timer_job(env, batches, second_sink)
+    env.execute("c-second", progress=False, max_events=sum(len(b) for b in batches) - read)
+    timers = [("timer", k, at, 0) for k, at, b in model.timer_firings(batches, 1_000, DELAY, in_batch=True) if b != model.END]
+    assert sorted(_rows(first_sink) + _rows(second_sink)) == sorted(running_totals(batches) + timers)
