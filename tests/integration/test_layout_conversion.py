@@ -399,3 +399,30 @@ def test_a_converted_job_that_fails_in_its_first_micro_batch_hands_the_state_in_
     env.execute("c-second", progress=False, max_events=sum(len(b) for b in batches) - read)
     timers = [("timer", k, at, 0) for k, at, b in model.timer_firings(batches, 1_000, DELAY, in_batch=True) if b != model.END]
     assert sorted(_rows(first_sink) + _rows(second_sink)) == sorted(running_totals(batches) + timers)
+
+
+@pytest.mark.slow  # (the window join's test runs the same two-input path in the quick set)
+def test_an_interval_join_after_a_dedupe_converts_with_both_sides_buffered_records(spark, tmp_path):
+    """An interval join beside another keyed step runs on Ember's runtime: the records each side
+    buffered at the cut still join after it, every pair as the model says."""
+    from test_chains import Dedupe, _distinct
+    from test_two_input_chains import BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS, STRATEGY, _join_sides, join_into
+
+    left, right = _join_sides(1)
+    total = sum(len(b) for b in left + right)
+    runs, read, point = [], 0, None
+    for layout, name in (("blob", "i-first"), ("delta", "i-second")):
+        env = _env(spark, tmp_path, layout)
+        sink = CollectSink()
+        a = env.from_source(ScriptedSource(left, SCHEMA, ends=False), STRATEGY, name="left")
+        b = env.from_source(ScriptedSource(right, SCHEMA, ends=False), STRATEGY, name="right")
+        join_into(a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe").key_by("k"), b.key_by("k"), sink)
+        limit = sum(len(x) for x in left[:4] + right[:4]) if point is None else total - read
+        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
+        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
+        runs.append(sorted((r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for r in sink.rows()))
+    manifest = read_json(CheckpointLayout(os.path.join(str(tmp_path), "i-second")).pipeline)
+    assert [op["kind"] for op in manifest["operators"]] == ["process function", "keyed interval join"]
+    expected = model.interval_join(_distinct(left), right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS)
+    assert runs[0] and runs[1]
+    assert sorted(runs[0] + runs[1]) == sorted(p[1:] for p in expected.pairs)
