@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 
 from ember import (
-    AggregateFunction,
     CollectSink,
     KeyedProcessFunction,
     RateSource,
@@ -24,6 +23,7 @@ from ember import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
+from ember.bench.jobs import CountAggregate
 from ember.errors import JobFailedError, RestartError, SavepointError
 from ember.functions import VectorizedKeyedFunction
 from ember.runner.spark.checkpoint import CheckpointLayout, read_json
@@ -97,31 +97,64 @@ def _rows(sink):
     return sorted((r["kind"], r["k"], r["at"], r["total"]) for b in sink.batches for r in b.rows)
 
 
+def around_a_savepoint(spark, tmp_path, build, first=None, total=None, layouts=("blob", "delta"), name="job"):
+    """Run the job ``build(env, run)`` declares (returning its sinks) on ``layouts[0]`` until
+    ``first`` events were read (None: until its sources end), take a savepoint, and restore it
+    on ``layouts[1]`` — converted — for the rest of ``total``. Returns each run's sinks; run
+    ``i``'s checkpoint is ``<tmp_path>/<name>-<i>``."""
+    runs, read, point = [], 0, None
+    for run, layout in enumerate(layouts):
+        env = _env(spark, tmp_path, layout)
+        sinks = build(env, run)
+        limit = first if point is None else (None if total is None else total - read)
+        read += env.execute(f"{name}-{run}", progress=False, max_events=limit, from_savepoint=point).events
+        point = create_savepoint(os.path.join(str(tmp_path), f"{name}-{run}"), root=str(tmp_path / "sp")).path
+        runs.append(sinks)
+    return runs
+
+
+def _manifest(tmp_path, name):
+    return read_json(CheckpointLayout(os.path.join(str(tmp_path), name)).pipeline)
+
+
+def _closed_counts(batches, size, delay=0):
+    """Per (key, window start) of ``size`` ms windows: the records' count, for the windows the
+    last record's watermark (1 s bound) closed (``delay``: their input comes that much later)."""
+    counts: dict[tuple, int] = {}
+    for ts, k, _ in sum(batches, []):
+        counts[(k, ts // size * size)] = counts.get((k, ts // size * size), 0) + 1
+    last = max(ts for ts, _, _ in sum(batches, []))
+    return sorted((k, s, n) for (k, s), n in counts.items() if s + size <= last - 1_000 - delay)
+
+
+def _fired_once(got, closed):
+    """``got`` (key, window start, count) holds the closed windows with their counts, each once."""
+    assert [g for g in got if g[:2] in {c[:2] for c in closed}] == closed
+    assert len(got) == len({g[:2] for g in got}), "a window fired twice"
+
+
 @pytest.mark.parametrize(("before", "after"), [("blob", "delta"), ("delta", "blob")])
 def test_a_savepoint_restored_into_the_other_layout_goes_on_as_one_run(spark, tmp_path, before, after):
     batches = batches_of(7)
-    cut = 4
-    first_sink, second_sink = CollectSink(), CollectSink()
-    env = _env(spark, tmp_path, before)
-    _timer_job(env, batches, first_sink)
-    read = env.execute("first", progress=False, max_events=sum(len(b) for b in batches[:cut])).events
-    point = create_savepoint(os.path.join(str(tmp_path), "first"), root=str(tmp_path / "sp"))
 
-    env = _env(spark, tmp_path, after)
-    _timer_job(env, batches, second_sink)
-    env.execute("second", progress=False, from_savepoint=point.path, max_events=sum(len(b) for b in batches) - read)
+    def build(env, run):
+        sink = CollectSink()
+        _timer_job(env, batches, sink)
+        return sink
 
+    first, second = around_a_savepoint(spark, tmp_path, build, sum(len(b) for b in batches[:4]),
+                                       sum(len(b) for b in batches), (before, after))
     records = running_totals(batches)
     timers = sorted(("timer", k, at, 0) for k, at, b in model.timer_firings(batches, 1_000, DELAY, in_batch=True)
                     if b != model.END)
-    assert sorted(_rows(first_sink) + _rows(second_sink)) == sorted(records + timers)
+    assert sorted(_rows(first) + _rows(second)) == sorted(records + timers)
     # The cut left state behind that the second run needed: totals carried on, timers set before it fired after it.
-    read_first = {(r[1], r[2]) for r in _rows(first_sink) if r[0] == "record"}
-    assert any(r[0] == "timer" and (r[1], r[2] - DELAY) in read_first for r in _rows(second_sink)), \
+    read_first = {(r[1], r[2]) for r in _rows(first) if r[0] == "record"}
+    assert any(r[0] == "timer" and (r[1], r[2] - DELAY) in read_first for r in _rows(second)), \
         "no timer set before the savepoint fired after it: the test would not see lost timers"
-    assert any(r[0] == "record" and r[1] in {k for k, _ in read_first} for r in _rows(second_sink)), \
+    assert any(r[0] == "record" and r[1] in {k for k, _ in read_first} for r in _rows(second)), \
         "no key read before the cut was read after it: the test would not see lost totals"
-    manifest = read_json(CheckpointLayout(os.path.join(str(tmp_path), "second")).pipeline)
+    manifest = _manifest(tmp_path, "job-1")
     assert manifest["operators"][0].get("state layout", "blob") == after
     assert manifest["operators"][0]["spark operator"] == "transformWithStateInPandas"
 
@@ -142,68 +175,41 @@ class VectorTotals(VectorizedKeyedFunction):
 
 @pytest.mark.parametrize(("before", "after"), [("blob", "delta"), pytest.param("delta", "blob", marks=pytest.mark.slow)])
 def test_a_vectorised_step_s_table_converts(spark, tmp_path, before, after):
-    batches = [[(ts, k, v) for ts, k, v in b] for b in batches_of(5)]
+    batches = batches_of(5)
     ints = [[(ts, ord(k), v) for ts, k, v in b] for b in batches]  # (the delta layout keeps integer keys)
-    rows = []
-    read = 0
-    for layout, name, point in ((before, "v-first", None), (after, "v-second", "sp")):
-        env = _env(spark, tmp_path, layout)
+
+    def build(env, run):
         sink = CollectSink()
         src = env.from_source(ScriptedSource(ints, "ts bigint, k bigint, v int", ends=False), BOUND, name="events")
         src.key_by("k").process_batches(VectorTotals(), "kind string, k bigint, at bigint, total bigint",
                                         name="totals").sink_to(sink)
-        if point:
-            point = create_savepoint(os.path.join(str(tmp_path), "v-first"), root=str(tmp_path / point)).path
-        limit = sum(len(b) for b in ints[:4]) if point is None else sum(len(b) for b in ints) - read
-        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
-        rows += [(r["kind"], chr(r["k"]), r["at"], r["total"]) for r in sink.rows()]
+        return sink
+
+    runs = around_a_savepoint(spark, tmp_path, build, sum(len(b) for b in ints[:4]), sum(len(b) for b in ints),
+                              (before, after))
+    rows = [(r["kind"], chr(r["k"]), r["at"], r["total"]) for sink in runs for r in sink.rows()]
     assert sorted(rows) == sorted(running_totals(batches))
-
-
-class Count(AggregateFunction):
-    def create_accumulator(self):
-        return 0
-
-    def add(self, value, acc):
-        return acc + 1
-
-    def get_result(self, acc):
-        return acc
-
-    def merge(self, a, b):
-        return a + b
 
 
 def test_a_window_after_a_process_function_converts_with_its_panes_and_timers(spark, tmp_path):
     """Two keyed steps (a process function, then a 2 s tumbling window counting its output
-    records per key): both handed their state; every window's count is the model's."""
+    records per key), the second renamed in the restored job: both handed their state; every
+    window's count is the model's."""
     batches = batches_of(11, 9)
-    cut = 5
-    sinks = []
-    read = 0
-    for layout, name, events, restore in (("blob", "w-first", sum(len(b) for b in batches[:cut]), None),
-                                          ("delta", "w-second", sum(len(b) for b in batches), "sp")):
-        env = _env(spark, tmp_path, layout)
+
+    def build(env, run):
         sink = CollectSink()
         src = env.from_source(ScriptedSource(batches, SCHEMA, ends=False), BOUND, name="events")
-        (src.key_by("k").process(TotalAndTimer(), OUT, name=f"totals-{name}")
-         .filter(lambda r: r["kind"] == "record", name=f"records-{name}")
+        (src.key_by("k").process(TotalAndTimer(), OUT, name="totals")
+         .filter(lambda r: r["kind"] == "record", name="records")
          .key_by("k").window(TumblingEventTimeWindows.of(timedelta(seconds=2)))
-         .aggregate(Count(), output_schema="n bigint", name=f"counts-{name}")
+         .aggregate(CountAggregate(), output_schema="n bigint", name=f"counts-{run}")
          .sink_to(sink))
-        point = None
-        if restore:
-            point = create_savepoint(os.path.join(str(tmp_path), "w-first"), root=str(tmp_path / restore)).path
-        read += env.execute(name, progress=False, max_events=events - read, from_savepoint=point).events
-        sinks.append(sink)
-    got = sorted((r["k"], r["window_start"], r["n"]) for s in sinks for b in s.batches for r in b.rows)
-    counts: dict[tuple, int] = {}
-    for ts, k, _ in sum(batches, []):
-        counts[(k, ts // 2_000 * 2_000)] = counts.get((k, ts // 2_000 * 2_000), 0) + 1
-    last = max(ts for ts, _, _ in sum(batches, []))
-    closed = sorted((k, start, n) for (k, start), n in counts.items() if start + 2_000 <= last - 1_000 - DELAY)
-    assert [g for g in got if (g[0], g[1]) in {(k, s) for k, s, _ in closed}] == closed
-    assert len(got) == len(set((k, s) for k, s, _ in got)), "a window fired twice"
+        return sink
+
+    runs = around_a_savepoint(spark, tmp_path, build, sum(len(b) for b in batches[:5]), sum(len(b) for b in batches))
+    _fired_once(sorted((r["k"], r["window_start"], r["n"]) for sink in runs for r in sink.rows()),
+                _closed_counts(batches, 2_000, DELAY))
 
 
 class Seen(KeyedProcessFunction):
@@ -242,25 +248,24 @@ def test_a_checkpoint_s_layout_change_names_the_way_to_convert_it(spark, tmp_pat
 
 @pytest.mark.parametrize(("before", "after"), [("blob", "delta"), pytest.param("delta", "blob", marks=pytest.mark.slow)])
 def test_broadcast_state_and_the_keyed_state_beside_it_convert(spark, tmp_path, before, after):
-    """Two sources (events, rules): the rule a first run read still checks the events the
-    restored, converted run reads, and the alert counts go on."""
+    """Two sources (events, rules) that end: the rule a first run read still checks the events
+    the restored, converted run reads, and the alert counts go on."""
     from test_broadcast import EVENTS, LIMITS, RULES, RuleCheckWithoutTimers
 
     events = [[], [(1, "a", 7)], [(3, "c", 7), (4, "a", 8)]]
     rules = [[(0, "r1", 5)], [], []]
-    sinks = []
-    point = None
-    for layout, name, upto in ((before, "b-first", 2), (after, "b-second", 3)):
-        env = _env(spark, tmp_path, layout)
+
+    def build(env, run):
         sink = CollectSink()
-        a = env.from_source(ScriptedSource(events[:upto], EVENTS), name="events")
-        b = env.from_source(ScriptedSource(rules[:upto], RULES), name="rules")
+        a = env.from_source(ScriptedSource(events[:run + 2], EVENTS), name="events")
+        b = env.from_source(ScriptedSource(rules[:run + 2], RULES), name="rules")
         a.key_by("k").connect(b.broadcast(LIMITS)).process(RuleCheckWithoutTimers(), "what string, name string, ts bigint, n int",
                                                            name="check").sink_to(sink)
-        env.execute(name, progress=False, from_savepoint=point)
-        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
-        sinks.append(sorted((r["what"], r["name"], r["n"]) for r in sink.rows()))
-    assert sinks == [[("alert", "a:r1", 1), ("rule", "r1", 1)], [("alert", "a:r1", 2), ("alert", "c:r1", 1)]]
+        return sink
+
+    runs = around_a_savepoint(spark, tmp_path, build, layouts=(before, after))
+    assert [sorted((r["what"], r["name"], r["n"]) for r in sink.rows()) for sink in runs] == \
+        [[("alert", "a:r1", 1), ("rule", "r1", 1)], [("alert", "a:r1", 2), ("alert", "c:r1", 1)]]
 
 
 def test_a_window_join_converts_with_both_sides_waiting_records(spark, tmp_path):
@@ -269,26 +274,25 @@ def test_a_window_join_converts_with_both_sides_waiting_records(spark, tmp_path)
     from test_window_joins import PAIR, _pair, _streams
 
     left, right = _streams(1)
-    total = sum(len(b) for b in left + right)
-    rows, read, point = [], 0, None
-    for layout, name in (("blob", "j-first"), ("delta", "j-second")):
-        env = _env(spark, tmp_path, layout)
+
+    def build(env, run):
         sink = CollectSink()
         a = env.from_source(ScriptedSource(left, SCHEMA, ends=False), BOUND, name="left")
         b = env.from_source(ScriptedSource(right, SCHEMA, ends=False), BOUND, name="right")
         a.join(b).where("k").equal_to("k").window(TumblingEventTimeWindows.of(2_000)).apply(_pair, PAIR, name="joined") \
             .sink_to(sink)
-        limit = sum(len(x) for x in left[:4] + right[:4]) if point is None else total - read
-        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
-        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
-        rows.append(sorted((r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for r in sink.rows()))
+        return sink
+
+    runs = around_a_savepoint(spark, tmp_path, build, sum(len(x) for x in left[:4] + right[:4]),
+                              sum(len(b) for b in left + right))
+    rows = [sorted((r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for r in sink.rows()) for sink in runs]
     expected, _late = model.window_join(left, right, 1_000, 2_000, 2_000, "inner")
     assert rows[0] and rows[1], "both runs should join pairs"
+    assert sorted(rows[0] + rows[1]) == sorted(e[1:] for e in expected if e[0] != model.END)
     # a savepoint of the converted job leaves out the conversion's files (needed until its batch 0 committed)
-    kept = list(create_savepoint(os.path.join(str(tmp_path), "j-second"), root=str(tmp_path / "sp2")).manifest["files"])
+    kept = list(create_savepoint(os.path.join(str(tmp_path), "job-1"), root=str(tmp_path / "sp2")).manifest["files"])
     assert any(f.startswith("ember/") for f in kept)
     assert not [f for f in kept if f.startswith(("ember/initial-state", "ember/start-offsets"))]
-    assert sorted(rows[0] + rows[1]) == sorted(e[1:] for e in expected if e[0] != model.END)
 
 
 def test_the_lanes_of_a_fan_out_convert_each_with_its_own_state(spark, tmp_path):
@@ -299,21 +303,18 @@ def test_the_lanes_of_a_fan_out_convert_each_with_its_own_state(spark, tmp_path)
     from test_fan_out import RUNNING, Dedupe, Running, _expected, _records
 
     batches = _records(10)
-    runs, read, point = [], 0, None
-    for layout, name in (("blob", "f-first"), ("delta", "f-second")):
-        env = _env(spark, tmp_path, layout)
+
+    def build(env, run):
         by_k, by_g = CollectSink(), CollectSink()
         src = env.from_source(ScriptedSource(batches, "i bigint, k string, v bigint, g bigint", ends=False), name="events")
         first = src.key_by("i").process(Dedupe(), "i bigint, k string, v bigint, g bigint", name="first")
         first.key_by("k").process(Running("k"), RUNNING, name="by-k").sink_to(by_k, name="by-k-out")
         first.key_by("g").process(Running("g"), RUNNING, name="by-g").sink_to(by_g, name="by-g-out")
         first.select("i", name="ids").sink_to(CollectSink(), name="raw")
-        limit = sum(len(b) for b in batches[:5]) if point is None else 120 - read
-        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
-        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
-        runs.append((by_k, by_g))
-    manifest = read_json(CheckpointLayout(os.path.join(str(tmp_path), "f-second")).pipeline)
-    assert {op["name"]: ("lane" in op, op.get("state layout")) for op in manifest["operators"]} == \
+        return by_k, by_g
+
+    runs = around_a_savepoint(spark, tmp_path, build, sum(len(b) for b in batches[:5]), 120)
+    assert {op["name"]: ("lane" in op, op.get("state layout")) for op in _manifest(tmp_path, "job-1")["operators"]} == \
         {"first": (False, "delta"), "by-k": (True, "delta"), "by-g": (True, "delta")}
     records = [r for b in batches for r in b]
 
@@ -342,31 +343,22 @@ def test_event_time_windows_on_the_lanes_of_a_fan_out_fire_after_the_conversion(
         tail.append(batch)
     batches = head + tail
     assert any(k == "d" for b in head for _, k, _ in b)
-    runs, read, point = [], 0, None
-    for layout, name in (("blob", "l-first"), ("delta", "l-second")):
-        env = _env(spark, tmp_path, layout)
+
+    def build(env, run):
         small, large = CollectSink(), CollectSink()
         src = env.from_source(ScriptedSource(batches, SCHEMA, ends=False), BOUND, name="events")
         deduped = src.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe")
         (deduped.key_by("k").window(TumblingEventTimeWindows.of(timedelta(seconds=2)))
-         .aggregate(Count(), output_schema="n bigint", name="small").sink_to(small, name="small-out"))
+         .aggregate(CountAggregate(), output_schema="n bigint", name="small").sink_to(small, name="small-out"))
         (deduped.key_by("k").window(TumblingEventTimeWindows.of(timedelta(seconds=3)))
-         .aggregate(Count(), output_schema="n bigint", name="large").sink_to(large, name="large-out"))
-        limit = sum(len(b) for b in head) if point is None else sum(len(b) for b in batches) - read
-        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
-        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
-        runs.append((small, large))
-    last = max(t for b in batches for t, _, _ in b)
+         .aggregate(CountAggregate(), output_schema="n bigint", name="large").sink_to(large, name="large-out"))
+        return small, large
+
+    runs = around_a_savepoint(spark, tmp_path, build, sum(len(b) for b in head), sum(len(b) for b in batches))
     for i, size in ((0, 2_000), (1, 3_000)):
-        got = sorted((r["k"], r["window_start"], r["n"]) for run in runs for r in run[i].rows())
-        counts: dict[tuple, int] = {}
-        for t, k, _ in sum(batches, []):
-            counts[(k, t // size * size)] = counts.get((k, t // size * size), 0) + 1
-        closed = sorted((k, s, n) for (k, s), n in counts.items() if s + size - 1 <= last - 1_000 - 1)
-        assert [g for g in got if g[:2] in {c[:2] for c in closed}] == closed, size
-        assert len(got) == len({g[:2] for g in got}), "a window fired twice"
-    d_late = [r for r in runs[1][0].rows() if r["k"] == "d"]
-    assert d_late, "key d's last window should fire in the converted run, on its timer"
+        _fired_once(sorted((r["k"], r["window_start"], r["n"]) for run in runs for r in run[i].rows()),
+                    _closed_counts(batches, size))
+    assert [r for r in runs[1][0].rows() if r["k"] == "d"], "key d's last window should fire in the converted run, on its timer"
 
 
 def test_a_converted_job_that_fails_in_its_first_micro_batch_hands_the_state_in_again(spark, tmp_path, monkeypatch):
@@ -409,20 +401,18 @@ def test_an_interval_join_after_a_dedupe_converts_with_both_sides_buffered_recor
     from test_two_input_chains import BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS, STRATEGY, _join_sides, join_into
 
     left, right = _join_sides(1)
-    total = sum(len(b) for b in left + right)
-    runs, read, point = [], 0, None
-    for layout, name in (("blob", "i-first"), ("delta", "i-second")):
-        env = _env(spark, tmp_path, layout)
+
+    def build(env, run):
         sink = CollectSink()
         a = env.from_source(ScriptedSource(left, SCHEMA, ends=False), STRATEGY, name="left")
         b = env.from_source(ScriptedSource(right, SCHEMA, ends=False), STRATEGY, name="right")
         join_into(a.key_by("k", "ts", "v").process(Dedupe(), SCHEMA, name="dedupe").key_by("k"), b.key_by("k"), sink)
-        limit = sum(len(x) for x in left[:4] + right[:4]) if point is None else total - read
-        read += env.execute(name, progress=False, max_events=limit, from_savepoint=point).events
-        point = create_savepoint(os.path.join(str(tmp_path), name), root=str(tmp_path / "sp")).path
-        runs.append(sorted((r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for r in sink.rows()))
-    manifest = read_json(CheckpointLayout(os.path.join(str(tmp_path), "i-second")).pipeline)
-    assert [op["kind"] for op in manifest["operators"]] == ["process function", "keyed interval join"]
+        return sink
+
+    runs = around_a_savepoint(spark, tmp_path, build, sum(len(x) for x in left[:4] + right[:4]),
+                              sum(len(b) for b in left + right))
+    assert [op["kind"] for op in _manifest(tmp_path, "job-1")["operators"]] == ["process function", "keyed interval join"]
+    rows = [sorted((r["k"], r["lts"], r["lv"], r["rts"], r["rv"]) for r in sink.rows()) for sink in runs]
     expected = model.interval_join(_distinct(left), right, BOUND_MS, JOIN_LOWER_MS, JOIN_UPPER_MS)
-    assert runs[0] and runs[1]
-    assert sorted(runs[0] + runs[1]) == sorted(p[1:] for p in expected.pairs)
+    assert rows[0] and rows[1]
+    assert sorted(rows[0] + rows[1]) == sorted(p[1:] for p in expected.pairs)
