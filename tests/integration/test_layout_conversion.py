@@ -290,7 +290,9 @@ def test_a_window_join_converts_with_both_sides_waiting_records(spark, tmp_path)
     assert rows[0] and rows[1], "both runs should join pairs"
     assert sorted(rows[0] + rows[1]) == sorted(e[1:] for e in expected if e[0] != model.END)
     # a savepoint of the converted job leaves out the conversion's files (needed until its batch 0 committed)
-    kept = list(create_savepoint(os.path.join(str(tmp_path), "job-1"), root=str(tmp_path / "sp2")).manifest["files"])
+    converted = create_savepoint(os.path.join(str(tmp_path), "job-1"), root=str(tmp_path / "sp2"))
+    assert "'joined': window join, key (k, k), state layout 'delta' on transformWithStateInPandas" in converted.describe()
+    kept = list(converted.manifest["files"])
     assert any(f.startswith("ember/") for f in kept)
     assert not [f for f in kept if f.startswith(("ember/initial-state", "ember/start-offsets"))]
 

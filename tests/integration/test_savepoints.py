@@ -220,7 +220,8 @@ def test_savepoint_cli_create_list_inspect_delete(spark, tmp_path, capsys):
     assert path in capsys.readouterr().out
     assert main(["savepoint", "inspect", path, "--state", "totals"]) == 0
     shown = capsys.readouterr().out
-    assert "operator 0 'totals': process function, key (k)" in shown and "5 key(s), 10 state row(s)" in shown
+    assert "operator 0 'totals': process function, key (k), state layout 'blob' on " in shown
+    assert "5 key(s), 10 state row(s)" in shown
     assert main(["savepoint", "delete", str(root / "cli")]) == 2  # a checkpoint, not a savepoint: refused
     assert "is not a savepoint" in capsys.readouterr().err
     assert main(["savepoint", "delete", path]) == 0

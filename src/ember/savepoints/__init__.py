@@ -309,7 +309,10 @@ class Savepoint:
                 lines.append(f"  '{op['name']}': {op['kind']}, no state (Spark plans no stateful operator for its query)")
                 continue
             keys = ", ".join(op.get("keys", [])) or "-"
-            line = f"  operator {i} '{op['name']}': {op['kind']}, key ({keys}), {self.state_bytes(i):,} bytes of state files"
+            line = f"  operator {i} '{op['name']}': {op['kind']}, key ({keys}), "
+            if "spark operator" in op:  # on Ember's keyed runtime: its layout (convert.py changes it on restore)
+                line += f"state layout '{op.get('state layout', 'blob')}' on {op['spark operator']}, "
+            line += f"{self.state_bytes(i):,} bytes of state files"
             if "lane" in op:
                 line += f" (lane {op['lane']}: the files of all its lanes)"
             if spark is not None:
