@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any, Callable
 
+from ember.errors import EmberError
+
 __all__ = [
     "CheckpointLayout",
     "RUNTIME_MARKERS",
@@ -150,11 +152,16 @@ class CheckpointLayout:
         """A keyed step's marks of its buckets without timers (keyed/reach.py); never part of a savepoint."""
         return os.path.join(self.ember_dir, QUIET, _safe(step))
 
+    @property
+    def initial_states(self) -> str:
+        """The folder of a converted checkpoint's keyed state files (:meth:`initial_state`)."""
+        return os.path.join(self.ember_dir, INITIAL_STATE)
+
     def initial_state(self, step: str) -> str:
         """A keyed step's state handed to its Spark operator in the first micro-batch of a
         checkpoint converted from a savepoint of another state layout (savepoints/convert.py):
         Parquet, one row per state bucket (the bucket, its state pickled as the blob layout's)."""
-        return os.path.join(self.ember_dir, INITIAL_STATE, _safe(step) + ".parquet")
+        return os.path.join(self.initial_states, _safe(step) + ".parquet")
 
     @property
     def start_offsets(self) -> str:
@@ -434,8 +441,6 @@ def start_offset(options: dict[str, str], default: dict[str, Any]) -> dict[str, 
         return default
     by_source = (read_json(path) or {}).get(BY_SOURCE) or {}
     if me not in by_source:
-        from ember.errors import EmberError
-
         raise EmberError(f"the converted checkpoint's start positions ({path}) name no position for source '{me}': "
                          "it would read its input again from the start")
     start = json.loads(by_source[me])

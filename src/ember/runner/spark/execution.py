@@ -99,7 +99,7 @@ def _converted_start(job: Any, layout: CheckpointLayout) -> None:
     micro-batch: every keyed step's state file must have been handed to the step (else its
     state would be lost: refused, naming the files), and each source is told where the
     savepoint left it. Once that batch committed, the conversion's files go."""
-    folder = os.path.dirname(layout.initial_state("-"))
+    folder = layout.initial_states
     if not layout.converting():
         for leftover in (folder, layout.start_offsets):
             if os.path.isdir(leftover):

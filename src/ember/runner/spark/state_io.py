@@ -81,10 +81,12 @@ def _buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, tws: bool =
     return out
 
 
-def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vectorised: bool) -> dict[int, Any]:
+def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vectorised: bool,
+                   metas: dict[int, Any] | None = None) -> dict[int, Any]:
     """bucket -> its state on design B (keyed/delta.py): the log's parts folded, as the
     vectorised table (a DataFrame indexed by key) or, for a process function, the blob
-    layout's ``{"keys": {key: slot}}`` (the overflow of collided keys included)."""
+    layout's ``{"keys": {key: slot}}`` (the overflow of collided keys included). ``metas``:
+    the process function's buckets' blob values (``_buckets(..., tws=True)``), if read already."""
     from ember.runner.spark.keyed.delta import BINARY, DELETED, KEY, OVERFLOW, decode_part, fold_parts
 
     parts: dict[int, list[bytes]] = {}  # each bucket's log, in its order (the order matters)
@@ -99,7 +101,8 @@ def _delta_buckets(spark: Any, checkpoint: str, batch_id: int, op_id: int, vecto
             keys, columns = fold_parts(blobs, fields, types)
             out[bucket] = pd.DataFrame(dict(zip(fields, columns)), index=pd.Index(keys))
         return out
-    metas = _buckets(spark, checkpoint, batch_id, op_id, tws=True)  # each bucket's blob value (keys aside)
+    if metas is None:  # each bucket's blob value (keys aside)
+        metas = _buckets(spark, checkpoint, batch_id, op_id, tws=True)
     for bucket in set(parts) | set(metas):
         table: dict[Any, Any] = {}
         if bucket in parts:
@@ -256,10 +259,11 @@ def bucket_states(spark: Any, checkpoint: str, batch_id: int, op_id: int, op: di
         return _lane(_buckets(spark, checkpoint, batch_id, op_id, _on_tws(op)), op)
     if op["kind"] == VECTORISED:
         return _lane(_delta_buckets(spark, checkpoint, batch_id, op_id, True), op)
-    metas = _lane(_buckets(spark, checkpoint, batch_id, op_id, tws=True), op)
+    metas = _buckets(spark, checkpoint, batch_id, op_id, tws=True)  # (the operator's: read once, laned below)
+    laned = _lane(metas, op)
     out = {}
-    for bucket, table in _lane(_delta_buckets(spark, checkpoint, batch_id, op_id, False), op).items():
-        meta = metas.get(bucket) or empty_bucket_state()
+    for bucket, table in _lane(_delta_buckets(spark, checkpoint, batch_id, op_id, False, metas), op).items():
+        meta = laned.get(bucket) or empty_bucket_state()
         blob = {k: v for k, v in meta.items() if k not in (VERSION, OVERFLOW)}
         blob.update({"keys": table["keys"], EVENT_TIMERS: [], PROCESSING_TIMERS: [], "n": int(meta.get("n", 0))})
         _queues_from_slots(blob)

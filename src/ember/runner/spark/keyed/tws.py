@@ -204,16 +204,20 @@ class DeltaBucketProcessor(BucketProcessor):
         self.parts = handle.getListState("parts", "part binary")
         self.version = handle.getValueState("version", Version.SCHEMA)
 
-    def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
+    def _log(self, bucket: int) -> Any:
+        """The bucket's delta log over its working copy on this executor."""
         import os
 
         from ember.runner.spark.keyed.delta import DeltaLog, LocalTable, local_state_root
+
+        where = os.path.join(local_state_root(), self.directory, str(bucket))
+        return DeltaLog(self.parts, self.version, LocalTable(where, self.types), bucket, self.fields)
+
+    def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
         from ember.runner.spark.keyed.vectorized import DeltaTable
 
         bucket = int(key[0])
-        where = os.path.join(local_state_root(), self.directory, str(bucket))
-        log = DeltaLog(self.parts, self.version, LocalTable(where, self.types),
-                       bucket, self.fields)
+        log = self._log(bucket)
         try:
             log.open()
             yield from self._outputs(bucket, frames, _DeltaState(self, timer_values,
@@ -225,14 +229,9 @@ class DeltaBucketProcessor(BucketProcessor):
     def _seed(self, key: Any, blob: Any, timer_values: TimerValues, event_time: bool) -> None:
         """The bucket's handed-in table (handleInitialState: a DataFrame indexed by key, the
         step's state fields as columns) written into its log and working copy."""
-        import os
-
-        from ember.runner.spark.keyed.delta import DeltaLog, LocalTable, local_state_root
         from ember.runner.spark.keyed.vectorized import DeltaTable
 
-        bucket = int(key[0])
-        log = DeltaLog(self.parts, self.version, LocalTable(os.path.join(local_state_root(), self.directory, str(bucket)),
-                                                            self.types), bucket, self.fields)
+        log = self._log(int(key[0]))
         try:
             log.open()
             if len(blob):
@@ -381,15 +380,21 @@ class DeltaSlotProcessor(BucketProcessor):
         super().init(handle)
         self.parts = handle.getListState("parts", "part binary")
 
-    def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
+    def _state(self, bucket: int, timer_values: TimerValues, fired: int | None) -> _SlotState:
+        """The bucket's state surface, its delta log (``.log``) over its working copy on this executor."""
         import os
 
         from ember.runner.spark.keyed.delta import DeltaLog, SlotTable, local_state_root
 
-        bucket = int(key[0])
         state = _SlotState(self, timer_values, fired)
-        log = state.log = DeltaLog(self.parts, _MetaVersion(state),
-                                   SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))), bucket, ["slot"])
+        state.log = DeltaLog(self.parts, _MetaVersion(state),
+                             SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))), bucket, ["slot"])
+        return state
+
+    def _run(self, key: Any, frames: Iterator[pd.DataFrame], timer_values: TimerValues, fired: int | None) -> Iterator[pd.DataFrame]:
+        bucket = int(key[0])
+        state = self._state(bucket, timer_values, fired)
+        log = state.log
         try:
             log.open()
             yield from self._outputs(bucket, frames, state)
@@ -403,14 +408,10 @@ class DeltaSlotProcessor(BucketProcessor):
     def _seed(self, key: Any, blob: dict[str, Any], timer_values: TimerValues, event_time: bool) -> None:
         """The bucket's handed-in state (handleInitialState) written into its log and working
         copy, as a call that set every key's slot would."""
-        import os
+        from ember.runner.spark.keyed.delta import OVERFLOW
 
-        from ember.runner.spark.keyed.delta import OVERFLOW, DeltaLog, SlotTable, local_state_root
-
-        bucket = int(key[0])
-        state = _SlotState(self, timer_values, None)
-        log = state.log = DeltaLog(self.parts, _MetaVersion(state),
-                                   SlotTable(os.path.join(local_state_root(), self.directory, str(bucket))), bucket, ["slot"])
+        state = self._state(int(key[0]), timer_values, None)
+        log = state.log
         try:
             log.open()
             target = state.load_blob()
