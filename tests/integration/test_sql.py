@@ -274,7 +274,7 @@ def test_the_sql_peaks_example_equals_its_plain_python_figures(load_example):
 def test_a_sql_window_on_a_branch_of_its_own_equals_the_model_beside_the_rest(env, beside):
     """A SQL window over a source that other sinks read too — its raw records, a dedupe of it
     (a keyed step), or both (a fan-out): the query runs beside the rest of the job in the one
-    streaming query (translators/sql_branches.py) and fires each window in the batch Flink's
+    streaming query (translators/parts.py) and fires each window in the batch Flink's
     window fires it; the other sinks get what they would alone. Refused before ("comes after
     the point where the job's sinks split")."""
     data = _in_bound(7)

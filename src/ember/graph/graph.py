@@ -18,7 +18,7 @@ from ember.graph.nodes import (
     WindowNode,
 )
 
-__all__ = ["Graph", "ancestors", "from_the_sinks", "STATEFUL"]
+__all__ = ["Graph", "ancestors", "from_the_sinks", "components", "STATEFUL"]
 
 # The node types that keep state across records (keyed state, windows, joins of two streams).
 # A SQL step counts as stateful: Spark may plan aggregations, windows or joins in it.
@@ -126,3 +126,22 @@ def ancestors(node: Node) -> Iterator[Node]:
         seen.add(id(n))
         yield n
         stack.extend(n.inputs)
+
+
+def components(graph: Graph) -> list[list[SinkNode]]:
+    """The graph's unrelated pipelines: its sinks grouped by the steps they share, directly or
+    through other sinks (two sinks reading one source are in one group), each group in the
+    order of ``graph.sinks`` and the groups in the order of their first sink."""
+    order = {id(s): i for i, s in enumerate(graph.sinks)}
+    groups: list[tuple[list[SinkNode], set[int]]] = []
+    for sink in graph.sinks:
+        steps = {id(sink)} | {id(n) for n in ancestors(sink)}
+        joined = [g for g in groups if g[1] & steps]
+        sinks = [s for g in joined for s in g[0]] + [sink]
+        for g in joined:
+            steps |= g[1]
+        groups = [g for g in groups if not any(g is j for j in joined)]
+        groups.append((sorted(sinks, key=lambda s: order[id(s)]), steps))
+    groups.sort(key=lambda g: order[id(g[0][0])])
+    return [g[0] for g in groups]
+

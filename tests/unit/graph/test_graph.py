@@ -95,3 +95,19 @@ def test_window_all_refuses_what_needs_the_window_operator(env, events):
         windows.aggregate(AggregateFunction(), output_schema="n bigint")
     with pytest.raises(PipelineError, match="window_all runs only built-in aggregates"):
         windows.allowed_lateness(10).count()
+
+
+def test_components_group_sinks_by_the_steps_they_share_even_through_other_sinks():
+    from ember import ScriptedSource
+    from ember.graph.graph import components
+
+    env = StreamEnvironment(master="local[1]")
+    a = env.from_source(ScriptedSource([[(1, "a")]], "ts bigint, k string"), name="a")
+    b = env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="b")
+    c = env.from_source(ScriptedSource([[(1, "c")]], "ts bigint, k string"), name="c")
+    b.sink_to(CollectSink(), name="b-only")
+    a.sink_to(CollectSink(), name="a-only")
+    c.sink_to(CollectSink(), name="c-only")
+    a.union(b).sink_to(CollectSink(), name="a-and-b")  # joins the first two groups, found apart
+    groups = components(env.graph())
+    assert [[s.name for s in g] for g in groups] == [["b-only", "a-only", "a-and-b"], ["c-only"]]

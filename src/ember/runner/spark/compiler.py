@@ -20,11 +20,11 @@ from ember.runner.spark.datasources import register_sources
 from ember.runner.spark.deadletters import DEAD_LETTER_STRUCT
 from ember.runner.spark.fenced_writes import SinkTarget
 from ember.runner.spark.placement import reads_one_of
-from ember.runner.spark.planner import plan
+from ember.runner.spark.planner import Plan, plan
 from ember.runner.spark.spool import clear_spool, read_spool
 from ember.runner.spark.translators.fanout import FannedOut, fan_out
+from ember.runner.spark.translators.parts import Parts
 from ember.runner.spark.translators.sinks import check_sink, metric_readers, prepare_sink, sink_writer, write_batch
-from ember.runner.spark.translators.sql_branches import SqlParts
 
 # Frame, Compilation and the table are re-exported: they were defined here before compilation.py.
 __all__ = ["Frame", "Compilation", "CompiledJob", "TRANSLATORS", "translates", "registry", "compile_graph"]
@@ -58,9 +58,9 @@ class CompiledJob:
     # With ``compilation.count_rows``: receives (batch id, rows per step) of the steps compiled per
     # micro-batch (after the split, and a detour's), once their sinks wrote.
     on_branch_counts: Callable[[int, dict[str, int]], None] | None = None
-    # SQL steps on branches of their own: the query's rows are the union of theirs and the
-    # rest's (translators/sql_branches.py), parted again per micro-batch.
-    sql_parts: SqlParts | None = None
+    # SQL steps on branches of their own and unrelated stateless pipelines: the query's rows are
+    # the union of theirs and the rest's (translators/parts.py), parted again per micro-batch.
+    parts: Parts | None = None
 
     @property
     def df(self) -> Any:
@@ -73,7 +73,7 @@ class CompiledJob:
     @property
     def one_sink(self) -> bool:
         """The query's rows go to one sink, written without a split."""
-        return self.fork is None and self.fanned is None and not self.detours and self.sql_parts is None
+        return self.fork is None and self.fanned is None and not self.detours and self.parts is None
 
     def writer(self) -> Any:
         """``writeStream`` for the job's sink(s)."""
@@ -98,13 +98,13 @@ class CompiledJob:
         """Every sink's branch on one micro-batch of the split step's rows."""
         streamed = self.streamed_sinks
         branches, detoured = [], {}
-        if self.fork is None and self.fanned is None and self.sql_parts is None:
+        if self.fork is None and self.fanned is None and self.parts is None:
             write_batch(streamed[0], batch, batch_id, self.target(streamed[0]))
         else:
             batch.persist()
             try:
-                main, seeds = (batch, []) if self.sql_parts is None else self.sql_parts.split(batch)
-                seeds = [(node, Frame(rows, None)) for node, rows in seeds]
+                main, parted = (batch, []) if self.parts is None else self.parts.split(batch)
+                seeds = [(node, Frame(rows, time)) for node, rows, time in parted]
                 if self.fanned is not None:
                     branch = self.compilation.branch_from(self.fanned.branches(main) + seeds, counted=self.fanned.lanes)
                 elif self.fork is not None:
@@ -164,12 +164,14 @@ def compile_graph(
         for sink in d.sinks:
             schemas[id(sink)] = comp.branch(d.side, empty).frame(sink.inputs[0]).df.schema
     streamed_sinks = list(physical.streamed_sinks)
-    ahead = [s for s in streamed_sinks if not reads_one_of(s, physical.sql_branches)]
-    fanned, fork, main = _rest(comp, physical, ahead, schemas, split_one=bool(physical.sql_branches))
-    if not physical.sql_branches:
-        assert main is not None  # (a job without SQL branches has a sink of its own rows)
+    beside = {id(s) for b in physical.beside for s in b.sinks}
+    ahead = [s for s in streamed_sinks if not reads_one_of(s, physical.sql_branches) and id(s) not in beside]
+    parted = bool(physical.sql_branches or physical.beside)
+    fanned, fork, main = _rest(comp, physical, ahead, schemas, split_one=parted)
+    if not parted:
+        assert main is not None  # (a job without parts beside it has a sink of its own rows)
         return CompiledJob(graph.sinks, main, comp, fork, fanned, schemas, detours, streamed_sinks)
-    return _with_sql_branches(graph, comp, physical.sql_branches, main, fork, fanned, schemas, detours, streamed_sinks)
+    return _with_parts(graph, comp, physical, main, fork, fanned, schemas, detours, streamed_sinks)
 
 
 def _rest(comp: Compilation, physical: Any, sinks: list[SinkNode], schemas: dict[int, Any],
@@ -196,16 +198,23 @@ def _rest(comp: Compilation, physical: Any, sinks: list[SinkNode], schemas: dict
     return None, fork, rows
 
 
-def _with_sql_branches(graph: Graph, comp: Compilation, sql_branches: tuple[Node, ...], main: Frame | None,
-                       fork: Node | None, fanned: FannedOut | None, schemas: dict[int, Any], detours: list[Detour],
-                       streamed_sinks: list[SinkNode]) -> CompiledJob:
-    """A job with SQL steps on branches of their own (translators/sql_branches.py): the rest of
-    the job's rows (``main``, :func:`_rest`) unioned with the queries', every sink written per
-    micro-batch."""
-    branches = [(node, comp.frame(node).df) for node in sql_branches]
-    for node, df in branches:
-        for sink in graph.sinks_after(node):
-            schemas[id(sink)] = comp.branch_from([(node, Frame(df.limit(0), None))]).frame(sink.inputs[0]).df.schema
-    parts, union = SqlParts.union(None if main is None else main.df, branches)
-    frame = Frame(union, None if main is None else main.time)
-    return CompiledJob(graph.sinks, frame, comp, fork, fanned, schemas, detours, streamed_sinks, sql_parts=parts)
+def _with_parts(graph: Graph, comp: Compilation, physical: Plan, main: Frame | None, fork: Node | None,
+                fanned: FannedOut | None, schemas: dict[int, Any], detours: list[Detour],
+                streamed_sinks: list[SinkNode]) -> CompiledJob:
+    """A job with parts beside the rest (translators/parts.py: SQL steps on branches of their
+    own, unrelated stateless pipelines): the rest of the job's rows (``main``, :func:`_rest`)
+    unioned with the parts', every sink written per micro-batch; each part's sinks checked
+    against its rows' schema now, not mid-job."""
+    seeds: list[tuple[Node, Any, Any]] = []
+    for sql in physical.sql_branches:
+        seeds.append((sql, Frame(comp.frame(sql).df, None), tuple(graph.sinks_after(sql))))
+    for part in physical.beside:
+        frame = comp.frame(part.seed)
+        seeds.append((part.seed, comp.tagged.get(id(part.seed)) or frame, part.sinks))
+    for node, frame, sinks in seeds:
+        for sink in sinks:
+            empty = Frame(frame.df.limit(0), frame.time)
+            schemas[id(sink)] = comp.branch_from([(node, empty)]).frame(sink.inputs[0]).df.schema
+    parts, union = Parts.union(None if main is None else main.df, [(node, f.df, f.time) for node, f, _ in seeds])
+    return CompiledJob(graph.sinks, Frame(union, None if main is None else main.time), comp, fork, fanned, schemas,
+                       detours, streamed_sinks, parts=parts)

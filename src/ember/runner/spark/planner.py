@@ -37,7 +37,7 @@ from typing import Callable
 
 from ember.errors import PipelineError
 from ember.graph.chaining import why_not_chained
-from ember.graph.graph import STATEFUL, Graph, ancestors
+from ember.graph.graph import STATEFUL, Graph, ancestors, components
 from ember.graph.nodes import (
     CoProcessNode,
     IntervalJoinNode,
@@ -69,7 +69,7 @@ from ember.runner.spark.placement import (
     upstream_steps,
 )
 
-__all__ = ["Plan", "plan", "physical_notes", "job_fan_out", "main_graph"]
+__all__ = ["Plan", "Beside", "plan", "physical_notes", "job_fan_out", "main_graph"]
 
 
 def physical_notes(graph: Graph) -> Callable[[Node], str]:
@@ -102,6 +102,17 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
 
 
 @dataclass(frozen=True)
+class Beside:
+    """A stateless pipeline unrelated to the rest of the job (sources, stateless steps, sinks;
+    sharing no step with it): its rows up to ``seed`` (where its sinks split, or its one sink's
+    input) run beside the rest's in the one streaming query, and its ``sinks`` are written from
+    them per micro-batch (translators/parts.py)."""
+
+    seed: Node
+    sinks: tuple[SinkNode, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     """How a graph runs: where its sinks split (None for one streamed sink), which
     side outputs detour, which sinks are written from the query's own rows, and
@@ -116,6 +127,9 @@ class Plan:
     # job in the streaming query, its rows joining the split's (compiler.py); their sinks are
     # among ``streamed_sinks``.
     sql_branches: tuple[SqlNode, ...] = ()
+    # Stateless pipelines unrelated to the rest of the job, run beside it in the query (Beside);
+    # their sinks are among ``streamed_sinks``.
+    beside: tuple[Beside, ...] = ()
 
     def detoured_sinks(self, side: SideOutputNode) -> list[SinkNode]:
         return self.graph.sinks_after(side)
@@ -215,6 +229,8 @@ def plan(graph: Graph) -> Plan:
                 "step as its own job", branches[0].name,
             )
         return _with_sql_branches(graph, branches)
+    if len(components(graph)) > 1:
+        return _with_beside(graph)
     fan = job_fan_out(graph)
     if fan is not None:
         sql = next((n for n in graph.nodes if isinstance(n, SqlNode)), None)
@@ -261,11 +277,47 @@ def _with_sql_branches(graph: Graph, branches: tuple[SqlNode, ...]) -> Plan:
     detours: tuple[SideOutputNode, ...] = ()
     streamed: tuple[SinkNode, ...] = ()
     fan: FanOut | None = None
+    beside: tuple[Beside, ...] = ()
     if main is not None:
         inner = plan(main)
-        fork, detours, streamed, fan = inner.fork, inner.detours, inner.streamed_sinks, inner.fan_out
+        fork, detours, streamed, fan, beside = inner.fork, inner.detours, inner.streamed_sinks, inner.fan_out, inner.beside
     after = tuple(s for s in graph.sinks if reads_one_of(s, branches))
-    return Plan(graph, fork, detours, (*streamed, *after), fan, branches)
+    return Plan(graph, fork, detours, (*streamed, *after), fan, branches, beside)
+
+
+def main_part(graph: Graph) -> tuple[Graph, list[Graph]]:
+    """A job of several unrelated pipelines (graph.components) parted: the one holding stateful
+    steps (else the first), planned as a job of its own, and the others, each stateless — run
+    beside it in the one streaming query. Refuses several pipelines with stateful steps, naming
+    them: in one Spark query they would share one watermark (Spark's is the least of its
+    inputs'), so a slow or idle pipeline would hold back the other's windows and timers and let
+    in records Flink would judge late."""
+    parts = [Graph(sinks) for sinks in components(graph)]
+    stateful = [p for p in parts if any(isinstance(n, STATEFUL) for n in p.nodes)]
+    if len(stateful) > 1:
+        first, second = (next(n for n in p.nodes if isinstance(n, STATEFUL)) for p in stateful[:2])
+        raise PipelineError(
+            f"the sinks {', '.join(s.name for s in stateful[0].sinks)} and {', '.join(s.name for s in stateful[1].sinks)} "
+            f"read from unrelated pipelines that both hold stateful steps ('{first.name}', '{second.name}'); in one "
+            "Spark query they would share one watermark (the least of the two), so either could hold back the "
+            "other's windows and timers: execute each as its own job (unrelated stateless pipelines run beside "
+            "one that holds state)", second.name,
+        )
+    main = stateful[0] if stateful else parts[0]
+    return main, [p for p in parts if p is not main]
+
+
+def _with_beside(graph: Graph) -> Plan:
+    """The plan of a job of several unrelated pipelines (:func:`main_part`): the main one planned
+    alone, each other one split after its last shared step (or read at its one sink's input)."""
+    main, others = main_part(graph)
+    inner = plan(main)
+    beside = []
+    for part in others:
+        fork = _fork(part, part.sinks) or part.sinks[0].inputs[0]
+        beside.append(Beside(fork, tuple(part.sinks)))
+    streamed = (*inner.streamed_sinks, *(s for b in beside for s in b.sinks))
+    return Plan(graph, inner.fork, inner.detours, streamed, inner.fan_out, inner.sql_branches, (*inner.beside, *beside))
 
 
 def job_fan_out(graph: Graph) -> FanOut | None:
@@ -279,6 +331,8 @@ def job_fan_out(graph: Graph) -> FanOut | None:
     if branches:  # the fan-out of the rest of the job, beside them
         main = main_graph(graph, branches)
         return None if main is None else job_fan_out(main)
+    if len(components(graph)) > 1:  # the fan-out of the pipeline holding state, beside the others
+        return job_fan_out(main_part(graph)[0])
     try:
         fan = _with_detours(graph, fan_out_of)
     except PipelineError:

@@ -66,7 +66,7 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
     stateful = [node for node in graph.nodes if _stateful(node)]
     branches = sql_branches(graph)
-    if branches:  # their queries run beside the rest, numbered after it (translators/sql_branches.py)
+    if branches:  # their queries run beside the rest, numbered after it (translators/parts.py)
         stateful = [*reversed(branches), *(n for n in stateful if not any(n is b for b in branches))]
     operators = [_operator(node, graph) for node in stateful]
     fan = job_fan_out(graph)

@@ -45,10 +45,27 @@ def test_a_window_beside_a_sink_of_the_raw_stream_fans_out_at_the_source(env, ev
     assert not native_window(_node(p, "counts"), p.graph)
 
 
-def test_sinks_of_unrelated_pipelines_are_refused(env, events):
-    events().sink_to(CollectSink(), name="one")
-    env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").sink_to(CollectSink(), name="two")
-    with pytest.raises(PipelineError, match="unrelated pipelines"):
+def test_an_unrelated_stateless_pipeline_runs_beside_the_one_holding_state(env, events):
+    """The pipeline holding state is the query's rest (planned alone), whichever sink comes
+    first; the other splits after its last shared step, or is read at its one sink's input."""
+    other = env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other")
+    picked = other.filter("k = 'b'", name="picked")
+    picked.sink_to(CollectSink(), name="two")
+    picked.select("k", name="keys").sink_to(CollectSink(), name="three")
+    env.from_source(ScriptedSource([[(2, "c")]], "ts bigint, k string"), name="third").sink_to(CollectSink(), name="four")
+    events().key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="one")
+    p = plan(env.graph())
+    assert p.fork is None and p.fan_out is None
+    assert [(b.seed.name, [s.name for s in b.sinks]) for b in p.beside] == [("picked", ["two", "three"]), ("third", ["four"])]
+    assert [s.name for s in p.streamed_sinks] == ["one", "two", "three", "four"]
+
+
+def test_unrelated_pipelines_both_holding_state_are_refused_naming_them(env, events):
+    events().key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="one")
+    (env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").key_by("k")
+        .process(_Count(), "ts bigint, k string", name="count-other").sink_to(CollectSink(), name="two"))
+    with pytest.raises(PipelineError, match="step 'count-other'.*the sinks one and two read from unrelated pipelines "
+                                            "that both hold stateful steps"):
         plan(env.graph())
 
 
@@ -181,7 +198,8 @@ def test_a_step_between_a_stateful_step_and_a_union_is_checked_like_any_step_bet
 
 def test_execute_refuses_an_unrunnable_plan_before_touching_the_checkpoint(env, tmp_path, events):
     events().key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
-    env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").sink_to(CollectSink(), name="raw")
+    (env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").key_by("k")
+        .window(TumblingEventTimeWindows.of(1000)).count(name="other-counts").sink_to(CollectSink(), name="raw"))
     with pytest.raises(PipelineError, match="unrelated pipelines"):
         env.execute("refused", checkpoint=tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
