@@ -12,6 +12,7 @@ import pytest
 from ember import (
     Agg,
     CollectSink,
+    KeyedProcessFunction,
     OutputTag,
     PipelineError,
     ScriptedSource,
@@ -19,6 +20,8 @@ from ember import (
     TumblingEventTimeWindows,
     WatermarkStrategy,
 )
+from ember.savepoints import create_savepoint
+from ember.state.descriptors import ValueStateDescriptor
 
 pytestmark = pytest.mark.spark
 
@@ -155,13 +158,76 @@ def test_a_job_with_an_unrelated_pipeline_stopped_and_run_again_writes_what_one_
         assert sorted(head[name] + tail[name]) == whole[name], name
 
 
+class Counting(KeyedProcessFunction):
+    """Per key: how many records so far (emitted with each) and their ``amount`` in all."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def open(self, ctx):
+        self.n, self.total = ctx.get_state(ValueStateDescriptor("n")), ctx.get_state(ValueStateDescriptor("total"))
+
+    def process_element(self, r, ctx):
+        n = (self.n.value() or 0) + 1
+        self.n.update(n)
+        self.total.update((self.total.value() or 0) + (r.get("amount") or 0))
+        yield {"key": r[self.key], "n": n}
+
+
+def test_a_keyed_step_on_processing_time_runs_beside_an_event_time_one_and_savepoints_read_each(spark, tmp_path):
+    """Two unrelated pipelines holding state — a keyed step on event time and, beside it, one
+    whose stream has no event time (its timers would be processing-time: no watermark) —
+    stopped halfway and run again write what one run writes; the savepoint between reads each
+    step's own state (Spark numbers the rest's operator first, the unrelated one's after)."""
+    events, orders = _events(batches=8), _orders(batches=8)
+    total = sum(map(len, events)) + sum(map(len, orders))
+
+    def run(name, max_events):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=str(tmp_path / "ckpt"), parallelism=2, spark=spark)
+        counted, per_who, bad = CollectSink(), CollectSink(), CollectSink()
+        tag = OutputTag("bad")
+        decoded = (env.from_source(ScriptedSource(orders, ORDERS), name="orders")
+                   .parse_json("body", "amount int, who string", dead_letter=tag, name="decode"))
+        (decoded.key_by("who").process(Counting("who"), "key string, n int", name="per-who")
+            .sink_to(per_who, name="per-who-out"))
+        decoded.get_side_output(tag).sink_to(bad, name="bad")
+        (env.from_source(ScriptedSource(events, EVENTS), BOUND, name="events").key_by("k")
+            .process(Counting("k"), "key string, n int", name="per-k").sink_to(counted, name="per-k-out"))
+        env.execute(name, progress=False, max_events=max_events)
+        return [sorted((r["key"], r["n"]) for r in sink.rows()) for sink in (counted, per_who)], len(bad.rows())
+
+    whole, whole_bad = run("stateful-whole", None)
+    head, head_bad = run("stateful-halves", total // 2)
+    point = create_savepoint(str(tmp_path / "ckpt" / "stateful-halves"), root=str(tmp_path / "sp"))
+    assert sorted(op["name"] for op in point.operators) == ["per-k", "per-who"]
+    for step, out in (("per-k", head[0]), ("per-who", head[1])):
+        seen = point.read_state(step, spark)
+        counts = {k: max(n for kk, n in out if kk == k) for k, _ in out}
+        assert {(k, v) for k, st, v in seen.itertuples(index=False, name=None) if st == "n"} == set(counts.items())
+    tail, tail_bad = run("stateful-halves", None)
+    _, bad = _orders_model(orders)
+    who = Counter(body["who"] for b in orders for _, raw in b if (body := _json(raw)) is not None)
+    keys = Counter(k for b in events for _, k, _ in b)
+    assert whole == [sorted((k, i) for k, n in keys.items() for i in range(1, n + 1)),
+                     sorted((k, i) for k, n in who.items() for i in range(1, n + 1))]
+    assert 0 < len(head[1]) < len(whole[1]) and whole_bad == len(bad) == head_bad + tail_bad
+    assert [sorted(h + t) for h, t in zip(head, tail)] == whole
+
+
+def _json(raw):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
 def test_two_unrelated_pipelines_holding_state_are_refused_naming_them(env):
     for name in ("a", "b"):
         (env.from_source(ScriptedSource(_events(batches=1), EVENTS), BOUND, name=f"events-{name}")
             .key_by("k").window(TumblingEventTimeWindows.of(SIZE)).count(name=f"count-{name}")
             .sink_to(CollectSink(), name=f"out-{name}"))
-    with pytest.raises(PipelineError, match="step 'count-b'.*unrelated pipelines that both hold stateful steps "
-                                            r"\('count-a', 'count-b'\).*share one watermark"):
+    with pytest.raises(PipelineError, match="step 'count-b'.*unrelated pipelines whose stateful steps both follow a "
+                                            r"watermark \('count-a', 'count-b'\).*share one watermark"):
         env.execute("two-stateful", progress=False)
 
 
@@ -190,3 +256,10 @@ def test_an_unrelated_pipeline_beside_a_fan_out_and_a_sql_branch(env):
     good, _ = _orders_model(orders)
     assert sorted((r["id"], r["amount"], r["who"]) for r in paid.rows()) == sorted(good)
     assert _windows(per_key) == _window_model(events)
+
+
+def test_the_two_pipelines_example_equals_its_plain_python_figures(load_example):
+    example = load_example("two_pipelines")
+    got = example.got(example.run())
+    assert got == example.expected()
+    assert len(got["usage"]) == 5 and got["bad"] == ["cents=30"] and len(got["tariffs"]) == 3

@@ -69,7 +69,7 @@ from ember.runner.spark.placement import (
     upstream_steps,
 )
 
-__all__ = ["Plan", "Beside", "plan", "physical_notes", "job_fan_out", "main_graph"]
+__all__ = ["Plan", "Beside", "plan", "physical_notes", "job_fan_out", "main_graph", "beside_parts"]
 
 
 def physical_notes(graph: Graph) -> Callable[[Node], str]:
@@ -103,10 +103,11 @@ def physical_notes(graph: Graph) -> Callable[[Node], str]:
 
 @dataclass(frozen=True)
 class Beside:
-    """A stateless pipeline unrelated to the rest of the job (sources, stateless steps, sinks;
-    sharing no step with it): its rows up to ``seed`` (where its sinks split, or its one sink's
-    input) run beside the rest's in the one streaming query, and its ``sinks`` are written from
-    them per micro-batch (translators/parts.py)."""
+    """A pipeline unrelated to the rest of the job (its own sources, steps and sinks) that
+    plans as a plain split (planner.main_part): its rows up to ``seed`` (where its sinks split,
+    or its one sink's input; stateful steps before it) run beside the rest's in the one
+    streaming query, and its ``sinks`` are written from them per micro-batch
+    (translators/parts.py)."""
 
     seed: Node
     sinks: tuple[SinkNode, ...]
@@ -218,6 +219,9 @@ def plan(graph: Graph) -> Plan:
     """The physical plan of a validated ``graph``; raises :class:`PipelineError`
     for what one Spark query cannot run."""
     _check_chains(graph)
+    parts = components(graph)
+    if len(parts) > 1:  # (SQL branches of their own sources among them)
+        _one_watermark([Graph(sinks) for sinks in parts])
     branches = sql_branches(graph)
     if branches:
         _check_sql_branches(graph, branches)
@@ -229,7 +233,7 @@ def plan(graph: Graph) -> Plan:
                 "step as its own job", branches[0].name,
             )
         return _with_sql_branches(graph, branches)
-    if len(components(graph)) > 1:
+    if len(parts) > 1:
         return _with_beside(graph)
     fan = job_fan_out(graph)
     if fan is not None:
@@ -286,25 +290,82 @@ def _with_sql_branches(graph: Graph, branches: tuple[SqlNode, ...]) -> Plan:
 
 
 def main_part(graph: Graph) -> tuple[Graph, list[Graph]]:
-    """A job of several unrelated pipelines (graph.components) parted: the one holding stateful
-    steps (else the first), planned as a job of its own, and the others, each stateless — run
-    beside it in the one streaming query. Refuses several pipelines with stateful steps, naming
-    them: in one Spark query they would share one watermark (Spark's is the least of its
-    inputs'), so a slow or idle pipeline would hold back the other's windows and timers and let
-    in records Flink would judge late."""
+    """A job of several unrelated pipelines (graph.components) parted: the main one, planned as a
+    job of its own — the one that needs more than a plain split (a fan-out, detours, SQL
+    branches, a step reading several stateful steps), else the first holding stateful steps,
+    else the first — and the others, each run beside it in the one streaming query up to where
+    its sinks split. Refuses, naming a step of each: two pipelines that both need more than a
+    plain split, and two whose stateful steps both follow a watermark (:func:`_watermarked`):
+    Spark's is one per query, the least of its inputs', so a slow or idle pipeline would hold
+    back the other's windows and timers and let in records Flink would judge late."""
     parts = [Graph(sinks) for sinks in components(graph)]
     stateful = [p for p in parts if any(isinstance(n, STATEFUL) for n in p.nodes)]
-    if len(stateful) > 1:
-        first, second = (next(n for n in p.nodes if isinstance(n, STATEFUL)) for p in stateful[:2])
+    _one_watermark(parts)
+    special = [p for p in stateful if not _plain(p)]
+    if len(special) > 1:
+        step = next(n for n in special[1].nodes if isinstance(n, STATEFUL))
         raise PipelineError(
-            f"the sinks {', '.join(s.name for s in stateful[0].sinks)} and {', '.join(s.name for s in stateful[1].sinks)} "
-            f"read from unrelated pipelines that both hold stateful steps ('{first.name}', '{second.name}'); in one "
-            "Spark query they would share one watermark (the least of the two), so either could hold back the "
-            "other's windows and timers: execute each as its own job (unrelated stateless pipelines run beside "
-            "one that holds state)", second.name,
+            f"the sinks {_names(special[0])} and {_names(special[1])} read from unrelated pipelines that both need "
+            "more than one split of their rows (a fan-out into several keyed readers, dead letters that detour, "
+            "a SQL branch or a step reading several stateful steps); one such pipeline runs beside others, not "
+            "two: execute one of them as its own job", step.name,
         )
-    main = stateful[0] if stateful else parts[0]
+    main = special[0] if special else (stateful[0] if stateful else parts[0])
     return main, [p for p in parts if p is not main]
+
+
+def beside_parts(graph: Graph) -> list[Graph]:
+    """The unrelated pipelines that run beside the rest of the job (:func:`main_part`; SQL
+    branches aside), in the order their rows join the query's (after the SQL branches')."""
+    branches = sql_branches(graph)
+    main = main_graph(graph, branches) if branches else graph
+    if main is None or len(components(main)) < 2:
+        return []
+    return main_part(main)[1]
+
+
+def _one_watermark(parts: list[Graph]) -> None:
+    """Refuses unrelated pipelines (``parts``) of which two have stateful steps following a
+    watermark (:func:`_watermarked`), naming them (:func:`main_part`)."""
+    timed = [(p, step) for p in parts if (step := _watermarked(p)) is not None]
+    if len(timed) > 1:
+        (a, first), (b, second) = timed[:2]
+        raise PipelineError(
+            f"the sinks {_names(a)} and {_names(b)} read from unrelated pipelines whose stateful steps both follow a "
+            f"watermark ('{first.name}', '{second.name}'); in one Spark query they would share one watermark (the "
+            "least of the two), so either could hold back the other's windows and timers: execute each as its own "
+            "job (beside one such pipeline, unrelated ones run whose steps hold no state or follow no event time: "
+            "process functions on processing time, rolling aggregations)", second.name,
+        )
+
+
+def _names(part: Graph) -> str:
+    return ", ".join(s.name for s in part.sinks)
+
+
+def _watermarked(part: Graph) -> Node | None:
+    """A stateful step of ``part`` that follows Spark's watermark (None: none does): a step
+    reading a source with an event-time strategy, or a processing-time window (its watermark
+    is the batch time). Keyed steps without event time run on processing-time timers, which
+    no watermark moves."""
+    for node in part.nodes:
+        if not isinstance(node, STATEFUL):
+            continue
+        if isinstance(node, WindowNode) and getattr(node.assigner, "processing_time", False):
+            return node
+        if any(isinstance(a, SourceNode) and a.watermark is not None and a.watermark.timestamp_field is not None
+               for a in ancestors(node)):
+            return node
+    return None
+
+
+def _plain(part: Graph) -> bool:
+    """Whether ``part`` planned alone is a plain split of one query's rows: no fan-out, no
+    detours, no SQL branches, no step reading several stateful steps (numbered by a walk of
+    the whole graph: restart.pipeline_manifest)."""
+    alone = plan(part)
+    return (alone.fan_out is None and not alone.detours and not alone.sql_branches
+            and not any(len(upstream_steps(n, part)) > 1 for n in runtime_steps(part)))
 
 
 def _with_beside(graph: Graph) -> Plan:
@@ -314,7 +375,7 @@ def _with_beside(graph: Graph) -> Plan:
     inner = plan(main)
     beside = []
     for part in others:
-        fork = _fork(part, part.sinks) or part.sinks[0].inputs[0]
+        fork = plan(part).fork or part.sinks[0].inputs[0]
         beside.append(Beside(fork, tuple(part.sinks)))
     streamed = (*inner.streamed_sinks, *(s for b in beside for s in b.sinks))
     return Plan(graph, inner.fork, inner.detours, streamed, inner.fan_out, inner.sql_branches, (*inner.beside, *beside))

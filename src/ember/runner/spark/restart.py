@@ -47,7 +47,7 @@ from ember.runner.spark.placement import (
     sql_branches,
     upstream_steps,
 )
-from ember.runner.spark.planner import job_fan_out
+from ember.runner.spark.planner import beside_parts, job_fan_out
 
 __all__ = ["RestartError", "pipeline_manifest", "check_restart", "compare", "spark_operator_ids", "spark_operator_count",
            "state_buckets", "stored_max_parallelism", "read_manifest", "continued_manifest"]
@@ -66,8 +66,12 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     sources = [{"name": s.name, "kind": type(s.source).__name__} for s in graph.sources]
     stateful = [node for node in graph.nodes if _stateful(node)]
     branches = sql_branches(graph)
-    if branches:  # their queries run beside the rest, numbered after it (translators/parts.py)
-        stateful = [*reversed(branches), *(n for n in stateful if not any(n is b for b in branches))]
+    parts = beside_parts(graph)
+    if branches or parts:  # they run beside the rest, numbered after it: the SQL branches', then the
+        # unrelated pipelines' (translators/parts.py), the list from the highest id down
+        apart = {id(b) for b in branches} | {id(node) for part in parts for node in part.nodes}
+        stateful = [*(node for part in reversed(parts) for node in part.nodes if _stateful(node)), *reversed(branches),
+                    *(node for node in stateful if id(node) not in apart)]
     operators = [_operator(node, graph) for node in stateful]
     fan = job_fan_out(graph)
     spark_operator = spark_keyed_operator(graph, keyed_operator, fan is not None, stored_keyed_operator(stored),
@@ -90,18 +94,22 @@ def pipeline_manifest(graph: Any, keyed_operator: str = "auto", state_layout: st
     if any(len(upstream_steps(node, graph)) > 1 for node in keyed):
         # a two-input step reading a stateful step on each input: Spark's numbering walks the
         # branches (spark_operator_ids), recorded per operator
-        position = {id(node): i for i, node in enumerate(_spark_order(graph))}
+        position = {id(node): i for i, node in enumerate(_spark_order(graph, parts))}
         for op, node in zip(operators, stateful):
             op["spark operator id"] = position[id(node)]
     bounded = bool(graph.sources) and all(s.source.bounded for s in graph.sources)
     return {"version": MANIFEST_VERSION, "sources": sources, "bounded": bounded, "operators": operators}
 
 
-def _spark_order(graph: Any) -> list[Any]:
+def _spark_order(graph: Any, parts: list[Graph]) -> list[Any]:
     """The graph's stateful steps in the order Spark numbers its stateful operators: depth
     first from the sink, each step's inputs in order (a two-input step's first input is the
-    first child of the union it reads; checked on 4.3 by reading each step's state back)."""
-    return [node for node in from_the_sinks(graph.sinks) if _stateful(node)]
+    first child of the union it reads; checked on 4.3 by reading each step's state back) —
+    the rest of the job first, then the unrelated pipelines beside it (``parts``), as their
+    rows join the query's."""
+    apart = {id(s) for part in parts for s in part.sinks}
+    sinks = [s for s in graph.sinks if id(s) not in apart] + [s for part in parts for s in part.sinks]
+    return [node for node in from_the_sinks(sinks) if _stateful(node)]
 
 
 def spark_operator_ids(operators: list[dict[str, Any]]) -> list[int]:

@@ -60,12 +60,29 @@ def test_an_unrelated_stateless_pipeline_runs_beside_the_one_holding_state(env, 
     assert [s.name for s in p.streamed_sinks] == ["one", "two", "three", "four"]
 
 
-def test_unrelated_pipelines_both_holding_state_are_refused_naming_them(env, events):
+def test_unrelated_pipelines_whose_stateful_steps_both_follow_a_watermark_are_refused_naming_them(env, events):
+    from ember import TumblingProcessingTimeWindows
+
     events().key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="one")
-    (env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").key_by("k")
-        .process(_Count(), "ts bigint, k string", name="count-other").sink_to(CollectSink(), name="two"))
-    with pytest.raises(PipelineError, match="step 'count-other'.*the sinks one and two read from unrelated pipelines "
-                                            "that both hold stateful steps"):
+    other = env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other")
+    other.key_by("k").process(_Count(), "ts bigint, k string", name="count-other").sink_to(CollectSink(), name="two")
+    p = plan(env.graph())  # without event time the process function's timers are processing-time: no watermark
+    assert p.chained and [(b.seed.name, [s.name for s in b.sinks]) for b in p.beside] == [("count-other", ["two"])]
+    third = env.from_source(ScriptedSource([[(1, "c")]], "ts bigint, k string"), name="third")
+    third.key_by("k").window(TumblingProcessingTimeWindows.of(1000)).count(name="ticks").sink_to(CollectSink(), name="three")
+    with pytest.raises(PipelineError, match="step 'ticks'.*the sinks one and three read from unrelated pipelines whose "
+                                            r"stateful steps both follow a watermark \('counts', 'ticks'\)"):
+        plan(env.graph())
+
+
+def test_unrelated_pipelines_that_both_need_more_than_a_split_are_refused(env, events):
+    for name in ("a", "b"):
+        src = env.from_source(ScriptedSource([[(1, name)]], "ts bigint, k string"), name=f"src-{name}")
+        counted = src.key_by("k").process(_Count(), "ts bigint, k string", name=f"count-{name}")
+        counted.sink_to(CollectSink(), name=f"raw-{name}")  # a keyed step's output read by a sink and a keyed step:
+        counted.key_by("k").process(_Count(), "ts bigint, k string", name=f"again-{name}").sink_to(  # a fan-out
+            CollectSink(), name=f"again-out-{name}")
+    with pytest.raises(PipelineError, match="step 'count-b'.*both need more than one split"):
         plan(env.graph())
 
 
@@ -198,8 +215,10 @@ def test_a_step_between_a_stateful_step_and_a_union_is_checked_like_any_step_bet
 
 def test_execute_refuses_an_unrunnable_plan_before_touching_the_checkpoint(env, tmp_path, events):
     events().key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="out")
+    from ember import TumblingProcessingTimeWindows
+
     (env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other").key_by("k")
-        .window(TumblingEventTimeWindows.of(1000)).count(name="other-counts").sink_to(CollectSink(), name="raw"))
+        .window(TumblingProcessingTimeWindows.of(1000)).count(name="other-counts").sink_to(CollectSink(), name="raw"))
     with pytest.raises(PipelineError, match="unrelated pipelines"):
         env.execute("refused", checkpoint=tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
@@ -726,4 +745,21 @@ def test_a_two_input_step_reading_a_lane_on_both_inputs_is_refused_naming_it(env
     second = first.key_by("k").process(_Count(), KEYED, name="second")
     second.connect(second.filter("k = 'a'")).key_by("k", "k").process(_Both(), KEYED, name="co").sink_to(CollectSink())
     with pytest.raises(PipelineError, match="step 'co'.*reads the stateful step 'second' on both inputs, after the fan-out"):
+        plan(env.graph())
+
+
+def test_an_unrelated_sql_window_beside_an_event_time_pipeline_is_refused_a_sql_branch_of_it_is_not(env, events):
+    from ember import WatermarkStrategy
+
+    src = events()
+    src.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(name="counts").sink_to(CollectSink(), name="one")
+    src.create_view("events")
+    env.sql("SELECT k, count(*) AS n FROM events GROUP BY k, window(rowtime, '1 second')", name="same").sink_to(
+        CollectSink(), name="two")
+    assert [n.name for n in plan(env.graph()).sql_branches] == ["same"]  # one pipeline: one source's event time
+    env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"),
+                    WatermarkStrategy.for_bounded_out_of_orderness(0, "ts"), name="other").create_view("other")
+    env.sql("SELECT k, count(*) AS n FROM other GROUP BY k, window(rowtime, '1 second')", name="apart").sink_to(
+        CollectSink(), name="three")
+    with pytest.raises(PipelineError, match="step 'apart'.*both follow a watermark"):
         plan(env.graph())
