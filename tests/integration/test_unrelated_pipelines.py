@@ -12,6 +12,7 @@ import pytest
 from ember import (
     Agg,
     CollectSink,
+    KeyedCoProcessFunction,
     KeyedProcessFunction,
     OutputTag,
     PipelineError,
@@ -212,6 +213,50 @@ def test_a_keyed_step_on_processing_time_runs_beside_an_event_time_one_and_savep
                      sorted((k, i) for k, n in who.items() for i in range(1, n + 1))]
     assert 0 < len(head[1]) < len(whole[1]) and whole_bad == len(bad) == head_bad + tail_bad
     assert [sorted(h + t) for h, t in zip(head, tail)] == whole
+
+
+class BothSides(KeyedCoProcessFunction):
+    def open(self, ctx):
+        self.seen = ctx.get_state(ValueStateDescriptor("seen"))
+
+    def process_element1(self, r, ctx):
+        self.seen.update((self.seen.value() or 0) + 1)
+        yield {"key": r["key"], "side": 1}
+
+    def process_element2(self, r, ctx):
+        self.seen.update((self.seen.value() or 0) + 1)
+        yield {"key": r["key"], "side": 2}
+
+
+@pytest.mark.slow
+def test_beside_a_two_input_step_reading_two_stateful_steps_each_steps_state_reads_back_as_its_own(spark, tmp_path):
+    """The rest's operators carry explicit ids (a two-input step reading a keyed step on each
+    input: Spark's depth-first walk); the unrelated pipeline's keyed step takes the id after
+    theirs, and each step's state reads back from a savepoint as its own."""
+    events, orders = _events(batches=3), _orders(batches=3)
+    env = StreamEnvironment(master="local[2]", checkpoint_dir=str(tmp_path / "ckpt"), parallelism=2, spark=spark)
+    left = env.from_source(ScriptedSource(events, EVENTS), BOUND, name="left-src").key_by("k").process(
+        Counting("k"), "key string, n int", name="left")
+    right = env.from_source(ScriptedSource(events[:2], EVENTS), BOUND, name="right-src").key_by("k").process(
+        Counting("k"), "key string, n int", name="right")
+    both = CollectSink()
+    left.connect(right).key_by("key", "key").process(BothSides(), "key string, side int", name="both").sink_to(both)
+    (env.from_source(ScriptedSource(orders, ORDERS), name="orders").filter("body LIKE '{%'", name="json-only")
+        .select("id", "CAST(get_json_object(body, '$.amount') AS INT) AS amount",
+                "get_json_object(body, '$.who') AS who", name="decode")
+        .key_by("who").process(Counting("who"), "key string, n int", name="per-who").sink_to(CollectSink()))
+    env.execute("beside-two-input", progress=False)
+    assert Counter(r["side"] for r in both.rows()) == {1: sum(map(len, events)), 2: sum(map(len, events[:2]))}
+    point = create_savepoint(str(tmp_path / "ckpt" / "beside-two-input"), root=str(tmp_path / "sp"))
+    assert {op["name"]: op["spark operator id"] for op in point.operators} == {"both": 0, "left": 1, "right": 2,
+                                                                                "per-who": 3}
+    for step, rows in (("left", events), ("right", events[:2])):
+        seen = point.read_state(step, spark)
+        assert {(k, v) for k, st, v in seen.itertuples(index=False, name=None) if st == "n"} == set(
+            Counter(k for b in rows for _, k, _ in b).items())
+    seen = point.read_state("per-who", spark)
+    who = Counter(body["who"] for b in orders for _, raw in b if (body := _json(raw)) is not None)
+    assert {(k, v) for k, st, v in seen.itertuples(index=False, name=None) if st == "n"} == set(who.items())
 
 
 def _json(raw):
