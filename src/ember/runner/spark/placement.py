@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TypeGuard
 
-from ember.graph.graph import STATEFUL, Graph, ancestors
+from ember.graph.graph import STATEFUL, Graph, ancestors, components
 from ember.graph.nodes import (
     FilterNode,
     FlatMapNode,
@@ -102,11 +102,13 @@ def _only_stateful_step_on_its_path(node: Node, graph: Graph) -> bool:
 
 def _every_sink_reads(node: Node, graph: Graph) -> bool:
     """Whether every sink reads ``node``'s records — but for sinks of dead letters that detour
-    (planner.py) and of SQL branches (:func:`sql_branches`): those leave the query beside it. A
-    sink that does not is on a branch that parts before ``node``, and the job fans out there
+    (planner.py) and of SQL branches (:func:`sql_branches`): those leave the query beside it —
+    of its own pipeline (graph.components: an unrelated one runs beside it too). A sink that
+    does not is on a branch that parts before ``node``, and the job fans out there
     (fan_out_plan.root_fan_out)."""
     branches = sql_branches(graph)
-    for sink in graph.sinks:
+    mine = next(g for g in components(graph) if any(a is node for s in g for a in ancestors(s)))
+    for sink in mine:
         if reads_one_of(sink, (node, *branches)):
             continue
         if not any(detours(a) for a in ancestors(sink)):

@@ -67,7 +67,8 @@ def test_unrelated_pipelines_whose_stateful_steps_both_follow_a_watermark_are_re
     other = env.from_source(ScriptedSource([[(1, "b")]], "ts bigint, k string"), name="other")
     other.key_by("k").process(_Count(), "ts bigint, k string", name="count-other").sink_to(CollectSink(), name="two")
     p = plan(env.graph())  # without event time the process function's timers are processing-time: no watermark
-    assert p.chained and [(b.seed.name, [s.name for s in b.sinks]) for b in p.beside] == [("count-other", ["two"])]
+    assert [(b.seed.name, [s.name for s in b.sinks]) for b in p.beside] == [("count-other", ["two"])]
+    assert native_window(_node(p, "counts"), p.graph) and not p.chained  # as alone: the other's sink reads apart
     third = env.from_source(ScriptedSource([[(1, "c")]], "ts bigint, k string"), name="third")
     third.key_by("k").window(TumblingProcessingTimeWindows.of(1000)).count(name="ticks").sink_to(CollectSink(), name="three")
     with pytest.raises(PipelineError, match="step 'ticks'.*the sinks one and three read from unrelated pipelines whose "
