@@ -95,3 +95,24 @@ def test_picked_values_keep_quotes_and_backslashes(spark):
     values = ["plain", "it's", "back\\slash", 'dou"ble', "üñí", "\\'", "end'", ""] + [f"s{i}" for i in range(500)]
     got = [r[0] for r in spark.range(len(values)).select(_pick(values, F.col("id"))).collect()]
     assert got == values
+
+
+@pytest.mark.parametrize("reads", ["driver", "tasks"])
+def test_a_generator_stopped_and_run_again_gives_every_event_once_read_in_the_driver_or_tasks(spark, tmp_path,
+                                                                                               monkeypatch, reads):
+    """Batches of at most 20,000 events are read in the driver (Spark's simple reader, replayed
+    by offsets on a restart); the tasks' reader the same, for comparison."""
+    from ember import StreamEnvironment
+    from ember.runner.spark.datasources import IN_DRIVER_SWITCH
+
+    if reads == "tasks":
+        monkeypatch.setenv(IN_DRIVER_SWITCH, "tasks")
+    src = GroupingSource(partitions=2, max_events=24_000, max_events_per_batch=5_000)
+    seen = []
+    for max_events in (9_000, None):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=str(tmp_path), parallelism=2, spark=spark)
+        sink = CollectSink()
+        env.from_source(src, name="gen").select("seq_id", name="ids").sink_to(sink)
+        env.execute("halves", progress=False, max_events=max_events)
+        seen.append([r["seq_id"] for r in sink.rows()])
+    assert 0 < len(seen[0]) < 24_000 and sorted(seen[0] + seen[1]) == list(range(24_000))

@@ -153,6 +153,7 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
             .option("origin_file", comp.layout.origin(node.name))
             .option("bound_file", _bound_file(comp))
             .option("done_file", comp.done_file(node))
+            .option("in_driver", "1" if _reads_in_driver(comp, fused, per_batch) else "0")
             .load()
         )
     origin = src.start_ms if src.start_ms is not None else fixed_origin(comp.layout.origin(node.name))
@@ -165,6 +166,23 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
         .load()
         .select(F.col("value").alias("seq"), F.lit(origin).cast("bigint").alias("origin_ms"))
     )
+
+
+IN_DRIVER_BELOW_MS = 500  # latency targets under this read a generator's batches in the driver
+IN_DRIVER_MAX_EVENTS = 20_000  # as do batches bounded to at most this many events
+
+
+def _reads_in_driver(comp: Compilation, fused: dict[str, str], per_batch: int) -> bool:
+    """Whether the sequence source reads its micro-batches in the driver's source process
+    (Spark's simple reader) rather than in a Python task per partition: where its batches stay
+    small — at most :data:`IN_DRIVER_MAX_EVENTS` events, or under a latency target below
+    :data:`IN_DRIVER_BELOW_MS` (which keeps them small) — so that a task's ~50-70 ms is a large
+    share of a batch, and without a step fused into the reader (packing or decoding every
+    record in one process would cost more). Measured: docs/design/latency.md, "Small batches
+    read in the driver"."""
+    target = comp.config.latency_target_ms
+    small = per_batch <= IN_DRIVER_MAX_EVENTS or (target is not None and target < IN_DRIVER_BELOW_MS)
+    return small and not fused
 
 
 def _event_time(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:

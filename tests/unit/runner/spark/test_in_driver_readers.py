@@ -1,0 +1,90 @@
+"""Sources read in the driver (Spark's simple reader, datasources.py): the same offsets and rows
+as the readers whose Python tasks read each partition, and chosen only where batches stay small."""
+
+import json
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import PySparkNotImplementedError
+from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+from ember import CountSink, GroupingSource, StreamEnvironment
+from ember.runner.spark.datasources import (
+    IN_DRIVER_SWITCH,
+    ScriptedReader,
+    ScriptedSimpleReader,
+    ScriptedSourceDS,
+    SequenceReader,
+    SequenceSimpleReader,
+    SequenceSource,
+)
+from ember.runner.spark.generator_batches import source_spec
+
+
+def _rows(batches):
+    out = []
+    for b in batches:
+        out.extend(b.to_pylist() if isinstance(b, pa.RecordBatch) else [b])
+    return out
+
+
+def test_the_scripted_script_read_in_the_driver_gives_the_offsets_and_rows_of_the_tasks(tmp_path):
+    batches = [[[1, "a"], [2, "b"]], [], [[3, "c"]]]
+    options = {"batches": json.dumps(batches), "done_file": str(tmp_path / "done"), "stop_marker": ""}
+    tasks, driver = ScriptedReader(options), ScriptedSimpleReader(options)
+    start = tasks.initialOffset()
+    assert driver.initialOffset() == start
+    for _ in range(3):
+        rows, end = driver.read(start)
+        assert end == tasks.latestOffset(start, ReadAllAvailable())
+        expected = [r for part in tasks.partitions(start, end) for r in tasks.read(part)]
+        assert list(rows) == expected == list(driver.readBetweenOffsets(start, end))  # (a replay: the same)
+        start = end
+    assert start["done"] and (tmp_path / "done").exists()
+
+
+def test_a_generator_read_in_the_driver_gives_every_partitions_rows_of_the_batch(tmp_path):
+    src = GroupingSource(partitions=2, max_events=25_000)
+    options = {"spec": json.dumps(source_spec(src, 10_000)), "done_file": "", "stop_marker": "",
+               "origin_file": str(tmp_path / "origin"), "bound_file": ""}
+    tasks, driver = SequenceReader(options), SequenceSimpleReader(options)
+    start = tasks.initialOffset()
+    seen = []
+    while not start["done"]:
+        rows, end = driver.read(start)
+        assert end == tasks.latestOffset(start, tasks.getDefaultReadLimit())
+        assert end["n"] - start["n"] == 10_000 or end["done"]  # the batch bound holds
+        expected = _rows(b for part in tasks.partitions(start, end) for b in tasks.read(part))
+        got = _rows(rows)
+        assert got == expected == _rows(driver.readBetweenOffsets(start, end))
+        seen.extend(r["seq"] for r in got)
+        start = end
+    assert sorted(seen) == list(range(25_000))
+
+
+def test_only_asked_for_sources_read_in_the_driver_and_the_switch_turns_it_off(monkeypatch):
+    base = {"schema": "seq bigint", "spec": "{}", "batches": "[]"}
+    with pytest.raises(PySparkNotImplementedError):  # pyspark then asks for the simple reader
+        SequenceSource({**base, "in_driver": "1"}).streamReader(None)
+    assert isinstance(SequenceSource({**base, "in_driver": "0"}).streamReader(None), SequenceReader)
+    with pytest.raises(PySparkNotImplementedError):
+        ScriptedSourceDS(base).streamReader(None)
+    assert isinstance(ScriptedSourceDS({**base, "partitions": "2"}).streamReader(None), ScriptedReader)
+    monkeypatch.setenv(IN_DRIVER_SWITCH, "tasks")
+    assert isinstance(SequenceSource({**base, "in_driver": "1"}).streamReader(None), SequenceReader)
+    assert isinstance(ScriptedSourceDS(base).streamReader(None), ScriptedReader)
+
+
+def test_a_generator_reads_in_the_driver_only_where_its_batches_stay_small_and_unfused():
+    from ember.runner.spark.compilation import Compilation
+    from ember.runner.spark.translators.sources import IN_DRIVER_BELOW_MS, IN_DRIVER_MAX_EVENTS, _reads_in_driver
+
+    def comp(target):
+        env = StreamEnvironment(master="local[2]", latency_target=target)
+        env.from_source(GroupingSource(), name="g").sink_to(CountSink())
+        return Compilation(env.graph(), None, env.config, "x", None)
+
+    big = IN_DRIVER_MAX_EVENTS + 1
+    assert _reads_in_driver(comp(250), {}, big) and not _reads_in_driver(comp(250), {"pack": "{}"}, big)
+    assert not _reads_in_driver(comp(IN_DRIVER_BELOW_MS), {}, big) and not _reads_in_driver(comp(None), {}, big)
+    assert _reads_in_driver(comp(None), {}, IN_DRIVER_MAX_EVENTS) and not _reads_in_driver(comp(None), {"decode": "{}"}, 5)
