@@ -57,11 +57,7 @@ END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
 
 
-IN_DRIVER_SWITCH = "EMBER_SOURCE_READS"  # "tasks": never read in the driver (to measure against)
-
-
-def _in_driver_allowed() -> bool:
-    return os.environ.get(IN_DRIVER_SWITCH, "auto") != "tasks"
+IN_DRIVER_SWITCH = "EMBER_SOURCE_READS"  # "tasks" in the driver's environment: never read there (translators)
 
 
 def _use_the_simple_reader() -> None:
@@ -177,7 +173,7 @@ class SequenceSource(DataSource):
         return self.options["schema"]
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        if self.options.get("in_driver") == "1" and _in_driver_allowed():
+        if self.options.get("in_driver") == "1":  # chosen by the translator (translators/sources.py)
             _use_the_simple_reader()
         return SequenceReader(self.options)
 
@@ -245,7 +241,7 @@ class ScriptedSourceDS(DataSource):
         return self.options["schema"]
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        if int(self.options.get("partitions") or 1) == 1 and _in_driver_allowed():
+        if self.options.get("in_driver") == "1":  # chosen by the translator (translators/sources.py)
             _use_the_simple_reader()
         return ScriptedReader(self.options)
 

@@ -62,20 +62,16 @@ def test_a_generator_read_in_the_driver_gives_every_partitions_rows_of_the_batch
     assert sorted(seen) == list(range(25_000))
 
 
-def test_only_asked_for_sources_read_in_the_driver_and_the_switch_turns_it_off(monkeypatch):
+def test_only_sources_asked_to_read_in_the_driver_do():
     base = {"schema": "seq bigint", "spec": "{}", "batches": "[]"}
-    with pytest.raises(PySparkNotImplementedError):  # pyspark then asks for the simple reader
-        SequenceSource({**base, "in_driver": "1"}).streamReader(None)
-    assert isinstance(SequenceSource({**base, "in_driver": "0"}).streamReader(None), SequenceReader)
-    with pytest.raises(PySparkNotImplementedError):
-        ScriptedSourceDS(base).streamReader(None)
-    assert isinstance(ScriptedSourceDS({**base, "partitions": "2"}).streamReader(None), ScriptedReader)
-    monkeypatch.setenv(IN_DRIVER_SWITCH, "tasks")
-    assert isinstance(SequenceSource({**base, "in_driver": "1"}).streamReader(None), SequenceReader)
-    assert isinstance(ScriptedSourceDS(base).streamReader(None), ScriptedReader)
+    for source, reader in ((SequenceSource, SequenceReader), (ScriptedSourceDS, ScriptedReader)):
+        with pytest.raises(PySparkNotImplementedError):  # pyspark then asks for the simple reader
+            source({**base, "in_driver": "1"}).streamReader(None)
+        assert isinstance(source({**base, "in_driver": "0"}).streamReader(None), reader)
+        assert isinstance(source(base).streamReader(None), reader)
 
 
-def test_a_generator_reads_in_the_driver_only_where_its_batches_stay_small_and_unfused():
+def test_a_generator_reads_in_the_driver_only_where_its_batches_stay_small_and_unfused(monkeypatch):
     from ember.runner.spark.compilation import Compilation
     from ember.runner.spark.translators.sources import IN_DRIVER_BELOW_MS, IN_DRIVER_MAX_EVENTS, _reads_in_driver
 
@@ -88,3 +84,5 @@ def test_a_generator_reads_in_the_driver_only_where_its_batches_stay_small_and_u
     assert _reads_in_driver(comp(250), {}, big) and not _reads_in_driver(comp(250), {"pack": "{}"}, big)
     assert not _reads_in_driver(comp(IN_DRIVER_BELOW_MS), {}, big) and not _reads_in_driver(comp(None), {}, big)
     assert _reads_in_driver(comp(None), {}, IN_DRIVER_MAX_EVENTS) and not _reads_in_driver(comp(None), {"decode": "{}"}, 5)
+    monkeypatch.setenv(IN_DRIVER_SWITCH, "tasks")  # the switch, read where the job compiles
+    assert not _reads_in_driver(comp(250), {}, 5)

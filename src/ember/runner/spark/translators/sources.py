@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Callable
 
 from pyspark.sql import functions as F
@@ -15,6 +16,7 @@ from ember.errors import PipelineError
 from ember.graph.nodes import SourceNode
 from ember.runner.spark.checkpoint import SOURCE_ID_OPTION, START_OFFSETS_OPTION, fixed_origin
 from ember.runner.spark.compilation import Compilation, Frame, registry, translates
+from ember.runner.spark.datasources import IN_DRIVER_SWITCH
 from ember.runner.spark.generator_batches import source_spec
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec
 
@@ -99,6 +101,7 @@ def _scripted(comp: Compilation, node: SourceNode, src: ScriptedSource) -> Any:
         .option("partitions", str(src.partitions))
         .option("stop_marker", comp.stop_marker or "")
         .option("done_file", comp.done_file(node))
+        .option("in_driver", "1" if src.partitions == 1 and _in_driver_allowed() else "0")  # (few rows: a script)
         .load()
     )
 
@@ -182,7 +185,12 @@ def _reads_in_driver(comp: Compilation, fused: dict[str, str], per_batch: int) -
     read in the driver"."""
     target = comp.config.latency_target_ms
     small = per_batch <= IN_DRIVER_MAX_EVENTS or (target is not None and target < IN_DRIVER_BELOW_MS)
-    return small and not fused
+    return small and not fused and _in_driver_allowed()
+
+
+def _in_driver_allowed() -> bool:
+    """Off with ``EMBER_SOURCE_READS=tasks`` in the driver's environment (to measure against)."""
+    return os.environ.get(IN_DRIVER_SWITCH, "auto") != "tasks"
 
 
 def _event_time(comp: Compilation, node: SourceNode, src: g.GeneratorSource) -> Any:
