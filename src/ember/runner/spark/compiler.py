@@ -58,8 +58,8 @@ class CompiledJob:
     # With ``compilation.count_rows``: receives (batch id, rows per step) of the steps compiled per
     # micro-batch (after the split, and a detour's), once their sinks wrote.
     on_branch_counts: Callable[[int, dict[str, int]], None] | None = None
-    # SQL steps on branches of their own and unrelated stateless pipelines: the query's rows are
-    # the union of theirs and the rest's (translators/parts.py), parted again per micro-batch.
+    # SQL steps on branches of their own and unrelated pipelines: the query's rows are the union
+    # of theirs and the rest's (translators/parts.py), parted again per micro-batch.
     parts: Parts | None = None
 
     @property
@@ -202,7 +202,7 @@ def _with_parts(graph: Graph, comp: Compilation, physical: Plan, main: Frame | N
                 fanned: FannedOut | None, schemas: dict[int, Any], detours: list[Detour],
                 streamed_sinks: list[SinkNode]) -> CompiledJob:
     """A job with parts beside the rest (translators/parts.py: SQL steps on branches of their
-    own, unrelated stateless pipelines): the rest of the job's rows (``main``, :func:`_rest`)
+    own, unrelated pipelines): the rest of the job's rows (``main``, :func:`_rest`)
     unioned with the parts', every sink written per micro-batch; each part's sinks checked
     against its rows' schema now, not mid-job."""
     seeds: list[tuple[Node, Any, Any]] = []

@@ -19,7 +19,10 @@
   offset-log entry; native windows apply Flink's lateness rule with it (see
   translators/windows.py).
 
-Every reader is a pure function of its offsets, so Spark's replays are identical.
+Every reader is a pure function of its offsets, so Spark's replays are identical. The
+sequence and scripted sources also read in the driver's source process (Spark's simple reader,
+the same offsets and rows, no Python task per micro-batch) where the translator asks
+(``in_driver``: small batches, translators/sources.py).
 """
 
 from __future__ import annotations

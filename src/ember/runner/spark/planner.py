@@ -128,7 +128,7 @@ class Plan:
     # job in the streaming query, its rows joining the split's (compiler.py); their sinks are
     # among ``streamed_sinks``.
     sql_branches: tuple[SqlNode, ...] = ()
-    # Stateless pipelines unrelated to the rest of the job, run beside it in the query (Beside);
+    # Pipelines unrelated to the rest of the job, run beside it in the query (Beside, main_part);
     # their sinks are among ``streamed_sinks``.
     beside: tuple[Beside, ...] = ()
 

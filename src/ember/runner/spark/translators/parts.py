@@ -6,16 +6,16 @@ where only stateless steps can run. Two kinds of part do not fit that shape:
 - a SQL step reading sources (through stateless steps) that only some sinks read
   (placement.sql_branches): it would come after the split, but its query (windowed
   aggregations, joins) keeps state in Spark;
-- a stateless pipeline unrelated to the rest (planner.Beside: its own sources, steps and
-  sinks): it shares no step the job could split at.
+- a pipeline unrelated to the rest (planner.Beside: its own sources, steps and sinks): it
+  shares no step the job could split at (its stateful steps, if any, come before its own split).
 
 So each part runs *beside* the rest of the job in the one streaming query: its rows and the
 rest's are unioned, each row tagged with its part (:data:`PART`: 0 the rest, ``k`` the
 ``k``-th part), the query's output ends there, and at the split each part's rows go back to
 their own columns, to be written to the part's sinks like a split's branches. Spark reads a
 source two parts read once per part in each micro-batch, at the same offsets; its stateful
-operators are numbered the rest's first, then the SQL branches' in order
-(restart.spark_operator_ids) — an unrelated pipeline holds none.
+operators are numbered the rest's first, then the SQL branches', then the unrelated pipelines',
+in union order (restart.pipeline_manifest, restart.spark_operator_ids).
 """
 
 from __future__ import annotations
