@@ -26,7 +26,7 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 
 def _run(spark, reads: str, per_batch: int, events: int) -> dict:
     from ember import CountSink, GroupingSource, StreamEnvironment
-    from ember.runner.spark.datasources import IN_DRIVER_SWITCH
+    from ember.runner.spark.translators.sources import IN_DRIVER_SWITCH
 
     os.environ[IN_DRIVER_SWITCH] = reads  # read where the job compiles (translators/sources.py)
     with tempfile.TemporaryDirectory(prefix="ember-in-driver-") as ckpt:

@@ -103,7 +103,7 @@ def test_a_generator_stopped_and_run_again_gives_every_event_once_read_in_the_dr
     """Batches of at most 20,000 events are read in the driver (Spark's simple reader, replayed
     by offsets on a restart); the tasks' reader the same, for comparison."""
     from ember import StreamEnvironment
-    from ember.runner.spark.datasources import IN_DRIVER_SWITCH
+    from ember.runner.spark.translators.sources import IN_DRIVER_SWITCH
 
     if reads == "tasks":
         monkeypatch.setenv(IN_DRIVER_SWITCH, "tasks")

@@ -60,9 +60,6 @@ END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
 
 
-IN_DRIVER_SWITCH = "EMBER_SOURCE_READS"  # "tasks" in the driver's environment: never read there (translators)
-
-
 def _use_the_simple_reader() -> None:
     """Makes pyspark fall back to the source's ``simpleStreamReader`` (read in the driver's
     source process: no Python task per micro-batch — ~50-70 ms less per batch here, but one

@@ -10,7 +10,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from ember import CountSink, GroupingSource, StreamEnvironment
 from ember.runner.spark.datasources import (
-    IN_DRIVER_SWITCH,
     ScriptedReader,
     ScriptedSimpleReader,
     ScriptedSourceDS,
@@ -19,6 +18,7 @@ from ember.runner.spark.datasources import (
     SequenceSource,
 )
 from ember.runner.spark.generator_batches import source_spec
+from ember.runner.spark.translators.sources import IN_DRIVER_SWITCH
 
 
 def _rows(batches):

@@ -16,7 +16,6 @@ from ember.errors import PipelineError
 from ember.graph.nodes import SourceNode
 from ember.runner.spark.checkpoint import SOURCE_ID_OPTION, START_OFFSETS_OPTION, fixed_origin
 from ember.runner.spark.compilation import Compilation, Frame, registry, translates
-from ember.runner.spark.datasources import IN_DRIVER_SWITCH
 from ember.runner.spark.generator_batches import source_spec
 from ember.runner.spark.keyed.packing import PACKED_ROWS, PackSpec
 
@@ -171,6 +170,7 @@ def _sequence(comp: Compilation, node: SourceNode, src: g.GeneratorSource, schem
     )
 
 
+IN_DRIVER_SWITCH = "EMBER_SOURCE_READS"  # "tasks" in the driver's environment: no source reads in the driver
 IN_DRIVER_BELOW_MS = 500  # latency targets under this read a generator's batches in the driver
 IN_DRIVER_MAX_EVENTS = 20_000  # as do batches bounded to at most this many events
 
