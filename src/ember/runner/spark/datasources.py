@@ -67,6 +67,29 @@ def _use_the_simple_reader() -> None:
     raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
 
 
+class InDriver(SimpleDataSourceStreamReader):
+    """A stream reader run in the driver's source process (Spark's simple reader): each
+    micro-batch's end offset from ``inner.latestOffset`` under its own read limit, and the rows
+    of every partition ``inner`` plans for it, one partition after the other, in one Spark
+    partition — the same offsets and rows as ``inner``'s tasks read, without a Python task."""
+
+    def __init__(self, inner: DataSourceStreamReader) -> None:
+        self.inner = inner
+
+    def initialOffset(self) -> dict:
+        return self.inner.initialOffset()
+
+    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+        end = self.inner.latestOffset(start, self.inner.getDefaultReadLimit())
+        return self.readBetweenOffsets(start, end), end
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
+        return iter([x for part in self.inner.partitions(start, end) for x in self.inner.read(part)])
+
+    def commit(self, end: dict) -> None:
+        self.inner.commit(end)
+
+
 class _Range(InputPartition):
     def __init__(self, partition: int, start: int, end: int, origin_ms: int = 0) -> None:
         self.partition, self.start, self.end, self.origin_ms = partition, start, end, origin_ms
@@ -141,29 +164,6 @@ class SequenceReader(DataSourceStreamReader):
         pass
 
 
-class SequenceSimpleReader(SimpleDataSourceStreamReader):
-    """The generator read in the driver's source process (Spark's simple reader): every
-    partition's rows of a micro-batch, one partition after the other, in one Spark partition —
-    the same offsets and rows as :class:`SequenceReader`'s, without a Python task per batch."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        self.inner = SequenceReader(options)
-
-    def initialOffset(self) -> dict:
-        return self.inner.initialOffset()
-
-    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
-        end = self.inner.latestOffset(start, self.inner.getDefaultReadLimit())
-        return self.readBetweenOffsets(start, end), end
-
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
-        batches = [b for part in self.inner.partitions(start, end) for b in self.inner.read(part)]
-        return iter(batches)
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
 class SequenceSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -178,7 +178,7 @@ class SequenceSource(DataSource):
         return SequenceReader(self.options)
 
     def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
-        return SequenceSimpleReader(self.options)
+        return InDriver(SequenceReader(self.options))
 
 
 # --------------------------------------------------------------------------- scripted
@@ -211,27 +211,6 @@ class ScriptedReader(DataSourceStreamReader):
                 yield tuple(row)
 
 
-class ScriptedSimpleReader(SimpleDataSourceStreamReader):
-    """A one-partition script read in the driver's source process (Spark's simple reader:
-    no Python task per micro-batch, ~60-80 ms less per batch here); the same offsets and rows."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        self.inner = ScriptedReader(options)
-
-    def initialOffset(self) -> dict:
-        return self.inner.initialOffset()
-
-    def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
-        end = self.inner.latestOffset(start, ReadAllAvailable())
-        return self.readBetweenOffsets(start, end), end
-
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
-        return iter(list(self.inner.read(_Range(0, int(start["batch"]), int(end["batch"])))))
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
 class ScriptedSourceDS(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -246,7 +225,7 @@ class ScriptedSourceDS(DataSource):
         return ScriptedReader(self.options)
 
     def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
-        return ScriptedSimpleReader(self.options)
+        return InDriver(ScriptedReader(self.options))
 
 
 # --------------------------------------------------------------------------- end of input

@@ -289,19 +289,21 @@ def _with_sql_branches(graph: Graph, branches: tuple[SqlNode, ...]) -> Plan:
     return Plan(graph, fork, detours, (*streamed, *after), fan, branches, beside)
 
 
-def main_part(graph: Graph) -> tuple[Graph, list[Graph]]:
-    """A job of several unrelated pipelines (graph.components) parted: the main one, planned as a
-    job of its own — the one that needs more than a plain split (a fan-out, detours, SQL
-    branches, a step reading several stateful steps), else the first holding stateful steps,
-    else the first — and the others, each run beside it in the one streaming query up to where
-    its sinks split. Refuses, naming a step of each: two pipelines that both need more than a
-    plain split, and two whose stateful steps both follow a watermark (:func:`_watermarked`):
-    Spark's is one per query, the least of its inputs', so a slow or idle pipeline would hold
-    back the other's windows and timers and let in records Flink would judge late."""
+def main_part(graph: Graph) -> tuple[tuple[Graph, Plan], list[tuple[Graph, Plan]]]:
+    """A job of several unrelated pipelines (graph.components) parted, each with its plan as a
+    job alone: the main one — the one that needs more than a plain split (a fan-out, detours,
+    SQL branches, a step reading several stateful steps), else the first holding stateful
+    steps, else the first — and the others, each run beside it in the one streaming query up to
+    where its sinks split. Refuses, naming a step of each: two pipelines that both need more
+    than a plain split, and two whose stateful steps both follow a watermark
+    (:func:`_watermarked`): Spark's is one per query, the least of its inputs', so a slow or idle
+    pipeline would hold back the other's windows and timers and let in records Flink would
+    judge late."""
     parts = [Graph(sinks) for sinks in components(graph)]
-    stateful = [p for p in parts if any(isinstance(n, STATEFUL) for n in p.nodes)]
     _one_watermark(parts)
-    special = [p for p in stateful if not _plain(p)]
+    alone = {id(p): plan(p) for p in parts}
+    stateful = [p for p in parts if any(isinstance(n, STATEFUL) for n in p.nodes)]
+    special = [p for p in stateful if not _plain(p, alone[id(p)])]
     if len(special) > 1:
         step = next(n for n in special[1].nodes if isinstance(n, STATEFUL))
         raise PipelineError(
@@ -311,7 +313,7 @@ def main_part(graph: Graph) -> tuple[Graph, list[Graph]]:
             "two: execute one of them as its own job", step.name,
         )
     main = special[0] if special else (stateful[0] if stateful else parts[0])
-    return main, [p for p in parts if p is not main]
+    return (main, alone[id(main)]), [(p, alone[id(p)]) for p in parts if p is not main]
 
 
 def beside_parts(graph: Graph) -> list[Graph]:
@@ -321,7 +323,7 @@ def beside_parts(graph: Graph) -> list[Graph]:
     main = main_graph(graph, branches) if branches else graph
     if main is None or len(components(main)) < 2:
         return []
-    return main_part(main)[1]
+    return [part for part, _ in main_part(main)[1]]
 
 
 def _one_watermark(parts: list[Graph]) -> None:
@@ -359,11 +361,10 @@ def _watermarked(part: Graph) -> Node | None:
     return None
 
 
-def _plain(part: Graph) -> bool:
-    """Whether ``part`` planned alone is a plain split of one query's rows: no fan-out, no
-    detours, no SQL branches, no step reading several stateful steps (numbered by a walk of
-    the whole graph: restart.pipeline_manifest)."""
-    alone = plan(part)
+def _plain(part: Graph, alone: Plan) -> bool:
+    """Whether ``part``, planned alone (``alone``), is a plain split of one query's rows: no
+    fan-out, no detours, no SQL branches, no step reading several stateful steps (numbered by
+    a walk of the whole graph: restart.pipeline_manifest)."""
     return (alone.fan_out is None and not alone.detours and not alone.sql_branches
             and not any(len(upstream_steps(n, part)) > 1 for n in runtime_steps(part)))
 
@@ -371,12 +372,8 @@ def _plain(part: Graph) -> bool:
 def _with_beside(graph: Graph) -> Plan:
     """The plan of a job of several unrelated pipelines (:func:`main_part`): the main one planned
     alone, each other one split after its last shared step (or read at its one sink's input)."""
-    main, others = main_part(graph)
-    inner = plan(main)
-    beside = []
-    for part in others:
-        fork = plan(part).fork or part.sinks[0].inputs[0]
-        beside.append(Beside(fork, tuple(part.sinks)))
+    (_, inner), others = main_part(graph)
+    beside = [Beside(alone.fork or part.sinks[0].inputs[0], tuple(part.sinks)) for part, alone in others]
     streamed = (*inner.streamed_sinks, *(s for b in beside for s in b.sinks))
     return Plan(graph, inner.fork, inner.detours, streamed, inner.fan_out, inner.sql_branches, (*inner.beside, *beside))
 
@@ -393,7 +390,7 @@ def job_fan_out(graph: Graph) -> FanOut | None:
         main = main_graph(graph, branches)
         return None if main is None else job_fan_out(main)
     if len(components(graph)) > 1:  # the fan-out of the pipeline holding state, beside the others
-        return job_fan_out(main_part(graph)[0])
+        return main_part(graph)[0][1].fan_out
     try:
         fan = _with_detours(graph, fan_out_of)
     except PipelineError:

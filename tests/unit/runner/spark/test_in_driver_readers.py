@@ -10,11 +10,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from ember import CountSink, GroupingSource, StreamEnvironment
 from ember.runner.spark.datasources import (
+    InDriver,
     ScriptedReader,
-    ScriptedSimpleReader,
     ScriptedSourceDS,
     SequenceReader,
-    SequenceSimpleReader,
     SequenceSource,
 )
 from ember.runner.spark.generator_batches import source_spec
@@ -31,7 +30,7 @@ def _rows(batches):
 def test_the_scripted_script_read_in_the_driver_gives_the_offsets_and_rows_of_the_tasks(tmp_path):
     batches = [[[1, "a"], [2, "b"]], [], [[3, "c"]]]
     options = {"batches": json.dumps(batches), "done_file": str(tmp_path / "done"), "stop_marker": ""}
-    tasks, driver = ScriptedReader(options), ScriptedSimpleReader(options)
+    tasks, driver = ScriptedReader(options), InDriver(ScriptedReader(options))
     start = tasks.initialOffset()
     assert driver.initialOffset() == start
     for _ in range(3):
@@ -47,7 +46,7 @@ def test_a_generator_read_in_the_driver_gives_every_partitions_rows_of_the_batch
     src = GroupingSource(partitions=2, max_events=25_000)
     options = {"spec": json.dumps(source_spec(src, 10_000)), "done_file": "", "stop_marker": "",
                "origin_file": str(tmp_path / "origin"), "bound_file": ""}
-    tasks, driver = SequenceReader(options), SequenceSimpleReader(options)
+    tasks, driver = SequenceReader(options), InDriver(SequenceReader(options))
     start = tasks.initialOffset()
     seen = []
     while not start["done"]:
