@@ -288,8 +288,18 @@ class DataStream:
         return KeyedStream(self._env, self._add(n.KeyByNode, name, "key_by", keys=tuple(keys), reinterpret=True))
 
     def window_all(self, assigner: WindowAssigner) -> "WindowedStream":
-        """A window over the whole (non-keyed) stream."""
+        """A window over the whole (non-keyed) stream. Built-in aggregates on a plain
+        tumbling or sliding window compile to Spark's native windowing; anything else
+        (a Python function, trigger, evictor, lateness, session windows) runs on Ember's
+        window operator as one key — one task, as Flink runs ``windowAll``."""
         return WindowedStream(self, (), assigner)
+
+    def count_window_all(self, size: int, slide: int | None = None) -> "WindowedStream":
+        """Windows of ``size`` records of the whole (non-keyed) stream: tumbling, or sliding
+        every ``slide`` records — Flink's ``countWindowAll``; one key on Ember's window
+        operator (one task). Records are counted in timestamp order within a micro-batch
+        when the stream has event time, else in arrival order."""
+        return _count_window(self, (), size, slide)
 
     # -- sinks ------------------------------------------------------------------------
     def sink_to(self, sink: Sink, *, name: str | None = None) -> n.SinkNode:
@@ -364,18 +374,7 @@ class KeyedStream(DataStream):
         Records of a key are counted in timestamp order within a micro-batch when
         the stream has event time, else in arrival order.
         """
-        for what, v in (("size", size), ("slide", slide)):
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-                raise PipelineError(f"count_window {what} must be a positive int, got {v!r}", "window")
-        if slide is None:
-            return WindowedStream(
-                self, self.keys, GlobalWindows.create(),
-                trigger=PurgingTrigger.of(CountTrigger.of(size)), label=f"count window {size}",
-            )
-        return WindowedStream(
-            self, self.keys, GlobalWindows.create(), trigger=CountTrigger.of(slide),
-            evictor=CountEvictor.of(size), label=f"count window {size} every {slide}",
-        )
+        return _count_window(self, self.keys, size, slide)
 
     def process(self, fn: Any, output_schema: Any, *, dead_letter: Any = None, name: str | None = None) -> DataStream:
         """Run ``fn`` (a :class:`~ember.functions.KeyedProcessFunction`) on every
@@ -472,6 +471,22 @@ class KeyedStream(DataStream):
         return DataStream(self._env, node)
 
 
+def _count_window(stream: DataStream, keys: tuple[Any, ...], size: int, slide: int | None) -> "WindowedStream":
+    """A tumbling (``slide`` None) or sliding count window over ``stream`` keyed by ``keys``."""
+    for what, v in (("size", size), ("slide", slide)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            raise PipelineError(f"count_window {what} must be a positive int, got {v!r}", "window")
+    if slide is None:
+        return WindowedStream(
+            stream, keys, GlobalWindows.create(),
+            trigger=PurgingTrigger.of(CountTrigger.of(size)), label=f"count window {size}",
+        )
+    return WindowedStream(
+        stream, keys, GlobalWindows.create(), trigger=CountTrigger.of(slide),
+        evictor=CountEvictor.of(size), label=f"count window {size} every {slide}",
+    )
+
+
 def _emit(emit: Any, step: str) -> str:
     """A rolling aggregation's emit mode, checked when declared."""
     if emit not in EMIT_MODES:
@@ -559,13 +574,6 @@ class WindowedStream:
         plain = bool(fields.get("aggregates")) and is_plain_window(
             self._assigner, self._trigger, self._evictor, self._lateness, self._late_tag
         )
-        if not plain and not self._keys:
-            raise PipelineError(
-                "window_all runs only built-in aggregates on tumbling/sliding windows and processing-time "
-                "sessions; for a Python function, trigger, evictor, lateness, count window or event-time "
-                "session window, key the stream first (key_by a field, or a constant column added with select)",
-                name or "window",
-            )
         if not plain and not all(isinstance(k, str) for k in self._keys):
             raise PipelineError("this window needs key_by with field names (not Columns)", name or "window")
         stream = self._stream

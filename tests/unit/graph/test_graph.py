@@ -87,14 +87,24 @@ def test_source_validation():
         StreamEnvironment().from_source("kafka://x")
 
 
-def test_window_all_refuses_what_needs_the_window_operator(env, events):
+def test_window_all_takes_what_needs_the_window_operator_and_runs_it_there(env, events):
+    """Flink's ``windowAll`` takes any window function; what Spark's native windowing cannot run
+    goes to Ember's window operator, one key (tests/integration/test_window_all.py runs them)."""
     from ember import AggregateFunction
+    from ember.graph.nodes import WindowNode
+    from ember.runner.spark.placement import native_window
 
-    windows = events().window_all(TumblingEventTimeWindows.of(1000))
-    with pytest.raises(PipelineError, match="window_all runs only built-in aggregates"):
-        windows.aggregate(AggregateFunction(), output_schema="n bigint")
-    with pytest.raises(PipelineError, match="window_all runs only built-in aggregates"):
-        windows.allowed_lateness(10).count()
+    stream = events()
+    windows = stream.window_all(TumblingEventTimeWindows.of(1000))
+    windows.aggregate(AggregateFunction(), output_schema="n bigint", name="python").sink_to(CollectSink())
+    windows.allowed_lateness(10).count(name="late").sink_to(CollectSink())
+    stream.count_window_all(3).aggregate(n=Agg.count(), name="counted").sink_to(CollectSink())
+    graph = env.graph()
+    steps = {node.name: node for node in graph.nodes if isinstance(node, WindowNode)}
+    assert {name: (node.keys, native_window(node, graph)) for name, node in steps.items()} == {
+        "python": ((), False), "late": ((), False), "counted": ((), False)}
+    with pytest.raises(PipelineError, match="count_window size must be a positive int, got 0"):
+        stream.count_window_all(0)
 
 
 def test_components_group_sinks_by_the_steps_they_share_even_through_other_sinks():

@@ -221,7 +221,7 @@ def _fan_out(graph: Graph, source: Node, lanes: tuple[Node, ...], through: bool,
         else:
             lane_paths = [_between(graph, stem, lane)]
         for path in lane_paths:
-            side = isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
+            side = bool(path) and isinstance(path[0], SideOutputNode) and path[0].inputs[0] is stem
             for step in path[1:] if side else path:
                 if not _on_a_lanes_path(step, graph, ignore):
                     raise PipelineError(
@@ -453,7 +453,7 @@ def _levels(graph: Graph, source: Node, lanes: tuple[Node, ...], ignore: frozens
             for j, path in routes:
                 assert j is not None
                 upstream = previous[j]
-                side = path[0].tag.name if isinstance(path[0], SideOutputNode) else None
+                side = path[0].tag.name if path and isinstance(path[0], SideOutputNode) else None
                 own = tuple(s for s in (path[1:] if side is not None else path) if not isinstance(s, KeyByNode))
                 for step in own:
                     if not _on_a_lanes_path(step, graph, ignore):

@@ -228,17 +228,18 @@ class BucketFunction:
         columns = [pdf[f].tolist() for f in self.fields]
         key_cols = [pdf[k].tolist() for k in self.keys]
         single = len(self.keys) == 1
+        # Each record's key: a value for one key field, a tuple for several, () for a non-keyed step (window_all).
+        row_keys = key_cols[0] if single else list(zip(*key_cols)) if key_cols else [()] * len(pdf)
         latest = times[-1] if times else None
         table = rt.blob["keys"]
         lookup = table.get
         prefetch = getattr(table, "prefetch", None)  # design B: the frame's keys loaded at once,
         if prefetch is not None:  # then read as a plain dict
-            prefetch(pdf[self.keys[0]].to_numpy() if single else zip(*key_cols))
+            prefetch(pdf[self.keys[0]].to_numpy() if single else row_keys)
             lookup = dict.get.__get__(table)
         if self.batches is not None:  # the operator may handle the whole batch itself
-            key_list = key_cols[0] if single else list(zip(*key_cols))
             try:
-                taken = self.batches.process_batch(rt, self.build_records, key_list, columns, times, out)
+                taken = self.batches.process_batch(rt, self.build_records, row_keys, columns, times, out)
             except UserFunctionError:
                 raise
             except Exception as exc:
@@ -252,10 +253,9 @@ class BucketFunction:
         if self.dead_letter is not None and not getattr(fn, "guards_itself", False):
             process = self._guarded(process, rt)
         # The hot loop: one user call per record and nothing else per record.
-        keys = key_cols[0] if single else list(zip(*key_cols))
         stamps = times if times is not None else repeat(None)
         marking = marks is not None and times is not None
-        for record, key, ts in zip(self.build_records(columns), keys, stamps):
+        for record, key, ts in zip(self.build_records(columns), row_keys, stamps):
             found = lookup(key)
             rt.current = slot = found if found is not None else {}
             rt.current_key = key

@@ -128,7 +128,7 @@ def fan_out(comp: Compilation, fan: FanOut) -> FannedOut:
     extra = [*fan.second, *fan.unions]
     paths = list(fan.paths) + [path for _, path in extra]
     ids = list(range(n)) + [n + 1 + m for m in range(len(extra))]
-    reads = [path[0].tag.name if isinstance(path[0], SideOutputNode) else None for path in paths]
+    reads = [path[0].tag.name if path and isinstance(path[0], SideOutputNode) else None for path in paths]
     passing = [F.lit(n)] if fan.through else []
 
     def copies(tag: str | None) -> Any:

@@ -97,6 +97,12 @@ def keyed_input(comp: Compilation, node: Node, keys: tuple[str, ...]) -> Frame:
     up = comp.frame(parent.inputs[0] if isinstance(parent, KeyByNode) else parent)  # grouping partitions by key itself
     fields = _fields(up)
     for key in keys:
+        if not isinstance(key, str):  # key_by(Column) is for windows on Spark's native windowing
+            raise PipelineError(
+                f"this step runs on Ember's keyed runtime (it holds keyed state, or reads or feeds another stateful "
+                f"step), whose keys are field names; key_by got the Column {key!r}: add it as a field with select "
+                "first, then key_by that field", node.name,
+            )
         if key not in fields:
             raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(fields)})", node.name)
     return up
@@ -360,7 +366,10 @@ def _buckets(
 
 
 def bucket_of(keys: tuple[str, ...], buckets: int) -> Any:
-    """A row's state bucket: ``pmod(xxhash64(keys), buckets)`` (savepoints place new keys with it too)."""
+    """A row's state bucket: ``pmod(xxhash64(keys), buckets)`` (savepoints place new keys with it too);
+    bucket 0 for a non-keyed step (``window_all``: one key, as Flink runs it with parallelism 1)."""
+    if not keys:
+        return F.lit(0)
     return F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(buckets)).cast("int")
 
 

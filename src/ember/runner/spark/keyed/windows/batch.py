@@ -302,6 +302,8 @@ def make_combiner(spec: WindowSpec, fields: list[str], keys: tuple[str, ...], ti
     assert agg is not None and spec.combinable
 
     def key_codes(batch: Any) -> tuple[np.ndarray, list[Any]]:
+        if not keys:  # a non-keyed window (window_all): one key, ()
+            return np.zeros(batch.num_rows, dtype=np.int64), [()]
         if len(keys) == 1:
             encoded = pc.dictionary_encode(batch.column(keys[0]))
             return encoded.indices.to_numpy(zero_copy_only=False), encoded.dictionary.to_pylist()
