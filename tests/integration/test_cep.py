@@ -87,6 +87,32 @@ def test_matches_equal_the_reference_whatever_the_batching(spark, tmp_path):
     assert run(env(), whole, pattern(sql=False), name="cep-one-batch") == want
 
 
+def test_a_pattern_over_a_stream_not_keyed_matches_across_every_record(env):
+    """``CEP.pattern`` of a plain stream (Flink's non-keyed pattern, parallelism 1): one
+    sequence over every record, whoever's — against the reference over the whole stream;
+    the SQL condition exercises the projection before the step."""
+    used: set = set()
+    data = []
+    for batch in batches(5):
+        distinct = []
+        for ts, user, t, v in batch:  # distinct timestamps over the whole stream: one order
+            while ts in used:
+                ts += 1
+            used.add(ts)
+            distinct.append((ts, user, t, v))
+        data.append(distinct)
+    events = sorted(({"ts": ts, "user": u, "t": t, "v": v} for b in data for ts, u, t, v in b), key=lambda e: e["ts"])
+    want = sorted(summary(m) for m in cep_model.emitted(pattern(sql=False), events, [e["ts"] for e in events]))
+    per_user = expected(data, pattern(sql=False))
+    assert len(want) >= 3 and want != per_user  # matches across users: not the keyed result
+    sink = CollectSink()
+    stream = env.from_source(ScriptedSource(data, SCHEMA), BOUND, name="events")
+    CEP.pattern(stream, pattern(sql=True)).select(lambda m: dict(zip(("user", "start", "bs", "finish"), summary(m))),
+                                                  OUT, name="sequences").sink_to(sink)
+    env.execute("cep-whole-stream", progress=False)
+    assert sorted((r["user"], r["start"], r["bs"], r["finish"]) for r in sink.rows()) == want
+
+
 def test_late_events_are_dropped_and_counted(env):
     data = [[(5_000, "u1", "a", 1), (9_000, "u1", "x", 0)], [(2_000, "u1", "a", 1), (9_500, "u1", "b", 1), (9_600, "u1", "c", 1)]]
     sink = CollectSink()

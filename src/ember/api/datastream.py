@@ -270,6 +270,12 @@ class DataStream:
                 )
         return KeyedStream(self._env, self._add(n.KeyByNode, name, "key_by", keys=tuple(keys)))
 
+    def _as_one_key(self) -> "KeyedStream":
+        """The whole stream as one key — for steps Flink runs on a non-keyed stream with
+        parallelism 1 (``CEP.pattern`` of a plain stream): on Ember's keyed runtime the key is
+        ``()`` and one task runs the step."""
+        return KeyedStream(self._env, self._add(n.KeyByNode, None, "key_by", keys=()))
+
     def reinterpret_as_keyed(self, *keys: str, name: str | None = None) -> "KeyedStream":
         """This stream as already partitioned by ``keys`` (field names): Flink's
         ``reinterpretAsKeyedStream``. A keyed ``process`` step, CEP step or window reading it

@@ -18,9 +18,13 @@ class CEP:
     """Flink's entry point: ``CEP.pattern(events.key_by("user"), pattern)``."""
 
     @staticmethod
-    def pattern(stream: KeyedStream, pattern: Pattern) -> "PatternStream":
+    def pattern(stream: DataStream, pattern: Pattern) -> "PatternStream":
+        """Matches of ``pattern`` per key of a keyed stream; on a plain stream, over the
+        whole stream (one key, one task — as Flink runs a non-keyed pattern)."""
+        if not isinstance(stream, DataStream):
+            raise PipelineError(f"CEP.pattern takes a stream (keyed or not), got {stream!r}", "pattern")
         if not isinstance(stream, KeyedStream):
-            raise PipelineError(f"CEP.pattern takes a keyed stream (stream.key_by(...)), got {stream!r}", "pattern")
+            stream = stream._as_one_key()
         if not isinstance(pattern, Pattern):
             raise PipelineError(f"CEP.pattern takes a Pattern (Pattern.begin(...)...), got {pattern!r}", "pattern")
         return PatternStream(stream, pattern.validate())
@@ -80,5 +84,5 @@ class PatternStream:
         columns = {expr: f"{SQL_PREFIX}{i}" for i, expr in enumerate(dict.fromkeys(expressions))}
         upstream = DataStream(self.stream._env, self.stream._node.inputs[0])
         projected = upstream.select("*", *[f"({expr}) AS {col}" for expr, col in columns.items()])
-        return projected.key_by(*self.stream.keys), columns
+        return (projected.key_by(*self.stream.keys) if self.stream.keys else projected._as_one_key()), columns
 

@@ -7,7 +7,6 @@ from typing import Callable, Iterator
 from ember.errors import PipelineError
 from ember.graph.nodes import (
     IntervalJoinNode,
-    KeyByNode,
     KeyedProcessNode,
     Node,
     SinkNode,
@@ -53,8 +52,6 @@ class Graph:
             names[node.name] = node
             if isinstance(node, UnionNode) and len(node.inputs) < 2:
                 raise PipelineError("a union needs at least two streams", node.name)
-            if isinstance(node, KeyByNode) and not node.keys:
-                raise PipelineError("key_by needs at least one key", node.name)
         return self
 
     def readers(self) -> dict[int, list[Node]]:

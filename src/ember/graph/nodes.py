@@ -227,6 +227,8 @@ class KeyByNode(Node):
     reinterpret: bool = False
 
     def describe(self) -> str:
+        if not self.keys:  # the whole stream as one key (a non-keyed CEP pattern)
+            return "key_by nothing: the whole stream, one key"
         what = "reinterpret_as_keyed " if self.reinterpret else "key_by "
         return what + ", ".join(str(k) for k in self.keys)
 

@@ -54,8 +54,10 @@ def test_refused_when_validated(pattern, message):
 def test_cep_pattern_checks_its_arguments():
     env = StreamEnvironment()
     events = env.from_collection([(1, "a")], "ts bigint, t string")
-    with pytest.raises(PipelineError, match="takes a keyed stream"):
-        CEP.pattern(events, a())
+    with pytest.raises(PipelineError, match="takes a stream"):
+        CEP.pattern([(1, "a")], a())
+    whole = CEP.pattern(events, a())  # a plain stream: one key, the whole stream
+    assert whole.stream.keys == ()
     keyed = events.key_by("t")
     with pytest.raises(PipelineError, match="step 'b': an unbounded last stage"):
         CEP.pattern(keyed, a().followed_by("b").one_or_more())
