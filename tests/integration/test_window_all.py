@@ -130,3 +130,26 @@ def test_a_window_keyed_by_a_column_on_the_keyed_runtime_is_refused_naming_the_s
         .sink_to(CollectSink()))
     with pytest.raises(PipelineError, match="step 'w': this step runs on Ember's keyed runtime .* key_by got the Column"):
         env.execute("column-key", progress=False)
+
+
+@pytest.mark.parametrize("layout", ["blob", "delta"])
+def test_a_count_window_all_keeps_its_records_across_a_restart(spark, tmp_path, layout):
+    """The whole stream's one key is state like any other: kept in the checkpoint (and on the
+    delta layout's disk) across a restart."""
+    from ember import StreamEnvironment
+
+    batches = [[(1, "a", 1), (2, "b", 2)], [(3, "c", 4), (4, "a", 8)], [(5, "b", 16), (6, "c", 32)]]
+
+    def run(upto):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark,
+                                state_layout=layout)
+        sink = CollectSink()
+        (env.from_source(ScriptedSource(batches[:upto], SCHEMA), name="events").count_window_all(4)
+            .aggregate(total=Agg.sum("v"), name="fours").sink_to(sink))
+        env.execute("restart", progress=False)
+        return [r["total"] for r in sink.rows()]
+
+    assert run(2) == [15]
+    assert run(3) == []  # restarted from the checkpoint: 16 and 32 wait in state for two more records
+    batches.append([(7, "a", 64), (8, "b", 128)])
+    assert run(4) == [16 + 32 + 64 + 128]
