@@ -3,7 +3,8 @@
 - per page, 10 s event-time windows summed by a Python AggregateFunction, with 5 s of allowed
   lateness (a late view re-fires its window) and later views sent to a side output — two sinks
   fed by one Spark query;
-- per page, tumbling count windows of 3 views (count_window).
+- per page, tumbling count windows of 3 views (count_window), and beside them count windows of
+  4 views of the whole site (count_window_all: no key, one task).
 
     python examples/windows_tour.py
 """
@@ -70,7 +71,7 @@ def build(env: StreamEnvironment) -> dict[str, CollectSink]:
     return sinks
 
 
-def run() -> tuple[dict[str, CollectSink], CollectSink]:
+def run() -> tuple[dict[str, CollectSink], CollectSink, CollectSink]:
     checkpoint = tempfile.mkdtemp(prefix="ember-windows-tour-")
     try:
         env = StreamEnvironment(master="local[2]", checkpoint_dir=checkpoint, parallelism=2)
@@ -79,19 +80,20 @@ def run() -> tuple[dict[str, CollectSink], CollectSink]:
         env.execute("windows-tour", progress=False)
 
         counts_env = StreamEnvironment(master="local[2]", checkpoint_dir=checkpoint + "-counts", parallelism=2, spark=env.spark)
-        every_3 = CollectSink()
-        (counts_env.from_source(ScriptedSource(BATCHES, "ts bigint, page string, seconds bigint"),
-                                WatermarkStrategy.for_monotonous_timestamps("ts"), name="views")
-         .key_by("page").count_window(3).sum("seconds", name="every-3-views").sink_to(every_3))
+        every_3, every_4 = CollectSink(), CollectSink()
+        counted = counts_env.from_source(ScriptedSource(BATCHES, "ts bigint, page string, seconds bigint"),
+                                         WatermarkStrategy.for_monotonous_timestamps("ts"), name="views")
+        counted.key_by("page").count_window(3).sum("seconds", name="every-3-views").sink_to(every_3)
+        counted.count_window_all(4).sum("seconds", name="every-4-site-views").sink_to(every_4)
         counts_env.execute("windows-tour-counts", progress=False)
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)
         shutil.rmtree(checkpoint + "-counts", ignore_errors=True)
-    return sinks, every_3
+    return sinks, every_3, every_4
 
 
 def main() -> int:
-    sinks, every_3 = run()
+    sinks, every_3, every_4 = run()
     print("\nwindow results (a window fired again by a late view appears twice, updated):")
     for b in sinks["windows"].batches:
         for r in b.rows:
@@ -102,6 +104,9 @@ def main() -> int:
     print("every 3 views of a page:")
     for r in every_3.rows():
         print(f"  {r['page']:5} sum_seconds={r['sum_seconds']}")
+    print("every 4 views of the site (in event time within a micro-batch):")
+    for r in every_4.rows():
+        print(f"  sum_seconds={r['sum_seconds']}")
     return 0
 
 

@@ -206,7 +206,7 @@ def test_pre_aggregation_before_the_shuffle_gives_identical_results(spark, tmp_p
 
 def test_windows_tour_example(spark, load_example):
     tour = load_example("windows_tour")
-    sinks, every_3 = tour.run()
+    sinks, every_3, every_4 = tour.run()
     by_batch = [sorted((r["page"], r["window_start"], r["seconds"]) for r in b.rows) for b in sinks["windows"].batches]
     fired = [rows for rows in by_batch if rows]
     # batch 1's records close the [0, 10 s) windows (home 3+1+5, cart 8): they fire in batch 1;
@@ -218,3 +218,6 @@ def test_windows_tour_example(spark, load_example):
     ]
     assert sinks["late"].rows() == [{"ts": 5_000, "page": "home", "seconds": 7}]
     assert sorted((r["page"], r["sum_seconds"]) for r in every_3.rows()) == [("cart", 18), ("home", 9), ("home", 12)]
+    # the site's views in event time within each batch: 1000, 2500, 4000 | 9000 -> 3+8+1+5; 12000, 13000 |
+    # 3000, 8000 -> 2+4+6+9 (a global window is never late); 26000 | 5000, 30000: three wait, unfired
+    assert [r["sum_seconds"] for r in every_4.rows()] == [17, 21]
