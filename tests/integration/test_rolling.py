@@ -108,6 +108,14 @@ def test_rolling_on_a_missing_field_is_refused_naming_the_step(env):
         env.execute("rolling-missing", progress=False)
 
 
+def test_a_rolling_sum_of_text_is_refused_naming_the_step(env):
+    """It would concatenate the strings (Python's +), where Flink refuses a sum of a non-number."""
+    events = env.from_source(ScriptedSource([[(1, "a", 2)]], SCHEMA), name="events")
+    events.key_by("v").sum("k", name="total").sink_to(CollectSink())
+    with pytest.raises(PipelineError, match="step 'total': a rolling sum takes a number; 'k' is string"):
+        env.execute("rolling-text", progress=False)
+
+
 def test_rolling_totals_example(spark, load_example):
     example = load_example("rolling_totals")
     sinks = example.run()

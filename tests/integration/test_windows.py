@@ -133,6 +133,18 @@ def test_global_window_all(env):
     assert {r["window_start"]: r["count"] for r in sink.rows()} == dict(expected)
 
 
+@pytest.mark.parametrize("lateness", [None, 1_000], ids=["native", "operator"])
+def test_a_sum_of_text_is_refused_before_the_job_starts(env, lateness):
+    """Spark would cast each value and fail the job at the first that is not a number."""
+    def windowed(s):
+        w = s.key_by("v").window(TumblingEventTimeWindows.of(timedelta(seconds=10)))
+        return (w if lateness is None else w.allowed_lateness(lateness)).aggregate(total=Agg.sum("k"), name="totals")
+
+    with pytest.raises(PipelineError, match=r"step 'totals': aggregate 'total' is sum\('k'\), a field of type string"):
+        _run(env, windowed)
+    assert not any(env.spark.streams.active)
+
+
 def test_event_time_window_needs_a_watermark(env):
     with pytest.raises(PipelineError, match="an event-time window needs the source's watermark strategy"):
         _run(env, lambda s: s.key_by("k").window(TumblingEventTimeWindows.of(1000)).count(), strategy=None)

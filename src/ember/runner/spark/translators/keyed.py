@@ -51,7 +51,7 @@ from ember.runner.spark.pickling import ship_by_value
 from ember.runner.spark.placement import TWS, runtime_steps, spark_keyed_operator
 from ember.runner.spark.translators.eventtime import ANCHOR, HIDDEN, TIME, keep_late_rows, restore_anchor, with_event_time
 from ember.runner.spark.translators.python_ops import output_struct
-from ember.runner.spark.translators.windowfns import builtin_aggregate, default_trigger, window_output
+from ember.runner.spark.translators.windowfns import NUMERIC, builtin_aggregate, default_trigger, window_output
 from ember.time.watermarks import TimeCharacteristic
 
 BUCKET = "__ember_bucket"
@@ -413,6 +413,9 @@ def _process(comp: Compilation, node: KeyedProcessNode) -> Frame:
     field = node.fn.field if isinstance(node.fn, RollingField) else None
     if field is not None and field not in visible.names:
         raise PipelineError(f"no field '{field}' in the stream (fields: {', '.join(visible.names)})", node.name)
+    if field is not None and node.fn.kind == "sum" and not isinstance(visible[field].dataType, NUMERIC):
+        raise PipelineError(f"a rolling sum takes a number; '{field}' is {visible[field].dataType.simpleString()}: "
+                            "cast it first with select", node.name)
     out = output_struct(node.output_schema, visible, node.name)  # no schema: a rolling step's, the input's
     event_time = _has_event_time(up)
     dead_letter = read_dead_letters(comp, node)  # (a chain's: its last step's)

@@ -86,13 +86,31 @@ class BuiltinAggregates(AggregateFunction):
         return result
 
 
-def builtin_aggregate(aggregates: tuple[tuple[str, Aggregate], ...], input_type: T.StructType, step: str) -> BuiltinAggregates:
+NUMERIC = (*_INTEGRAL, T.FloatType, T.DoubleType, T.DecimalType)
+
+
+def check_aggregates(aggregates: tuple[tuple[str, Aggregate], ...], input_type: T.StructType, step: str) -> None:
+    """Refuses, before the job starts, a built-in aggregate reading a field the stream lacks,
+    or ``sum`` / ``avg`` of a field that is not a number (Spark would cast its values and fail
+    on the first that is not one, mid-job)."""
     for out, agg in aggregates:
-        if agg.field is not None and agg.field not in input_type.names:
+        if agg.field is None:
+            continue
+        if agg.field not in input_type.names:
             raise PipelineError(
                 f"aggregate '{out}' reads field '{agg.field}', which is not in the stream (fields: {', '.join(input_type.names)})",
                 step,
             )
+        dtype = input_type[agg.field].dataType
+        if agg.kind in ("sum", "avg") and not isinstance(dtype, NUMERIC):
+            raise PipelineError(
+                f"aggregate '{out}' is {agg.kind}('{agg.field}'), a field of type {dtype.simpleString()}; {agg.kind} takes a "
+                f"number: cast it first (select(\"CAST({agg.field} AS BIGINT) AS {agg.field}\")) or count it", step,
+            )
+
+
+def builtin_aggregate(aggregates: tuple[tuple[str, Aggregate], ...], input_type: T.StructType, step: str) -> BuiltinAggregates:
+    check_aggregates(aggregates, input_type, step)
     return BuiltinAggregates([(out, agg.kind, agg.field) for out, agg in aggregates])
 
 

@@ -32,6 +32,7 @@ from ember.runner.spark.progress import LATE_METRIC_PREFIX
 from ember.runner.spark.translators.eventtime import TIME, with_event_time, with_processing_time
 from ember.runner.spark.translators.keyed import operator_window
 from ember.runner.spark.translators.transforms import key_columns, key_name
+from ember.runner.spark.translators.windowfns import check_aggregates
 from ember.time.watermarks import TimeCharacteristic
 from ember.windowing.aggregates import Aggregate
 from ember.windowing.assigners import SessionWindows, SlidingWindows, TumblingWindows
@@ -69,12 +70,7 @@ def spark_window(comp: Compilation, node: WindowNode) -> Frame:
     for key in node.keys:
         if isinstance(key, str) and key not in df.columns:
             raise PipelineError(f"key field '{key}' is not in the stream (fields: {', '.join(df.columns)})", node.name)
-    for out, agg in node.aggregates:
-        if agg.field is not None and agg.field not in df.columns:
-            raise PipelineError(
-                f"aggregate '{out}' reads field '{agg.field}', which is not in the stream (fields: {', '.join(df.columns)})",
-                node.name,
-            )
+    check_aggregates(node.aggregates, df.schema, node.name)
     df = with_event_time(comp, df, up.time, node.name) if event_time else with_processing_time(df)
     if event_time and not isinstance(assigner, SessionWindows) and comp.plan.drops_late_records(node):
         df = _drop_late_records(comp, df, node.name, assigner)
