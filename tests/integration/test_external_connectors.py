@@ -146,6 +146,22 @@ def test_postgres_upsert_and_redis_sink_with_user_commands(env, r, prefix, table
     assert totals == {f"u{u}": sum(i for i in range(1_000) if i % 10 == u) for u in range(10)}
 
 
+def test_a_redis_write_function_that_raises_fails_the_job_naming_the_sink_and_the_row(env, r, prefix):
+    from ember import ScriptedSource
+    from ember.errors import JobFailedError
+
+    def bump(pipe, row):
+        pipe.incr(f"{prefix}:n")
+        if row["v"] == 2:
+            raise KeyError("no such campaign")
+
+    env.from_source(ScriptedSource([[(1, 1), (2, 2)]], "ts bigint, v int")).sink_to(RedisSink(bump), name="counts")
+    with pytest.raises(JobFailedError, match=r"step 'counts': the sink's write function bump raised KeyError: "
+                                             r"'no such campaign' on the row \{'ts': 2, 'v': 2\}"):
+        env.execute("redis-write-raises", progress=False)
+    assert r.get(f"{prefix}:n") is None  # the partition's transaction was not executed
+
+
 def test_postgres_sink_checks_the_table_before_starting(env, r, prefix, table):
     with psycopg.connect(postgres_url(), autocommit=True) as conn:
         conn.execute(f'create table "{table}" (other text)')

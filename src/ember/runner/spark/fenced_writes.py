@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from ember.errors import ConfigError, PipelineError
+from ember.errors import ConfigError, PipelineError, UserFunctionError
 
 __all__ = [
     "SinkTarget",
@@ -75,7 +75,14 @@ def redis_fenced_write(
                     return 0
                 pipe.multi()
                 for row in rows:
-                    write(pipe, row)
+                    try:
+                        write(pipe, row)
+                    except Exception as exc:  # the user's function: name the sink, the function and the row
+                        raise UserFunctionError(
+                            f"step '{target.sink}': the sink's write function {getattr(write, '__name__', 'write')} raised "
+                            f"{type(exc).__name__}: {exc} on the row {row!r}; none of its partition's rows of this "
+                            "micro-batch were written (one transaction)"
+                        ) from exc
                 pipe.hset(key, field, str(batch_id))
                 pipe.execute()
                 return len(rows)
