@@ -438,3 +438,17 @@ def test_meter_readings_example(spark, load_example):
     letters = sorted((json.loads(r["raw"])["meter"], json.loads(r["raw"])["ts"], r["error"]) for r in bad.rows())
     assert [(m, ts) for m, ts, _ in letters] == [("m-1", 3_000), ("m-2", 2_000)]
     assert "TypeError" in letters[0][2] and "meter went backwards: 40 -> 38" in letters[1][2]
+
+
+def test_a_record_that_does_not_fit_the_output_schema_fails_the_job_naming_the_step(env):
+    """Spark's message names the column and the Arrow type only; Ember adds the steps whose
+    declared output has that column."""
+    class Stamp(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            yield {"ts": f"at {value['ts']}", "k": value["k"]}  # a text where the schema says bigint
+
+    events = env.from_source(ScriptedSource([[(1, "a"), (2, "b")]], SCHEMA), name="events")
+    events.key_by("k").process(Stamp(), SCHEMA, name="stamp").sink_to(CollectSink())
+    with pytest.raises(JobFailedError, match=r"column 'ts'.*check the records these steps emit against their "
+                                             r"output_schema: 'stamp' \(bigint\)"):
+        env.execute("misfit", progress=False)

@@ -17,7 +17,7 @@ import socket
 import sys
 from typing import Any, Callable
 
-from ember.errors import ConfigError, JobFailedError, LatencyTargetError, PipelineError, RestartError
+from ember.errors import ConfigError, EmberError, JobFailedError, LatencyTargetError, PipelineError, RestartError
 from ember.graph.graph import STATEFUL, Graph
 from ember.graph.nodes import SqlNode
 from ember.job import DEFAULT_MAX_PARALLELISM, EnvironmentConfig, JobResult, RunListener, default_max_parallelism
@@ -233,10 +233,11 @@ def run_job(
                         os.remove(done)
     settle_output(follower, [s.sink for s in job.sinks], checkpoint, committed_before)
     exc = query.exception()
+    cause = None if exc is None else _cause(exc) + _output_schema_hint(str(getattr(exc, "desc", None) or exc), graph)
     if listener is not None:
-        listener.job_ended(reason, None if exc is None else _cause(exc))
+        listener.job_ended(reason, cause)
     if exc is not None:
-        raise JobFailedError(f"job '{name}' failed: {_cause(exc)}") from None
+        raise JobFailedError(f"job '{name}' failed: {cause}") from None
     if knob is not None and reason == BELOW_FLOOR:
         raise LatencyTargetError(f"job '{name}': {knob.floor_message()}")
     return JobResult(
@@ -401,6 +402,30 @@ def _counted(job: Any, name: str) -> int:
     """A job-wide counter of Ember's operators (Spark accumulator; 0 when unused)."""
     counter = job.compilation.counters.get(name)
     return int(counter.value) if counter is not None else 0
+
+
+def _output_schema_hint(text: str, graph: Graph) -> str:
+    """For a failure converting a Python step's output to Arrow (a value that does not fit its
+    ``output_schema``): the steps whose declared output has that field, which Spark's message
+    does not name."""
+    match = re.search(r"Failed to convert the value of the column '([^']+)' with type '[^']*' to Arrow type '([^']+)'", text)
+    if match is None:
+        return ""
+    from ember.runner.spark.translators.python_ops import output_struct
+
+    column, steps = match.group(1), []
+    for node in graph.nodes:
+        schema = getattr(node, "output_schema", None)
+        try:
+            declared = output_struct(schema, None, node.name) if schema is not None else None
+        except EmberError:
+            continue
+        if declared is not None and column in declared.names:
+            steps.append(f"'{node.name}' ({declared[column].dataType.simpleString()})")
+    if not steps:
+        return ""
+    return (f" — a Python step emitted a value of '{column}' that is not {match.group(2)}: check the records these steps "
+            f"emit against their output_schema: {', '.join(steps)}")
 
 
 def _cause(exc: Any) -> str:
