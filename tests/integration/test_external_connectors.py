@@ -62,16 +62,49 @@ def test_stream_source_reads_every_entry_once_and_dead_letters_bad_ones(env, r, 
     assert dead0[0][1][b"k"] == b"seven"  # the raw record is kept
 
 
-def test_stream_source_reports_lag(env, r, prefix):
+@pytest.mark.parametrize("reads", ["driver", "tasks"])
+def test_stream_source_reports_lag(env, r, prefix, monkeypatch, reads):
+    """Small batches are read in the driver's source process (Spark's simple reader, which
+    Spark asks for no latest offset): the backlog then travels in the end offset."""
+    if reads == "tasks":
+        monkeypatch.setenv("EMBER_SOURCE_READS", "tasks")
     stream = f"{prefix}:0"
     for i in range(500):
         r.xadd(stream, {"v": i})
     reports = []
     source = RedisStreamSource(stream, "v int", max_events_per_batch=100, stop_at_end=True)
-    env.from_source(source).sink_to(CollectSink())
+    sink = CollectSink()
+    env.from_source(source).sink_to(sink)
     env.execute("redis-lag", progress=reports.append)
     # lag = entries added to the streams and not yet read, after each batch
     assert [p["lag"] for p in reports if p["numInputRows"]] == [400, 300, 200, 100, 0]
+    assert sorted(row["v"] for row in sink.rows()) == list(range(500))
+    reported_in = {"driver" if "added" in p["sources"][0]["endOffset"] else "tasks" for p in reports if p["numInputRows"]}
+    assert reported_in == {reads}
+
+
+@pytest.mark.parametrize("reads", ["driver", "tasks"])
+def test_a_stream_added_on_restart_is_read_from_its_first_entry(spark, tmp_path, r, prefix, monkeypatch, reads):
+    if reads == "tasks":
+        monkeypatch.setenv("EMBER_SOURCE_READS", "tasks")
+    first, second = f"{prefix}:a", f"{prefix}:b"
+
+    def run(streams):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path, parallelism=2, spark=spark)
+        sink = CollectSink()
+        env.from_source(RedisStreamSource(streams, "v int", max_events_per_batch=100, stop_at_end=True)).sink_to(sink)
+        env.execute("redis-more-streams", progress=False)
+        return sorted(row["v"] for row in sink.rows())
+
+    for i in range(150):
+        r.xadd(first, {"v": i})
+        r.xadd(second, {"v": 1_000 + i})
+    assert run([first]) == list(range(150))
+    for i in range(150, 160):
+        r.xadd(first, {"v": i})
+    # restarted from the checkpoint: the first stream goes on after its last entry read, the
+    # added one starts at its first (it was a KeyError before)
+    assert run([first, second]) == list(range(150, 160)) + [1_000 + i for i in range(150)]
 
 
 def test_unreachable_redis_fails_before_the_job_starts(env):

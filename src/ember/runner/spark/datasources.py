@@ -60,7 +60,7 @@ END_OF_TIME_MS = 253_370_764_800_000  # 9999-01-01T00:00:00Z
 _CHUNK = 1 << 16
 
 
-def _use_the_simple_reader() -> None:
+def use_the_simple_reader() -> None:
     """Makes pyspark fall back to the source's ``simpleStreamReader`` (read in the driver's
     source process: no Python task per micro-batch — ~50-70 ms less per batch here, but one
     process generating every row, so only for small batches: docs/design/latency.md)."""
@@ -81,6 +81,15 @@ class InDriver(SimpleDataSourceStreamReader):
 
     def read(self, start: dict) -> tuple[Iterator[Any], dict]:
         end = self.inner.latestOffset(start, self.inner.getDefaultReadLimit())
+        if _position(end) == _position(start):
+            return iter([]), start  # nothing new: the same offset, so Spark runs no batch
+        # Spark asks a simple reader for no latest offset (reportLatestOffset): what the inner
+        # reader reports of its backlog (a Redis stream's entries added) travels in the end
+        # offset instead, where the progress reports read it (progress._lag); reads ignore it.
+        report = getattr(self.inner, "reportLatestOffset", None)
+        latest = report() if report is not None else None
+        if isinstance(latest, dict) and "added" in latest:
+            end = {**end, "added": latest["added"]}
         return self.readBetweenOffsets(start, end), end
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
@@ -88,6 +97,11 @@ class InDriver(SimpleDataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         self.inner.commit(end)
+
+
+def _position(offset: dict) -> dict:
+    """An offset without the backlog report :class:`InDriver` adds to it."""
+    return {k: v for k, v in offset.items() if k != "added"}
 
 
 class _Range(InputPartition):
@@ -174,7 +188,7 @@ class SequenceSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         if self.options.get("in_driver") == "1":  # chosen by the translator (translators/sources.py)
-            _use_the_simple_reader()
+            use_the_simple_reader()
         return SequenceReader(self.options)
 
     def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
@@ -221,7 +235,7 @@ class ScriptedSourceDS(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         if self.options.get("in_driver") == "1":  # chosen by the translator (translators/sources.py)
-            _use_the_simple_reader()
+            use_the_simple_reader()
         return ScriptedReader(self.options)
 
     def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:

@@ -68,6 +68,13 @@ def _stream_infos(redis: Any, streams: list[str]) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _positions(offset: dict, streams: list[str]) -> dict:
+    """``offset`` with a position for every one of ``streams``: before the first entry for one
+    it does not hold."""
+    return {**offset, "ids": {s: offset["ids"].get(s, ZERO_ID) for s in streams},
+            "read": {s: int(offset["read"].get(s, 0)) for s in streams}}
+
+
 class RedisStreamsReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -100,6 +107,9 @@ class RedisStreamsReader(DataSourceStreamReader):
         share = max(1, budget // len(self.streams))
         redis = self.redis
         infos = _stream_infos(redis, self.streams)
+        # A stream added since the checkpoint (a restart with more streams) is read from its
+        # first entry; a stream no longer listed is no longer read.
+        start = _positions(start, self.streams)
         ids, read, moved = dict(start["ids"]), dict(start["read"]), False
         cut = []
         for s in self.streams:
@@ -130,6 +140,7 @@ class RedisStreamsReader(DataSourceStreamReader):
         return {"added": {s: added for s, (added, _) in infos.items()}}
 
     def partitions(self, start: dict, end: dict) -> list[_StreamRange]:
+        start = _positions(start, self.streams)
         return [
             _StreamRange(s, start["ids"][s], end["ids"][s])
             for s in self.streams
@@ -284,4 +295,14 @@ class RedisStreamsDataSource(DataSource):
         return self.options["schema"]
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if self.options.get("in_driver") == "1":  # small batches: chosen by the translator (translators/sources.py)
+            from ember.runner.spark.datasources import use_the_simple_reader
+
+            use_the_simple_reader()
         return RedisStreamsReader(self.options)
+
+    def simpleStreamReader(self, schema: Any) -> Any:
+        """Every stream read in the driver's source process, one after the other (datasources.InDriver)."""
+        from ember.runner.spark.datasources import InDriver
+
+        return InDriver(RedisStreamsReader(self.options))

@@ -130,6 +130,7 @@ def _redis_streams(comp: Compilation, node: SourceNode, src: RedisStreamSource) 
         .option("stop_at_end", "true" if src.stop_at_end else "false")
         .option("stop_marker", comp.stop_marker or "")
         .option("bound_file", _bound_file(comp))
+        .option("in_driver", "1" if _reads_in_driver(comp, {}, src.max_events_per_batch) else "0")
         .load()
     )
 
@@ -176,8 +177,9 @@ IN_DRIVER_MAX_EVENTS = 20_000  # as do batches bounded to at most this many even
 
 
 def _reads_in_driver(comp: Compilation, fused: dict[str, str], per_batch: int) -> bool:
-    """Whether the sequence source reads its micro-batches in the driver's source process
-    (Spark's simple reader) rather than in a Python task per partition: where its batches stay
+    """Whether a generator's sequence (or a Redis streams source) reads its micro-batches in
+    the driver's source process (Spark's simple reader) rather than in a Python task per
+    partition (per stream): where its batches stay
     small — at most :data:`IN_DRIVER_MAX_EVENTS` events, or under a latency target below
     :data:`IN_DRIVER_BELOW_MS` (which keeps them small) — so that a task's ~50-70 ms is a large
     share of a batch, and without a step fused into the reader (packing or decoding every
