@@ -222,7 +222,7 @@ def _lag(sources: list[dict[str, Any]]) -> int | None:
     total, known = 0, False
     for s in sources:
         end = _offset(s.get("endOffset"))
-        # (a source read in the driver reports its backlog in the end offset: datasources.InDriver)
+        # (a source read in the driver reports its backlog in the end offset: in_driver.InDriver)
         added, read = _offset(s.get("latestOffset")).get("added") or end.get("added"), end.get("read")
         if isinstance(added, dict) and isinstance(read, dict):
             total += sum(max(0, int(added[k]) - int(read.get(k, 0))) for k in added)

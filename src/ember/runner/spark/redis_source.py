@@ -27,6 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from ember.runner.spark.checkpoint import admission_bound, admission_stopped, start_offset
+from ember.runner.spark.in_driver import InDriver, use_the_simple_reader
 from ember.runner.spark.json_decode import ARROW_TYPES, decode_json
 
 __all__ = ["RedisStreamsDataSource", "decode_entries", "ZERO_ID"]
@@ -296,13 +297,9 @@ class RedisStreamsDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         if self.options.get("in_driver") == "1":  # small batches: chosen by the translator (translators/sources.py)
-            from ember.runner.spark.datasources import use_the_simple_reader
-
             use_the_simple_reader()
         return RedisStreamsReader(self.options)
 
     def simpleStreamReader(self, schema: Any) -> Any:
-        """Every stream read in the driver's source process, one after the other (datasources.InDriver)."""
-        from ember.runner.spark.datasources import InDriver
-
+        """Every stream read in the driver's source process, one after the other (in_driver.py)."""
         return InDriver(RedisStreamsReader(self.options))

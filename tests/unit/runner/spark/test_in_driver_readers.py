@@ -10,13 +10,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from ember import CountSink, GroupingSource, StreamEnvironment
 from ember.runner.spark.datasources import (
-    InDriver,
     ScriptedReader,
     ScriptedSourceDS,
     SequenceReader,
     SequenceSource,
 )
 from ember.runner.spark.generator_batches import source_spec
+from ember.runner.spark.in_driver import InDriver
 from ember.runner.spark.translators.sources import IN_DRIVER_SWITCH
 
 
@@ -85,3 +85,37 @@ def test_a_generator_reads_in_the_driver_only_where_its_batches_stay_small_and_u
     assert _reads_in_driver(comp(None), {}, IN_DRIVER_MAX_EVENTS) and not _reads_in_driver(comp(None), {"decode": "{}"}, 5)
     monkeypatch.setenv(IN_DRIVER_SWITCH, "tasks")  # the switch, read where the job compiles
     assert not _reads_in_driver(comp(250), {}, 5)
+
+
+class _Backlog:
+    """A task reader whose offset moves when told and which reports a backlog, as the Redis one does."""
+
+    def __init__(self):
+        self.n, self.added = 0, 0
+
+    def getDefaultReadLimit(self):
+        return ReadAllAvailable()
+
+    def latestOffset(self, start, limit):
+        return {"n": self.n}
+
+    def reportLatestOffset(self):
+        return {"added": {"s": self.added}}
+
+    def partitions(self, start, end):
+        return list(range(start["n"], end["n"]))
+
+    def read(self, part):
+        yield (part,)
+
+
+def test_the_backlog_report_travels_in_the_end_offset_and_never_makes_a_batch_alone():
+    inner = _Backlog()
+    driver = InDriver(inner)
+    inner.n, inner.added = 2, 5
+    rows, end = driver.read({"n": 0})
+    assert (list(rows), end) == ([(0,), (1,)], {"n": 2, "added": {"s": 5}})
+    inner.added = 9  # more entries added, none admitted: the same position, so no batch
+    rows, again = driver.read(end)
+    assert (list(rows), again) == ([], end)
+    assert list(driver.readBetweenOffsets({"n": 0}, end)) == [(0,), (1,)]  # a replay ignores the report
