@@ -153,3 +153,35 @@ def test_a_count_window_all_keeps_its_records_across_a_restart(spark, tmp_path, 
     assert run(3) == []  # restarted from the checkpoint: 16 and 32 wait in state for two more records
     batches.append([(7, "a", 64), (8, "b", 128)])
     assert run(4) == [16 + 32 + 64 + 128]
+
+
+def test_steps_over_the_whole_stream_in_a_savepoint_read_back_and_rescale_2_to_4(spark, tmp_path):
+    """The one key ``()`` of a count_window_all and of a non-keyed CEP step: read from a
+    savepoint (it made a frame of the wrong width before) and restored at parallelism 4, the
+    same results as an uninterrupted run."""
+    from ember import StreamEnvironment
+    from ember.cep import CEP, Pattern
+    from ember.savepoints import create_savepoint
+
+    keys = ["a", "b", "c", "d", "e"]
+    batches = [[(b * 10 + i, keys[(b + i * i) % 5], b * 7 + i) for i in range(8)] for b in range(8)]
+
+    def run(name, upto, parallelism=2, from_savepoint=None):
+        env = StreamEnvironment(master="local[2]", checkpoint_dir=tmp_path / "ckpt", parallelism=parallelism, spark=spark)
+        events = env.from_source(ScriptedSource(batches[:upto], SCHEMA), name="events")
+        fives, pairs = CollectSink(), CollectSink()
+        events.count_window_all(5).aggregate(total=Agg.sum("v"), name="fives").sink_to(fives, name="fives-out")
+        a_then_b = Pattern.begin("x").where(lambda e: e["k"] == "a").next("y").where(lambda e: e["k"] == "b")
+        CEP.pattern(events, a_then_b).select(lambda m: {"ts": m["y"][0]["ts"]}, "ts bigint", name="ab").sink_to(pairs)
+        env.execute(name, progress=False, from_savepoint=from_savepoint)
+        return [r["total"] for r in fives.rows()], [r["ts"] for r in pairs.rows()]
+
+    whole = run("whole", 8)
+    head = run("p2", 3)
+    point = create_savepoint(str(tmp_path / "ckpt" / "p2"), root=str(tmp_path / "sp"))
+    window_state, pattern_state = point.read_state("fives", spark), point.read_state("ab", spark)
+    assert list(window_state.columns) == ["state", "value"] and len(window_state) > 0  # no key columns: one key
+    assert list(pattern_state.columns) == ["state", "value"]
+    rest = run("p4", 8, parallelism=4, from_savepoint=point.path)
+    assert sorted(head[0] + rest[0]) == sorted(whole[0]) and sorted(head[1] + rest[1]) == sorted(whole[1])
+    assert len(whole[0]) > 5 and whole[1]

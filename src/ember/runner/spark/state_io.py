@@ -128,7 +128,7 @@ def read_operator_state(spark: Any, checkpoint: str, batch_id: int, op_id: int, 
         buckets = _lane(buckets, op)
         for blob in buckets.values():
             for key, slot in blob["keys"].items():
-                key_values = list(key) if len(keys) > 1 else [key]
+                key_values = list(key) if len(keys) != 1 else [key]  # (no key fields: the one key ())
                 rows += [[*key_values, name, value] for name, value in slot.items() if name not in (EVENT_TIMERS, PROCESSING_TIMERS)]
         frame = pd.DataFrame(rows, columns=[*keys, "state", "value"])
         return frame.sort_values([*keys, "state"], ignore_index=True) if len(frame) else frame
