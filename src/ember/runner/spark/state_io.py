@@ -220,7 +220,7 @@ def _new_keyed_blobs(
             where[key], old_slots[key] = bucket, slot
     slots: dict[Any, dict[str, Any]] = {}
     for record in frame[[*keys, "state", "value"]].itertuples(index=False):
-        key = tuple(record[: len(keys)]) if len(keys) > 1 else record[0]
+        key = tuple(record[: len(keys)]) if len(keys) != 1 else record[0]  # (no key fields: the one key ())
         slots.setdefault(key, {})[record[-2]] = record[-1]
     _place_new_keys(spark, op, where, list(slots))
     blobs: dict[int, Any] = {b: empty_bucket_state() for b in set(old) | {where[k] for k in slots}}
