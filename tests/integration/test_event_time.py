@@ -9,10 +9,10 @@ from datetime import timedelta
 
 import flink_model as model
 import pytest
+from window_functions import CountSum
 
 from ember import (
     Agg,
-    AggregateFunction,
     CollectSink,
     EventTimeSessionWindows,
     EventTimeTrigger,
@@ -28,22 +28,6 @@ from ember import (
 pytestmark = pytest.mark.spark
 
 SCHEMA = "ts bigint, k string, v int"
-
-
-class CountSum(AggregateFunction):
-    """count and sum in Python: the same window on Ember's operator instead of Spark's native path."""
-
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + 1, acc[1] + value["v"])
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
-
-    def get_result(self, acc):
-        return {"n": acc[0], "total": acc[1]}
 
 
 def _assigner(kind: str, size: int, slide: int | None):

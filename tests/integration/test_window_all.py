@@ -10,10 +10,10 @@ from datetime import timedelta
 
 import flink_model as model
 import pytest
+from window_functions import CountSum
 
 from ember import (
     Agg,
-    AggregateFunction,
     CollectSink,
     EventTimeSessionWindows,
     KeyedProcessFunction,
@@ -26,20 +26,6 @@ pytestmark = pytest.mark.spark
 
 SCHEMA = "ts bigint, k string, v int"
 BOUND = WatermarkStrategy.for_bounded_out_of_orderness(timedelta(seconds=1), "ts")
-
-
-class CountSum(AggregateFunction):
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + 1, acc[1] + value["v"])
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
-
-    def get_result(self, acc):
-        return {"n": acc[0], "total": acc[1]}
 
 
 class Forward(KeyedProcessFunction):
