@@ -113,6 +113,19 @@ def test_a_pattern_over_a_stream_not_keyed_matches_across_every_record(env):
     assert sorted((r["user"], r["start"], r["bs"], r["finish"]) for r in sink.rows()) == want
 
 
+def test_a_pattern_over_a_generator_not_keyed_packs_its_one_key_at_the_source(env):
+    """A Python generator read straight into the step packs its records per state bucket
+    itself (source fusion): with no key, all into bucket 0 (it crashed there)."""
+    from ember import StateMachineSource
+
+    sink = CollectSink()
+    every_pair = Pattern.begin("x").where(lambda e: True).next("y").where(lambda e: True)
+    events = env.from_source(StateMachineSource(max_events=2_000, partitions=2), name="events")
+    CEP.pattern(events, every_pair).select(lambda m: {"x": m["x"][0]["address"]}, "x bigint", name="pairs").sink_to(sink)
+    env.execute("cep-whole-generator", progress=False)
+    assert len(sink.rows()) == 1_999  # each record and the next, over the whole stream
+
+
 def test_late_events_are_dropped_and_counted(env):
     data = [[(5_000, "u1", "a", 1), (9_000, "u1", "x", 0)], [(2_000, "u1", "a", 1), (9_500, "u1", "b", 1), (9_600, "u1", "c", 1)]]
     sink = CollectSink()

@@ -131,7 +131,10 @@ def pack_at_source(batches: Iterator[pa.RecordBatch], spec: PackSpec) -> Iterato
 
     def split(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray]:
         keys = [batch.column(k).to_numpy(zero_copy_only=False) for k in spec.keys]
-        buckets = np.mod(spark_xxhash64(*keys, kinds=spec.key_kinds), spec.buckets)
+        if keys:
+            buckets = np.mod(spark_xxhash64(*keys, kinds=spec.key_kinds), spec.buckets)
+        else:  # a step over the whole stream: bucket 0, as translators/keyed.bucket_of places it
+            buckets = np.zeros(batch.num_rows, dtype=np.int64)
         if spec.time_field is not None:
             batch = batch.append_column(spec.time_column, batch.column(spec.time_field).cast(pa.int64()))
         return batch, buckets
